@@ -1,0 +1,170 @@
+// Package bolt is fencegate's embedded store: one bbolt file, opened
+// exclusively by one process, holding fence records (and, for the
+// coordinator, leases). Every change is fsynced before it is acknowledged;
+// concurrent changes share one fsync through bbolt's Batch (group commit).
+package bolt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+var bucketFences = []byte("fences")
+
+// Store is the embedded store. It implements gateway.Store.
+type Store struct {
+	db   *bbolt.DB
+	path string
+}
+
+// Options tune Open.
+type Options struct {
+	// LockTimeout is how long Open waits for another process to release the
+	// file. Zero means 1s.
+	LockTimeout time.Duration
+	// BatchDelay is the longest a change waits for others to share its fsync.
+	// Zero means 1ms.
+	BatchDelay time.Duration
+}
+
+// ErrLocked reports that another process holds the store file.
+var ErrLocked = errors.New("store file is locked by another process (is another fencegate running on it?)")
+
+// Open opens (creating if needed) the store file at path.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = time.Second
+	}
+	if opts.BatchDelay <= 0 {
+		opts.BatchDelay = time.Millisecond
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.LockTimeout})
+	if err != nil {
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, fmt.Errorf("open store %s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	db.MaxBatchDelay = opts.BatchDelay
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+// allBuckets lists every bucket the store creates at Open.
+var allBuckets = [][]byte{bucketFences}
+
+// DB exposes the bbolt handle to other parts of fencegate that keep their
+// records in the same file (the coordinator's leases).
+func (s *Store) DB() *bbolt.DB { return s.db }
+
+// Path is the store file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file and releases its lock.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping reports whether the file is usable.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.db.View(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bucketFences) == nil {
+			return errors.New("fences bucket missing")
+		}
+		return nil
+	})
+}
+
+// fenceRecord is the stored form of a fence record.
+type fenceRecord struct {
+	Highest   int64     `json:"highest"`
+	Owner     string    `json:"owner,omitempty"`
+	ETag      string    `json:"etag,omitempty"`
+	ETagToken int64     `json:"etag_token,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func getFence(tx *bbolt.Tx, resource string) (fenceRecord, error) {
+	var r fenceRecord
+	v := tx.Bucket(bucketFences).Get([]byte(resource))
+	if v == nil {
+		return r, nil
+	}
+	if err := json.Unmarshal(v, &r); err != nil {
+		return r, fmt.Errorf("corrupt fence record for %q: %w", resource, err)
+	}
+	return r, nil
+}
+
+func putFence(tx *bbolt.Tx, resource string, r fenceRecord) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketFences).Put([]byte(resource), v)
+}
+
+func (r fenceRecord) state(resource string) fencegate.FenceState {
+	return fencegate.FenceState{
+		Resource: resource, Highest: r.Highest, Ready: true,
+		Owner: r.Owner, ETag: r.ETag, UpdatedAt: r.UpdatedAt,
+	}
+}
+
+// LoadFence implements gateway.Store.
+func (s *Store) LoadFence(ctx context.Context, resource string) (fencegate.FenceState, error) {
+	var r fenceRecord
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		r, err = getFence(tx, resource)
+		return err
+	})
+	return r.state(resource), err
+}
+
+// AdvanceFence implements gateway.Store: raise-only, fsynced before return.
+func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
+	if err := ctx.Err(); err != nil {
+		return fencegate.FenceState{}, err
+	}
+	var r fenceRecord
+	// Batch may run the function more than once; it is idempotent.
+	err := s.db.Batch(func(tx *bbolt.Tx) error {
+		var err error
+		if r, err = getFence(tx, resource); err != nil {
+			return err
+		}
+		if token <= r.Highest {
+			return nil
+		}
+		r = fenceRecord{Highest: token, Owner: owner, UpdatedAt: time.Now().UTC()}
+		return putFence(tx, resource, r)
+	})
+	if err != nil {
+		return fencegate.FenceState{}, fmt.Errorf("advance fence %q: %w", resource, err)
+	}
+	return r.state(resource), nil
+}

@@ -1,0 +1,586 @@
+// Package config is fencegate's YAML configuration: documented structs,
+// DefaultConfig, strict decoding with file:line errors, ${ENV} expansion and
+// a pure Validate that reports every problem with its field path.
+package config
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/resource"
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// Config is the whole file. Field names are a public contract.
+type Config struct {
+	// Gateway is the fencing proxy; nil runs no gateway (coordinator only).
+	Gateway     *Gateway    `yaml:"gateway"`
+	Store       Store       `yaml:"store"`
+	Fence       Fence       `yaml:"fence"`
+	Coordinator Coordinator `yaml:"coordinator"`
+	Admin       Admin       `yaml:"admin"`
+	TLS         TLS         `yaml:"tls"`
+	Telemetry   Telemetry   `yaml:"telemetry"`
+	Log         Log         `yaml:"log"`
+}
+
+// Gateway configures the fencing proxy listener and its routes.
+type Gateway struct {
+	Listen      string `yaml:"listen"`       // default 127.0.0.1:8080
+	TokenHeader string `yaml:"token_header"` // default Fencing-Token
+	// MaxHeaderBytes caps request headers (431 beyond). Default 64 KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ReadHeaderTimeout bounds reading request headers (slowloris). Default 10s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// IdleTimeout closes idle keep-alive connections. Default 2m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// ShutdownTimeout is how long SIGTERM waits for in-flight requests. Default 30s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	Routes          []Route       `yaml:"routes"`
+}
+
+// Route maps matching requests to one upstream and one resource template.
+type Route struct {
+	Name     string    `yaml:"name"`
+	Match    Match     `yaml:"match"`
+	Upstream *Upstream `yaml:"upstream"`
+	S3       *S3       `yaml:"s3"`
+	// Resource is the template of the resource key: {path}, {path.N},
+	// {host}, {header.Name}; S3 routes also {bucket} and {key}.
+	Resource string `yaml:"resource"`
+	// FencedMethods are the write methods. Default PUT, POST, PATCH, DELETE.
+	FencedMethods []string `yaml:"fenced_methods"`
+	// FenceReads fences every method, reads included.
+	FenceReads bool `yaml:"fence_reads"`
+	// CaseInsensitive folds resource keys to lower case, for upstreams that
+	// fold case (otherwise /A and /a would be two fences for one object).
+	CaseInsensitive bool `yaml:"case_insensitive"`
+	// MaxBodyBytes caps request bodies (413 beyond). Default 0: no limit
+	// (bodies stream, so size costs no memory).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// DrainTimeout bounds the wait of a newer write for older ones in flight.
+	// Default: the upstream timeout plus one second.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// ForwardToken sends the Fencing-Token header on to the upstream.
+	// Default true: upstreams that can compare tokens should see them.
+	ForwardToken *bool `yaml:"forward_token"`
+}
+
+// Match selects requests; every set field must match.
+type Match struct {
+	Host       string   `yaml:"host"`
+	PathPrefix string   `yaml:"path_prefix"`
+	Methods    []string `yaml:"methods"`
+}
+
+// Upstream is a plain HTTP(S) upstream.
+type Upstream struct {
+	URL string `yaml:"url"`
+	// Timeout bounds one forwarded request, body and answer. Default 30s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Headers are set on every forwarded request (credential injection);
+	// the same headers sent by the worker are removed first.
+	Headers map[string]string `yaml:"headers"`
+}
+
+// S3 is an S3 upstream; see adapters/s3.
+type S3 struct {
+	Endpoint        string        `yaml:"endpoint"`
+	Region          string        `yaml:"region"`
+	AccessKeyID     string        `yaml:"access_key_id"`
+	SecretAccessKey string        `yaml:"secret_access_key"`
+	Clients         []S3Client    `yaml:"clients"`
+	Timeout         time.Duration `yaml:"timeout"`
+	// VirtualHostSuffix enables virtual-hosted requests: the bucket is the
+	// host label before this suffix (e.g. "s3.internal").
+	VirtualHostSuffix string `yaml:"virtual_host_suffix"`
+	// Precondition "etag" adds If-Match with the last ETag the gateway wrote.
+	Precondition string `yaml:"precondition"`
+}
+
+// S3Client is a worker key the gateway verifies SigV4 signatures with.
+type S3Client struct {
+	AccessKeyID     string `yaml:"access_key_id"`
+	SecretAccessKey string `yaml:"secret_access_key"`
+}
+
+// Store selects the durable store: embedded (default) or postgres.
+type Store struct {
+	Embedded *Embedded `yaml:"embedded"`
+	Postgres *Postgres `yaml:"postgres"`
+}
+
+// Embedded is the single-file store (bbolt).
+type Embedded struct {
+	Path string `yaml:"path"` // default ./data/fencegate.db
+}
+
+// Postgres is the PostgreSQL store.
+type Postgres struct {
+	URL string `yaml:"url"`
+	// MaxConns caps the pool. Default 0: pgx's default.
+	MaxConns int32 `yaml:"max_conns"`
+	// Timeout bounds one statement (and lock waits). Default 5s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Fence selects the fence mode.
+type Fence struct {
+	Mode string `yaml:"mode"` // local (default) | shared
+	// CacheEntries bounds the resources a local fence keeps in memory.
+	CacheEntries int `yaml:"cache_entries"`
+	// VerifyTokens refuses tokens never issued for the resource (when the
+	// coordinator shares the store). Default true in that case.
+	VerifyTokens *bool `yaml:"verify_tokens"`
+	// FenceOnIssue raises the fence when the coordinator issues a token.
+	// Default true when the coordinator shares the store.
+	FenceOnIssue *bool `yaml:"fence_on_issue"`
+}
+
+// Coordinator is the lease service.
+type Coordinator struct {
+	Enabled    bool          `yaml:"enabled"`
+	Listen     string        `yaml:"listen"`      // default 127.0.0.1:8081
+	DefaultTTL time.Duration `yaml:"default_ttl"` // default 30s
+	MaxTTL     time.Duration `yaml:"max_ttl"`     // default 10m
+	MaxWait    time.Duration `yaml:"max_wait"`    // default 1m
+}
+
+// Admin is the operator listener: /healthz /readyz /metrics /v1/fences.
+type Admin struct {
+	Listen string `yaml:"listen"` // default 127.0.0.1:9090; "" disables
+}
+
+// TLS configures the listeners' certificates.
+type TLS struct {
+	Mode     string `yaml:"mode"` // off (default) | files | acme
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	ACME     *ACME  `yaml:"acme"`
+}
+
+// ACME is certmagic's configuration.
+type ACME struct {
+	Domains      []string `yaml:"domains"`
+	Email        string   `yaml:"email"`
+	CA           string   `yaml:"ca"`
+	TrustedRoots string   `yaml:"trusted_roots"`
+}
+
+// Telemetry configures tracing.
+type Telemetry struct {
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	ServiceName  string `yaml:"service_name"`
+}
+
+// Log configures structured logs.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info (default) | warn | error
+	Format string `yaml:"format"` // json (default) | text
+}
+
+// DefaultConfig is the configuration before the file is applied.
+func DefaultConfig() *Config {
+	return &Config{
+		Store:       Store{},
+		Fence:       Fence{Mode: "local"},
+		Coordinator: Coordinator{Listen: "127.0.0.1:8081", DefaultTTL: 30 * time.Second, MaxTTL: 10 * time.Minute, MaxWait: time.Minute},
+		Admin:       Admin{Listen: "127.0.0.1:9090"},
+		TLS:         TLS{Mode: "off"},
+		Telemetry:   Telemetry{ServiceName: "fencegate"},
+		Log:         Log{Level: "info", Format: "json"},
+	}
+}
+
+// Defaults that depend on what the file set.
+func (c *Config) applyDefaults() {
+	if c.Store.Embedded == nil && c.Store.Postgres == nil {
+		c.Store.Embedded = &Embedded{}
+	}
+	if c.Store.Embedded != nil && c.Store.Embedded.Path == "" {
+		c.Store.Embedded.Path = "./data/fencegate.db"
+	}
+	if p := c.Store.Postgres; p != nil && p.Timeout == 0 {
+		p.Timeout = 5 * time.Second
+	}
+	if c.Fence.Mode == "" {
+		c.Fence.Mode = "local"
+	}
+	g := c.Gateway
+	if g == nil {
+		return
+	}
+	if g.Listen == "" {
+		g.Listen = "127.0.0.1:8080"
+	}
+	if g.TokenHeader == "" {
+		g.TokenHeader = "Fencing-Token"
+	}
+	if g.MaxHeaderBytes == 0 {
+		g.MaxHeaderBytes = 64 << 10
+	}
+	if g.ReadHeaderTimeout == 0 {
+		g.ReadHeaderTimeout = 10 * time.Second
+	}
+	if g.IdleTimeout == 0 {
+		g.IdleTimeout = 2 * time.Minute
+	}
+	if g.ShutdownTimeout == 0 {
+		g.ShutdownTimeout = 30 * time.Second
+	}
+	for i := range g.Routes {
+		r := &g.Routes[i]
+		if len(r.FencedMethods) == 0 {
+			r.FencedMethods = []string{http.MethodPut, http.MethodPost, http.MethodPatch, http.MethodDelete}
+		}
+		for j, m := range r.FencedMethods {
+			r.FencedMethods[j] = strings.ToUpper(m)
+		}
+		for j, m := range r.Match.Methods {
+			r.Match.Methods[j] = strings.ToUpper(m)
+		}
+		if r.Upstream != nil && r.Upstream.Timeout == 0 {
+			r.Upstream.Timeout = 30 * time.Second
+		}
+		if r.S3 != nil && r.S3.Timeout == 0 {
+			r.S3.Timeout = 30 * time.Second
+		}
+		if r.DrainTimeout == 0 {
+			r.DrainTimeout = r.UpstreamTimeout() + time.Second
+		}
+		if r.ForwardToken == nil {
+			t := true
+			r.ForwardToken = &t
+		}
+	}
+}
+
+// TemplateVar reports whether the route's upstream supplies the resource
+// template variable name (S3 routes supply bucket and key).
+func (r *Route) TemplateVar(name string) bool {
+	return r.S3 != nil && (name == "bucket" || name == "key")
+}
+
+// UpstreamTimeout is the route's forward timeout, whichever upstream it has.
+func (r *Route) UpstreamTimeout() time.Duration {
+	switch {
+	case r.Upstream != nil:
+		return r.Upstream.Timeout
+	case r.S3 != nil:
+		return r.S3.Timeout
+	}
+	return 30 * time.Second
+}
+
+// Load reads, expands, decodes and validates the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Parse is Load for bytes already read; name is used in error messages.
+func Parse(name string, data []byte) (*Config, error) {
+	expanded, err := expandEnv(name, data)
+	if err != nil {
+		return nil, err
+	}
+	cfg := DefaultConfig()
+	if err := yaml.UnmarshalWithOptions(expanded, cfg, yaml.Strict()); err != nil {
+		return nil, &DecodeError{File: name, Err: err}
+	}
+	cfg.applyDefaults()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		locate(name, expanded, errs)
+		return nil, errs
+	}
+	return cfg, nil
+}
+
+// DecodeError is a YAML syntax, type or unknown-field error.
+type DecodeError struct {
+	File string
+	Err  error
+}
+
+func (e *DecodeError) Error() string {
+	// goccy's message starts with "[line:col] ..." followed by the source
+	// excerpt; put the file name in front so editors can jump to it.
+	msg := yaml.FormatError(e.Err, false, true)
+	if m := lineCol.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s:%s:%s: %s", e.File, m[1], m[2], strings.TrimSpace(msg[len(m[0]):]))
+	}
+	return e.File + ": " + msg
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+var lineCol = regexp.MustCompile(`^\[(\d+):(\d+)\]`)
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expandEnv replaces ${NAME} with the environment variable NAME. An unset
+// variable is an error: silently empty secrets are worse than a failed start.
+// $$ escapes a literal dollar sign. Comments are expanded too, harmlessly.
+func expandEnv(name string, data []byte) ([]byte, error) {
+	var errs Errors
+	lines := strings.Split(string(data), "\n")
+	for i, line := range lines {
+		if !strings.Contains(line, "$") {
+			continue
+		}
+		line = strings.ReplaceAll(line, "$$", "\x00")
+		line = envRef.ReplaceAllStringFunc(line, func(ref string) string {
+			k := ref[2 : len(ref)-1]
+			v, ok := os.LookupEnv(k)
+			if !ok {
+				errs = append(errs, &FieldError{File: name, Line: i + 1, Msg: fmt.Sprintf("environment variable %s is not set", k)})
+				return ""
+			}
+			// Quote-safe: a value with a newline would shift every later
+			// line number and could inject YAML.
+			if strings.ContainsAny(v, "\n\r") {
+				errs = append(errs, &FieldError{File: name, Line: i + 1, Msg: fmt.Sprintf("environment variable %s contains a newline", k)})
+				return ""
+			}
+			return v
+		})
+		lines[i] = strings.ReplaceAll(line, "\x00", "$")
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return []byte(strings.Join(lines, "\n")), nil
+}
+
+// FieldError is one validation problem.
+type FieldError struct {
+	File  string
+	Line  int
+	Field string // YAML path, e.g. gateway.routes[0].upstream.url
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every problem found; it is returned as one error.
+type Errors []*FieldError
+
+func (es Errors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// locate fills in file and line for each field error from the YAML AST.
+func locate(name string, data []byte, errs Errors) {
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return
+	}
+	for _, e := range errs {
+		e.File = name
+		// Walk up the field path until a node exists (a missing field is
+		// reported at its parent).
+		for p := e.Field; p != "" && e.Line == 0; p = parentPath(p) {
+			yp, err := yaml.PathString("$." + p)
+			if err != nil {
+				continue
+			}
+			if n, err := yp.FilterFile(f); err == nil && n != nil {
+				e.Line = n.GetToken().Position.Line
+			}
+		}
+	}
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i <= 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+// Validate reports every problem in c; it has no side effects. It expects
+// defaults to have been applied (Parse does that).
+func (c *Config) Validate() Errors {
+	var errs Errors
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if c.Store.Embedded != nil && c.Store.Postgres != nil {
+		add("store", "set either embedded or postgres, not both")
+	}
+	if p := c.Store.Postgres; p != nil {
+		if p.URL == "" {
+			add("store.postgres.url", "required")
+		} else if _, err := url.Parse(p.URL); err != nil && !strings.Contains(p.URL, "=") {
+			add("store.postgres.url", "not a URL or key=value connection string")
+		}
+	}
+	switch c.Fence.Mode {
+	case "local":
+	case "shared":
+		if c.Store.Postgres == nil {
+			add("fence.mode", "shared needs store.postgres (several gateways share one database)")
+		}
+	default:
+		add("fence.mode", "must be local or shared, not %q", c.Fence.Mode)
+	}
+	if c.Coordinator.Enabled {
+		if c.Coordinator.Listen == "" {
+			add("coordinator.listen", "required when the coordinator is enabled")
+		}
+		if c.Coordinator.DefaultTTL <= 0 || c.Coordinator.MaxTTL < c.Coordinator.DefaultTTL {
+			add("coordinator", "need 0 < default_ttl <= max_ttl")
+		}
+	}
+	switch c.TLS.Mode {
+	case "off", "":
+	case "files":
+		if c.TLS.CertFile == "" || c.TLS.KeyFile == "" {
+			add("tls", "mode files needs cert_file and key_file")
+		}
+	case "acme":
+		if c.TLS.ACME == nil || len(c.TLS.ACME.Domains) == 0 {
+			add("tls.acme.domains", "mode acme needs at least one domain")
+		}
+	default:
+		add("tls.mode", "must be off, files or acme, not %q", c.TLS.Mode)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level", "must be debug, info, warn or error")
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		add("log.format", "must be json or text")
+	}
+	if c.Gateway == nil {
+		if !c.Coordinator.Enabled {
+			add("gateway", "nothing to run: configure a gateway or enable the coordinator")
+		}
+		return errs
+	}
+	g := c.Gateway
+	if g.MaxHeaderBytes < 0 {
+		add("gateway.max_header_bytes", "must not be negative")
+	}
+	if len(g.Routes) == 0 {
+		add("gateway.routes", "at least one route is required")
+	}
+	names := map[string]bool{}
+	for i := range g.Routes {
+		r := &g.Routes[i]
+		f := fmt.Sprintf("gateway.routes[%d]", i)
+		if r.Name == "" {
+			add(f+".name", "required")
+		} else if names[r.Name] {
+			add(f+".name", "duplicate route name %q", r.Name)
+		}
+		names[r.Name] = true
+		if r.Match.PathPrefix != "" && !strings.HasPrefix(r.Match.PathPrefix, "/") {
+			add(f+".match.path_prefix", "must start with /")
+		}
+		if r.Match.PathPrefix != "" {
+			if _, err := CleanPrefix(r.Match.PathPrefix); err != nil {
+				add(f+".match.path_prefix", "%v", err)
+			}
+		}
+		for _, m := range append(append([]string{}, r.Match.Methods...), r.FencedMethods...) {
+			if !validMethod(m) {
+				add(f, "invalid HTTP method %q", m)
+			}
+		}
+		switch {
+		case r.Upstream != nil && r.S3 != nil:
+			add(f, "set either upstream or s3, not both")
+		case r.Upstream == nil && r.S3 == nil:
+			add(f+".upstream", "required (or s3)")
+		case r.Upstream != nil:
+			u, err := url.Parse(r.Upstream.URL)
+			switch {
+			case r.Upstream.URL == "":
+				add(f+".upstream.url", "required")
+			case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+				add(f+".upstream.url", "must be an absolute http or https URL, got %q", r.Upstream.URL)
+			case u.RawQuery != "" || u.Fragment != "":
+				add(f+".upstream.url", "must not have a query or fragment")
+			}
+			if r.Upstream.Timeout < 0 {
+				add(f+".upstream.timeout", "must not be negative")
+			}
+		case r.S3 != nil:
+			if r.S3.Endpoint == "" {
+				add(f+".s3.endpoint", "required")
+			}
+			switch r.S3.Precondition {
+			case "", "none", "etag":
+			default:
+				add(f+".s3.precondition", "must be etag or none")
+			}
+		}
+		if r.Resource == "" {
+			add(f+".resource", "required (e.g. \"{path}\")")
+		} else if _, err := resource.ParseTemplate(r.Resource, r.TemplateVar); err != nil {
+			add(f+".resource", "%v", err)
+		}
+		if r.MaxBodyBytes < 0 {
+			add(f+".max_body_bytes", "must not be negative")
+		}
+		if r.DrainTimeout < 0 {
+			add(f+".drain_timeout", "must not be negative")
+		}
+	}
+	return errs
+}
+
+// CleanPrefix validates a path_prefix and returns it in canonical form.
+func CleanPrefix(p string) (string, error) {
+	if strings.Contains(p, "//") || strings.Contains(p, "/./") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") || strings.HasSuffix(p, "/.") {
+		return "", fmt.Errorf("path_prefix %q is not in canonical form", p)
+	}
+	if strings.ContainsAny(p, "%\\?#") {
+		return "", fmt.Errorf("path_prefix %q must not contain %%, \\, ? or #", p)
+	}
+	return p, nil
+}
+
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,180 @@
+// Package fencegate holds the domain types shared by the gateway, the lease
+// coordinator and their adapters: fencing tokens, fence state and the error
+// body every refusal uses.
+//
+// A fencing token is a strictly increasing number handed out per lease
+// acquisition. The gateway stores, per resource, the highest token it has
+// accepted and refuses any write that carries an older one, so a worker that
+// paused past its lease cannot overwrite the work of the lease's next owner.
+package fencegate
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// DefaultTokenHeader is the request header that carries the fencing token.
+const DefaultTokenHeader = "Fencing-Token"
+
+// MaxToken is the largest valid token (tokens are positive int64 so that they
+// fit a PostgreSQL bigint and a sequence).
+const MaxToken = 1<<63 - 1
+
+// Error codes. They are a public contract: clients and dashboards match on them.
+const (
+	CodeMissingToken        = "missing_fencing_token"
+	CodeInvalidToken        = "invalid_fencing_token"
+	CodeStaleToken          = "stale_fencing_token"
+	CodeUnknownToken        = "unknown_fencing_token"
+	CodeFenceUnavailable    = "fence_unavailable"
+	CodeFenceDraining       = "fence_draining"
+	CodeNoRoute             = "no_route"
+	CodeInvalidResource     = "invalid_resource"
+	CodeUnauthorized        = "unauthorized"
+	CodeForbidden           = "forbidden"
+	CodeBodyTooLarge        = "body_too_large"
+	CodeUpstreamUnavailable = "upstream_unavailable"
+	CodeUpstreamTimeout     = "upstream_timeout"
+	CodeTooManyWrites       = "too_many_writes"
+	CodeInvalidRequest      = "invalid_request"
+	CodeLeaseHeld           = "lease_held"
+	CodeLeaseLost           = "lease_lost"
+	CodePreconditionFailed  = "precondition_failed"
+)
+
+// Error is a refusal made by fencegate itself (not by an upstream). Its JSON
+// form is the error body of DESIGN.md section 3; zero fields are omitted.
+type Error struct {
+	Code     string `json:"error"`
+	Message  string `json:"message"`
+	Resource string `json:"resource,omitempty"`
+	Token    int64  `json:"token,omitempty"`
+	Highest  int64  `json:"highest,omitempty"`
+	Route    string `json:"route,omitempty"`
+	// Owner and ExpiresAt describe the current holder for lease_held.
+	Owner     string     `json:"owner,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Status is the HTTP status the refusal is answered with.
+	Status int `json:"-"`
+	// RetryAfter, if positive, is sent as a Retry-After header.
+	RetryAfter time.Duration `json:"-"`
+	// Err is the underlying cause, for logs; never sent to clients.
+	Err error `json:"-"`
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Code + ": " + e.Message + ": " + e.Err.Error()
+	}
+	return e.Code + ": " + e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, &Error{Code: c}) match on the code alone.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Message == "" && t.Resource == ""
+}
+
+// WriteJSON answers the refusal as application/json.
+func (e *Error) WriteJSON(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if e.RetryAfter > 0 {
+		secs := int((e.RetryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.Itoa(secs))
+	}
+	status := e.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	w.WriteHeader(status)
+	b, _ := json.Marshal(e)
+	w.Write(append(b, '\n'))
+}
+
+// Errorf builds a refusal with a formatted message.
+func Errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// StaleError is the headline refusal: token is older than highest.
+func StaleError(resource string, token, highest int64) *Error {
+	return &Error{
+		Status:   http.StatusConflict,
+		Code:     CodeStaleToken,
+		Message:  fmt.Sprintf("token %d is older than %d already accepted for %s", token, highest, resource),
+		Resource: resource,
+		Token:    token,
+		Highest:  highest,
+	}
+}
+
+// Unavailable is the fail-closed refusal when fence state cannot be read or
+// advanced (invariant I4).
+func Unavailable(resource string, err error) *Error {
+	return &Error{
+		Status:     http.StatusServiceUnavailable,
+		Code:       CodeFenceUnavailable,
+		Message:    "fence state for " + resource + " cannot be read or advanced; the write was not forwarded",
+		Resource:   resource,
+		RetryAfter: time.Second,
+		Err:        err,
+	}
+}
+
+// ParseToken validates the values of the token header. A token is exactly one
+// canonical decimal integer in 1..2^63-1: no sign, no spaces, no leading zeros,
+// no list. Returns a *Error with code missing_fencing_token (no header) or
+// invalid_fencing_token.
+func ParseToken(header string, values []string) (int64, *Error) {
+	switch len(values) {
+	case 0:
+		return 0, Errorf(http.StatusPreconditionRequired, CodeMissingToken,
+			"this write is fenced: send the lease's token in the %s header", header)
+	case 1:
+	default:
+		return 0, Errorf(http.StatusBadRequest, CodeInvalidToken,
+			"%s must be sent exactly once, got %d values", header, len(values))
+	}
+	v := values[0]
+	bad := func(why string) (int64, *Error) {
+		return 0, Errorf(http.StatusBadRequest, CodeInvalidToken,
+			"%s %s: must be a decimal integer from 1 to %d", header, why, int64(MaxToken))
+	}
+	if v == "" {
+		return bad("is empty")
+	}
+	if len(v) > 19 {
+		return bad("is too long")
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return bad(fmt.Sprintf("has %q at offset %d", v[i], i))
+		}
+	}
+	if v[0] == '0' {
+		return bad("has a leading zero")
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return bad("overflows")
+	}
+	return n, nil
+}
+
+// FenceState is the durable per-resource record of the fence.
+type FenceState struct {
+	Resource  string    `json:"resource"`
+	Highest   int64     `json:"highest"`
+	Ready     bool      `json:"ready"`
+	Owner     string    `json:"owner,omitempty"`
+	ETag      string    `json:"etag,omitempty"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}

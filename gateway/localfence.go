@@ -1,0 +1,397 @@
+package gateway
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"hash/maphash"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate"
+)
+
+// LocalFence is the fence of a gateway that is the only writer for its
+// resources (fence mode "local"). Per resource it keeps the highest token,
+// and the writes in flight, in memory; only an advance touches the Store, and
+// the Store makes it durable before the first write with the new token is
+// admitted. A repeated token costs a map lookup and no I/O.
+//
+// Memory is bounded: at most MaxEntries idle resources are cached (least
+// recently used first out); an evicted resource is loaded again from the
+// Store on its next write.
+type LocalFence struct {
+	store      Store
+	maxEntries int
+	// DrainTimeout bounds how long a newer write waits for older in-flight
+	// writes; past it the newer write is refused with fence_draining. It
+	// should exceed the upstream timeout, after which every older write has
+	// ended one way or another.
+	drainTimeout time.Duration
+	// storeTimeout bounds one Store call; past it the write is refused with
+	// fence_unavailable (I4).
+	storeTimeout time.Duration
+	seed         maphash.Seed
+	shards       [64]fenceShard
+}
+
+// LocalFenceOptions tune a LocalFence. Zero values pick the defaults.
+type LocalFenceOptions struct {
+	MaxEntries   int           // default 100000 cached resources
+	DrainTimeout time.Duration // default 31s (the default upstream timeout + 1s)
+	StoreTimeout time.Duration // default 5s
+}
+
+type fenceShard struct {
+	mu  sync.Mutex
+	m   map[string]*fenceEntry
+	lru list.List // of *fenceEntry; front is most recently used
+	max int
+}
+
+type fenceEntry struct {
+	resource string
+	elem     *list.Element
+	state    fencegate.FenceState
+
+	// loading is non-nil while the record is read from the Store; it is
+	// closed when the read finished (loadErr tells how).
+	loading chan struct{}
+	loadErr error
+	// advancing is non-nil while an advance is being made durable; writes
+	// for this resource wait for it and then decide again.
+	advancing chan struct{}
+
+	inflight map[*flight]struct{}
+	older    int           // in-flight writes with a token below state.Highest
+	drained  chan struct{} // closed when older drops to 0
+}
+
+type flight struct {
+	f        *LocalFence
+	sh       *fenceShard
+	e        *fenceEntry
+	token    int64
+	abort    func()
+	bodySent func() bool
+	once     sync.Once
+}
+
+var _ Fence = (*LocalFence)(nil)
+
+// NewLocalFence returns a fence over store.
+func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = 100000
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 31 * time.Second
+	}
+	if opts.StoreTimeout <= 0 {
+		opts.StoreTimeout = 5 * time.Second
+	}
+	f := &LocalFence{
+		store:        store,
+		maxEntries:   opts.MaxEntries,
+		drainTimeout: opts.DrainTimeout,
+		storeTimeout: opts.StoreTimeout,
+		seed:         maphash.MakeSeed(),
+	}
+	per := (opts.MaxEntries + len(f.shards) - 1) / len(f.shards)
+	for i := range f.shards {
+		f.shards[i].m = make(map[string]*fenceEntry)
+		f.shards[i].max = per
+	}
+	return f
+}
+
+func (f *LocalFence) shard(resource string) *fenceShard {
+	return &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
+}
+
+// Admit implements Fence.
+func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
+	sh := f.shard(w.Resource)
+	drainTimeout := w.DrainTimeout
+	if drainTimeout <= 0 {
+		drainTimeout = f.drainTimeout
+	}
+	var drainDeadline <-chan time.Time
+	for {
+		sh.mu.Lock()
+		e, created := sh.get(w.Resource)
+		if created {
+			if err := f.load(ctx, sh, e); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if ch := e.loading; ch != nil {
+			sh.mu.Unlock()
+			if err := wait(ctx, ch, nil); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if ch := e.advancing; ch != nil {
+			sh.mu.Unlock()
+			if err := wait(ctx, ch, nil); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		switch highest := e.state.Highest; {
+		case w.Token < highest:
+			sh.mu.Unlock()
+			return nil, fencegate.StaleError(w.Resource, w.Token, highest)
+		case w.Token > highest:
+			if err := f.advance(ctx, sh, e, w.Token, w.Owner); err != nil {
+				return nil, err
+			}
+			continue // decide again: the store may hold an even newer token
+		}
+		if e.older > 0 {
+			// Drain (I2): an older write is still in flight upstream.
+			ch := e.drained
+			sh.mu.Unlock()
+			if drainDeadline == nil {
+				t := time.NewTimer(drainTimeout)
+				defer t.Stop()
+				drainDeadline = t.C
+			}
+			if err := wait(ctx, ch, drainDeadline); err != nil {
+				if err == errDrainTimeout {
+					return nil, &fencegate.Error{
+						Status: http.StatusServiceUnavailable, Code: fencegate.CodeFenceDraining,
+						Message:  fmt.Sprintf("an older write for %s is still in flight after %s; not forwarding token %d before it ends", w.Resource, drainTimeout, w.Token),
+						Resource: w.Resource, Token: w.Token, Highest: w.Token,
+						RetryAfter: time.Second,
+					}
+				}
+				return nil, err
+			}
+			continue
+		}
+		fl := &flight{f: f, sh: sh, e: e, token: w.Token, abort: w.Abort, bodySent: w.BodySent}
+		if e.inflight == nil {
+			e.inflight = make(map[*flight]struct{})
+		}
+		e.inflight[fl] = struct{}{}
+		sh.mu.Unlock()
+		return fl, nil
+	}
+}
+
+// load reads e's record from the store. Called with sh.mu held; returns with
+// it released.
+func (f *LocalFence) load(ctx context.Context, sh *fenceShard, e *fenceEntry) error {
+	ch := e.loading
+	sh.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	st, err := f.store.LoadFence(sctx, e.resource)
+	cancel()
+
+	sh.mu.Lock()
+	e.loading = nil
+	if err != nil {
+		sh.remove(e)
+	} else {
+		st.Resource = e.resource
+		e.state = st
+	}
+	close(ch)
+	sh.mu.Unlock()
+	if err != nil {
+		return fencegate.Unavailable(e.resource, fmt.Errorf("load fence: %w", err))
+	}
+	return nil
+}
+
+// advance durably raises e's highest token. Called with sh.mu held; returns
+// with it released.
+func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, e *fenceEntry, token int64, owner string) error {
+	ch := make(chan struct{})
+	e.advancing = ch
+	sh.mu.Unlock()
+
+	// The advance must not be abandoned half way because one client went
+	// away: other writers are waiting on it. It is bounded by storeTimeout.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
+	st, err := f.store.AdvanceFence(sctx, e.resource, token, owner)
+	cancel()
+
+	sh.mu.Lock()
+	e.advancing = nil
+	if err == nil && st.Highest > e.state.Highest {
+		st.Resource = e.resource
+		e.state = st
+		f.supersede(e)
+	}
+	close(ch)
+	sh.mu.Unlock()
+	if err != nil {
+		return fencegate.Unavailable(e.resource, fmt.Errorf("advance fence to %d: %w", token, err))
+	}
+	return nil
+}
+
+// supersede marks every write in flight as older than the new highest token,
+// and aborts those whose request bodies have not been fully sent. Called with
+// the shard lock held.
+func (f *LocalFence) supersede(e *fenceEntry) {
+	e.older = len(e.inflight)
+	if e.older > 0 && e.drained == nil {
+		e.drained = make(chan struct{})
+	}
+	for fl := range e.inflight {
+		if fl.abort != nil && fl.bodySent != nil && !fl.bodySent() {
+			fl.abort()
+		}
+	}
+}
+
+// Release implements Permit.
+func (fl *flight) Release() {
+	fl.once.Do(func() {
+		sh, e := fl.sh, fl.e
+		sh.mu.Lock()
+		delete(e.inflight, fl)
+		if fl.token < e.state.Highest {
+			e.older--
+			if e.older == 0 {
+				close(e.drained)
+				e.drained = nil
+			}
+		}
+		sh.mu.Unlock()
+	})
+}
+
+// State implements Fence.
+func (f *LocalFence) State(ctx context.Context, resource string) (fencegate.FenceState, error) {
+	sh := f.shard(resource)
+	sh.mu.Lock()
+	if e, ok := sh.m[resource]; ok && e.loading == nil {
+		st := e.state
+		st.Ready = e.older == 0 && e.advancing == nil
+		sh.mu.Unlock()
+		return st, nil
+	}
+	sh.mu.Unlock()
+	sctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	st, err := f.store.LoadFence(sctx, resource)
+	if err != nil {
+		return st, fencegate.Unavailable(resource, err)
+	}
+	st.Resource = resource
+	st.Ready = true
+	return st, nil
+}
+
+// Advance implements Fence. It goes through the same path as a write's
+// advance, so in-flight writes with older tokens are superseded too.
+func (f *LocalFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
+	sh := f.shard(resource)
+	for {
+		sh.mu.Lock()
+		e, created := sh.get(resource)
+		if created {
+			if err := f.load(ctx, sh, e); err != nil {
+				return fencegate.FenceState{}, err
+			}
+			continue
+		}
+		ch := e.loading
+		if ch == nil {
+			ch = e.advancing
+		}
+		if ch != nil {
+			sh.mu.Unlock()
+			if err := wait(ctx, ch, nil); err != nil {
+				return fencegate.FenceState{}, err
+			}
+			continue
+		}
+		if token <= e.state.Highest {
+			st := e.state
+			st.Ready = e.older == 0
+			sh.mu.Unlock()
+			return st, nil
+		}
+		if err := f.advance(ctx, sh, e, token, owner); err != nil {
+			return fencegate.FenceState{}, err
+		}
+	}
+}
+
+// get returns the entry for resource, creating it (to be loaded by the
+// caller, with load) if absent.
+// Called with sh.mu held.
+func (sh *fenceShard) get(resource string) (*fenceEntry, bool) {
+	if e, ok := sh.m[resource]; ok {
+		sh.lru.MoveToFront(e.elem)
+		return e, false
+	}
+	// Created in the loading state, so evict below cannot drop it.
+	e := &fenceEntry{resource: resource, loading: make(chan struct{})}
+	e.elem = sh.lru.PushFront(e)
+	sh.m[resource] = e
+	sh.evict()
+	return e, true
+}
+
+// evict drops idle entries beyond the shard's budget, oldest first. An entry
+// with writes in flight, or one being loaded or advanced, stays: dropping it
+// would lose the drain bookkeeping. Idle entries lose nothing, since their
+// state is durable in the store.
+func (sh *fenceShard) evict() {
+	for el := sh.lru.Back(); el != nil && len(sh.m) > sh.max; {
+		e := el.Value.(*fenceEntry)
+		prev := el.Prev()
+		if len(e.inflight) == 0 && e.loading == nil && e.advancing == nil {
+			sh.remove(e)
+		}
+		el = prev
+	}
+}
+
+func (sh *fenceShard) remove(e *fenceEntry) {
+	if cur, ok := sh.m[e.resource]; ok && cur == e {
+		delete(sh.m, e.resource)
+		sh.lru.Remove(e.elem)
+	}
+}
+
+// cached reports how many resources the fence holds in memory (for tests
+// and metrics).
+func (f *LocalFence) cached() int {
+	n := 0
+	for i := range f.shards {
+		sh := &f.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+type fenceWaitError string
+
+func (e fenceWaitError) Error() string { return string(e) }
+
+const errDrainTimeout = fenceWaitError("drain timeout")
+
+// wait blocks until ch is closed, ctx is done or deadline fires.
+func wait(ctx context.Context, ch <-chan struct{}, deadline <-chan time.Time) error {
+	select {
+	case <-ch:
+		return nil
+	case <-deadline:
+		return errDrainTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/resource"
+)
+
+// An Upstream forwards admitted requests to where a route points.
+type Upstream interface {
+	// Forward sends r upstream and streams the answer to w. If it fails
+	// before anything was written to w it returns the error, and the
+	// gateway answers it (a *fencegate.Error as is; a deadline as 504;
+	// anything else as 502). The gateway's view of the request is in r's
+	// context (RequestFrom), bounded by the route's timeout.
+	Forward(w http.ResponseWriter, r *http.Request) error
+}
+
+// Inspector is implemented by upstreams that authenticate requests or derive
+// their own template variables (S3: bucket, key, the worker's access key).
+type Inspector interface {
+	// Inspect runs before the fence check. A *fencegate.Error refuses the
+	// request with that status and code.
+	Inspect(r *http.Request) (Inspection, error)
+}
+
+// Inspection is what an Inspector learnt about a request.
+type Inspection struct {
+	// Vars are template variables the upstream supplies (bucket, key).
+	Vars map[string]string
+	// Objects, if set, lists one Vars per object a multi-object request
+	// writes (S3 DeleteObjects); every one is fenced.
+	Objects []map[string]string
+	// Owner is the authenticated identity, for logs and fence bookkeeping.
+	Owner string
+}
+
+// ErrorWriter is implemented by upstreams whose clients expect refusals in
+// another format than fencegate's JSON (S3 clients expect XML).
+type ErrorWriter interface {
+	WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error)
+}
+
+// Route is one compiled route of the configuration.
+type Route struct {
+	Name string
+
+	host       string // lower case; "" matches any
+	prefix     string
+	methods    map[string]bool // nil matches any
+	fenced     map[string]bool
+	fenceReads bool
+	fold       bool
+	tmpl       *resource.Template
+
+	maxBody      int64
+	timeout      time.Duration
+	drainTimeout time.Duration
+
+	upstream  Upstream
+	inspector Inspector
+	errWriter ErrorWriter
+}
+
+// NewRoute compiles a route's configuration around its upstream. The
+// configuration must have been validated (config.Parse does that).
+func NewRoute(c config.Route, up Upstream) (*Route, error) {
+	tmpl, err := resource.ParseTemplate(c.Resource, c.TemplateVar)
+	if err != nil {
+		return nil, err
+	}
+	rt := &Route{
+		Name:         c.Name,
+		host:         canonicalHost(c.Match.Host),
+		prefix:       c.Match.PathPrefix,
+		fenced:       make(map[string]bool),
+		fenceReads:   c.FenceReads,
+		fold:         c.CaseInsensitive,
+		tmpl:         tmpl,
+		maxBody:      c.MaxBodyBytes,
+		timeout:      c.UpstreamTimeout(),
+		drainTimeout: c.DrainTimeout,
+		upstream:     up,
+	}
+	if c.Match.Host == "" {
+		rt.host = ""
+	}
+	if len(c.Match.Methods) > 0 {
+		rt.methods = make(map[string]bool)
+		for _, m := range c.Match.Methods {
+			rt.methods[strings.ToUpper(m)] = true
+		}
+	}
+	for _, m := range c.FencedMethods {
+		rt.fenced[strings.ToUpper(m)] = true
+	}
+	if rt.timeout <= 0 {
+		rt.timeout = 30 * time.Second
+	}
+	rt.inspector, _ = up.(Inspector)
+	rt.errWriter, _ = up.(ErrorWriter)
+	return rt, nil
+}
+
+func (rt *Route) matches(host, path, method string) bool {
+	if rt.host != "" && rt.host != host {
+		return false
+	}
+	if rt.prefix != "" && !strings.HasPrefix(path, rt.prefix) && path+"/" != rt.prefix {
+		return false
+	}
+	return rt.methods == nil || rt.methods[method]
+}
+
+// resources derives the fence keys of a request: one, or one per object of
+// a multi-object request, sorted and without duplicates.
+func (rt *Route) resources(host, path string, segs []string, h http.Header, insp Inspection) ([]string, *fencegate.Error) {
+	rv := requestVars{
+		segs: segs, path: strings.TrimSuffix(path, "/"), host: host,
+		header: h.Values, extra: insp.Vars, fold: rt.fold,
+	}
+	if rv.path == "" {
+		rv.path = "/"
+	}
+	objects := insp.Objects
+	if objects == nil {
+		objects = []map[string]string{insp.Vars}
+	}
+	keys := make([]string, 0, len(objects))
+	for _, vars := range objects {
+		rv.extra = vars
+		k, err := rt.tmpl.Expand(rv.lookup)
+		if err != nil {
+			return nil, &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidResource, Message: err.Error()}
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}

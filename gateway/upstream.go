@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate/config"
+)
+
+// HTTPUpstream forwards to a plain HTTP(S) upstream with
+// httputil.ReverseProxy: bodies stream in both directions, hop-by-hop headers
+// are dropped, X-Forwarded-* are set.
+type HTTPUpstream struct {
+	target      *url.URL
+	inject      http.Header // set on every forwarded request
+	tokenHeader string      // removed before forwarding unless forwardToken
+	proxy       *Proxy
+}
+
+// HTTPUpstreamOptions configure NewHTTPUpstream.
+type HTTPUpstreamOptions struct {
+	// Transport carries the requests. Nil means a transport of the
+	// gateway's own (never http.DefaultTransport, which others may tune).
+	Transport http.RoundTripper
+	// TokenHeader, if set, is removed from forwarded requests.
+	TokenHeader string
+}
+
+var _ Upstream = (*HTTPUpstream)(nil)
+
+// NewHTTPUpstream returns an upstream for a route's `upstream:` section.
+func NewHTTPUpstream(c *config.Upstream, opts HTTPUpstreamOptions) (*HTTPUpstream, error) {
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("upstream url: %w", err)
+	}
+	h := &HTTPUpstream{target: u, inject: make(http.Header), tokenHeader: opts.TokenHeader}
+	for k, v := range c.Headers {
+		h.inject.Set(k, v)
+	}
+	h.proxy = NewProxy(opts.Transport, h.rewrite)
+	return h, nil
+}
+
+func (h *HTTPUpstream) rewrite(pr *httputil.ProxyRequest) {
+	req := RequestFrom(pr.In.Context())
+	pr.Out.URL.Scheme = h.target.Scheme
+	pr.Out.URL.Host = h.target.Host
+	// Forward the canonical path the fence key was derived from, not the
+	// client's spelling of it (DESIGN.md section 3, step 4).
+	path := req.Path
+	base := strings.TrimSuffix(h.target.Path, "/")
+	pr.Out.URL.Path = base + unescapePath(path)
+	pr.Out.URL.RawPath = base + path
+	pr.Out.Host = ""
+	pr.SetXForwarded()
+	if h.tokenHeader != "" {
+		pr.Out.Header.Del(h.tokenHeader)
+	}
+	// Credentials are the gateway's to send: the worker's own copy of an
+	// injected header is dropped, so workers never hold a way around the
+	// fence.
+	for k, vs := range h.inject {
+		pr.Out.Header[k] = vs
+	}
+}
+
+// Forward implements Upstream.
+func (h *HTTPUpstream) Forward(w http.ResponseWriter, r *http.Request) error {
+	return h.proxy.Forward(w, r)
+}
+
+func unescapePath(p string) string {
+	u, err := url.PathUnescape(p)
+	if err != nil {
+		return p
+	}
+	return u
+}
+
+// Proxy is the streaming core shared by upstream adapters: a ReverseProxy
+// whose transport errors are returned to the gateway instead of being
+// answered with a bare 502.
+type Proxy struct {
+	rp *httputil.ReverseProxy
+}
+
+type proxyErrKey struct{}
+
+// NewProxy returns a Proxy over transport (nil: NewTransport(nil)) that
+// prepares outbound requests with rewrite.
+func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest)) *Proxy {
+	if transport == nil {
+		transport = NewTransport(nil)
+	}
+	return &Proxy{rp: &httputil.ReverseProxy{
+		Rewrite:    rewrite,
+		Transport:  transport,
+		BufferPool: bufferPool{},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if p, ok := r.Context().Value(proxyErrKey{}).(*error); ok {
+				*p = err
+			}
+		},
+	}}
+}
+
+// Forward serves r through the reverse proxy and returns its transport error.
+func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) error {
+	var err error
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyErrKey{}, &err)))
+	return err
+}
+
+// NewTransport returns the gateway's transport for upstreams, with the given
+// TLS settings (nil: system roots).
+func NewTransport(tlsConfig *tls.Config) *http.Transport {
+	return &http.Transport{
+		Proxy: nil, // never route fenced writes through an environment proxy
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     tlsConfig != nil,
+		TLSClientConfig:       tlsConfig,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// bufferPool recycles ReverseProxy's copy buffers.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// CanonicalHeader is textproto's canonical form of a header name.
+func CanonicalHeader(h string) string { return textproto.CanonicalMIMEHeaderKey(h) }
