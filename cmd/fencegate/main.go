@@ -1,0 +1,118 @@
+// Command fencegate is the fencing write-gateway: one binary for the proxy,
+// the lease coordinator and their operator tools.
+//
+//	fencegate serve    -c FILE          run what FILE configures
+//	fencegate validate -c FILE          check FILE and exit
+//	fencegate fence    show|advance     inspect or raise a fence (admin API)
+//	fencegate demo                      play the stale-owner story locally
+//	fencegate version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand.
+type command interface {
+	Run(ctx context.Context, args []string) error
+}
+
+// commands maps subcommand names to constructors; each subcommand lives in
+// its own file.
+var commands = map[string]func() command{
+	"serve":    func() command { return &serveCmd{} },
+	"validate": func() command { return &validateCmd{} },
+	"fence":    func() command { return &fenceCmd{} },
+	"demo":     func() command { return &demoCmd{} },
+	"version":  func() command { return &versionCmd{} },
+}
+
+// usageError is a mistake in the command line; main prints it with a hint.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// exitCoder lets a subcommand choose its exit status (scripts test them).
+type exitCoder interface{ ExitCode() int }
+
+const usage = `usage: fencegate <command> [flags]
+
+commands:
+  serve     -c FILE    run the gateway, coordinator and admin listeners FILE configures
+  validate  -c FILE    check a configuration file and exit
+  lease     ...        acquire, renew, release or show leases (coordinator API)
+  fence     ...        show or advance a resource's fence (admin API)
+  migrate   -c FILE    apply database migrations
+  doctor    -c FILE    check that upstreams behave as the configuration needs
+  demo                 run the stale-owner story on the embedded store
+  version              print the version
+
+Run 'fencegate <command> -h' for a command's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	name := os.Args[1]
+	if name == "-h" || name == "--help" || name == "help" {
+		fmt.Print(usage)
+		return
+	}
+	mk, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "fencegate: unknown command %q\n\n%s", name, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := mk().Run(ctx, os.Args[2:])
+	if err == nil {
+		return
+	}
+	var ue *usageError
+	var ec exitCoder
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "fencegate %s: %v\nRun 'fencegate %s -h' for usage.\n", name, err, name)
+		os.Exit(2)
+	case errors.As(err, &ec):
+		fmt.Fprintf(os.Stderr, "fencegate %s: %v\n", name, err)
+		os.Exit(ec.ExitCode())
+	default:
+		fmt.Fprintf(os.Stderr, "fencegate %s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// newFlags returns a flag set that reports errors instead of exiting.
+func newFlags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("fencegate "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: fencegate %s %s\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err.Error()}
+	}
+	return nil
+}

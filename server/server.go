@@ -1,0 +1,300 @@
+// Package server assembles one fencegate process from its configuration:
+// the store, the fence, the gateway and its routes, the admin listener, and
+// the listeners' lifecycle (start, reload, graceful shutdown).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// Server is a running fencegate process.
+type Server struct {
+	log *slog.Logger
+
+	mu  sync.Mutex
+	cfg *config.Config
+
+	closers []io.Closer // closed in reverse order by Close
+	pinger  gateway.Pinger
+	gw      *gateway.Gateway
+	fence   gateway.Fence
+	admin   *http.ServeMux
+
+	listeners []*listener
+}
+
+type listener struct {
+	name string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// Options configure New.
+type Options struct {
+	// Logger is the process logger. Nil: a JSON logger on stderr at the
+	// configured level.
+	Logger *slog.Logger
+}
+
+// New builds the process from cfg: it opens the store (refusing to start if
+// it is locked or unreadable) and compiles the routes. Nothing listens yet.
+func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err error) {
+	log := opts.Logger
+	if log == nil {
+		log = NewLogger(os.Stderr, cfg.Log)
+	}
+	s = &Server{log: log, cfg: cfg, admin: http.NewServeMux()}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	store, err := s.openStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Gateway != nil {
+		s.fence = gateway.NewLocalFence(store, gateway.LocalFenceOptions{MaxEntries: cfg.Fence.CacheEntries})
+		s.gw = gateway.New(s.fence, gateway.Options{
+			TokenHeader: cfg.Gateway.TokenHeader,
+			Logger:      log.With("component", "gateway"),
+		})
+		routes, err := BuildRoutes(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		s.gw.SetRoutes(routes)
+		(&gateway.FenceAPI{Fence: s.fence, Log: log.With("component", "admin")}).Register(s.admin)
+	}
+	s.admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	s.admin.HandleFunc("GET /readyz", s.readyz)
+	return s, nil
+}
+
+// openStore opens the configured store.
+func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Store, error) {
+	switch {
+	case cfg.Store.Embedded != nil:
+		st, err := bolt.Open(cfg.Store.Embedded.Path, bolt.Options{})
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, st)
+		s.pinger = st
+		return st, nil
+	default:
+		return nil, errors.New("store.postgres is not available in this build yet")
+	}
+}
+
+// BuildRoutes compiles the routes of cfg with their upstreams. It is used at
+// start, on reload, and by `fencegate validate`.
+func BuildRoutes(cfg *config.Config, log *slog.Logger) ([]*gateway.Route, error) {
+	if cfg.Gateway == nil {
+		return nil, nil
+	}
+	transport := gateway.NewTransport(nil)
+	var routes []*gateway.Route
+	for i, rc := range cfg.Gateway.Routes {
+		var up gateway.Upstream
+		switch {
+		case rc.Upstream != nil:
+			opts := gateway.HTTPUpstreamOptions{Transport: transport}
+			if rc.ForwardToken != nil && !*rc.ForwardToken {
+				opts.TokenHeader = cfg.Gateway.TokenHeader
+			}
+			h, err := gateway.NewHTTPUpstream(rc.Upstream, opts)
+			if err != nil {
+				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+			}
+			up = h
+		default:
+			return nil, fmt.Errorf("gateway.routes[%d] (%s): s3 upstreams are not available in this build yet", i, rc.Name)
+		}
+		rt, err := gateway.NewRoute(rc, up)
+		if err != nil {
+			return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+		}
+		routes = append(routes, rt)
+	}
+	return routes, nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.pinger != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.pinger.Ping(ctx); err != nil {
+			http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.Write([]byte("ready\n"))
+}
+
+// Gateway returns the gateway handler (nil without a gateway section).
+func (s *Server) Gateway() *gateway.Gateway { return s.gw }
+
+// Start binds every configured listener and serves in the background. A bind
+// failure is returned at once and nothing keeps listening.
+func (s *Server) Start(ctx context.Context) error {
+	cfg := s.cfg
+	if cfg.Gateway != nil {
+		g := cfg.Gateway
+		if err := s.listen("gateway", g.Listen, &http.Server{
+			Handler:           s.gw,
+			ReadHeaderTimeout: g.ReadHeaderTimeout,
+			IdleTimeout:       g.IdleTimeout,
+			MaxHeaderBytes:    g.MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		}); err != nil {
+			return err
+		}
+	}
+	if cfg.Admin.Listen != "" {
+		if err := s.listen("admin", cfg.Admin.Listen, &http.Server{
+			Handler:           s.admin,
+			ReadHeaderTimeout: 10 * time.Second,
+		}); err != nil {
+			return err
+		}
+	}
+	for _, l := range s.listeners {
+		go func() {
+			if err := l.srv.Serve(l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("listener failed", "listener", l.name, "err", err)
+			}
+		}()
+		s.log.Info("listening", "listener", l.name, "addr", l.ln.Addr().String())
+	}
+	return nil
+}
+
+func (s *Server) listen(name, addr string, srv *http.Server) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		for _, l := range s.listeners {
+			l.ln.Close()
+		}
+		s.listeners = nil
+		return fmt.Errorf("%s listener: %w", name, err)
+	}
+	s.listeners = append(s.listeners, &listener{name: name, ln: ln, srv: srv})
+	return nil
+}
+
+// Addr returns the bound address of a listener ("gateway", "admin",
+// "coordinator"), or "" if it does not run.
+func (s *Server) Addr(name string) string {
+	for _, l := range s.listeners {
+		if l.name == name {
+			return l.ln.Addr().String()
+		}
+	}
+	return ""
+}
+
+// Reload applies a new configuration's routes. Settings that need a restart
+// (listeners, store, fence mode) are left as they are, with a warning. On
+// any error the old configuration keeps serving.
+func (s *Server) Reload(cfg *config.Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if (cfg.Gateway == nil) != (s.cfg.Gateway == nil) {
+		return errors.New("adding or removing the gateway section needs a restart")
+	}
+	if s.gw != nil {
+		routes, err := BuildRoutes(cfg, s.log)
+		if err != nil {
+			return err
+		}
+		s.gw.SetRoutes(routes)
+		if cfg.Gateway.Listen != s.cfg.Gateway.Listen {
+			s.log.Warn("gateway.listen changed; restart to apply", "old", s.cfg.Gateway.Listen, "new", cfg.Gateway.Listen)
+		}
+	}
+	if !sameStore(cfg.Store, s.cfg.Store) || cfg.Fence.Mode != s.cfg.Fence.Mode {
+		s.log.Warn("store or fence mode changed; restart to apply")
+	}
+	s.cfg = cfg
+	return nil
+}
+
+func sameStore(a, b config.Store) bool {
+	switch {
+	case a.Embedded != nil && b.Embedded != nil:
+		return a.Embedded.Path == b.Embedded.Path
+	case a.Postgres != nil && b.Postgres != nil:
+		return a.Postgres.URL == b.Postgres.URL
+	}
+	return false
+}
+
+// Shutdown stops accepting, waits for in-flight requests up to the
+// configured shutdown timeout (or ctx), then closes the store.
+func (s *Server) Shutdown(ctx context.Context) error {
+	timeout := 30 * time.Second
+	if s.cfg.Gateway != nil {
+		timeout = s.cfg.Gateway.ShutdownTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, l := range s.listeners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.srv.Shutdown(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", l.name, err))
+				mu.Unlock()
+				l.srv.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	errs = append(errs, s.Close())
+	return errors.Join(errs...)
+}
+
+// Close releases the store and other resources without waiting.
+func (s *Server) Close() error {
+	var errs []error
+	for _, l := range s.listeners {
+		l.srv.Close()
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i].Close())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// NewLogger returns the process logger for cfg.
+func NewLogger(w io.Writer, cfg config.Log) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
