@@ -1,0 +1,179 @@
+// Package postgres is fencegate's PostgreSQL store: the connection pool and
+// the versioned schema migrations shared by the fence (adapters/postgres
+// fence files) and the lease coordinator (lease files).
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is a pool of connections to one PostgreSQL database.
+type Store struct {
+	Pool *pgxpool.Pool
+	// Timeout bounds one statement and its lock waits.
+	Timeout time.Duration
+}
+
+// Options tune Open.
+type Options struct {
+	MaxConns int32         // 0: pgx's default
+	Timeout  time.Duration // statement and lock timeout; 0: 5s
+	// SkipMigrate leaves the schema as it is (fencegate migrate applies it).
+	SkipMigrate bool
+}
+
+// Open connects to url and applies pending migrations. The database being
+// down at start is not an error: the pool connects lazily and every request
+// is refused with 503 until it is back (fail closed), unless migrations are
+// pending, which need the database now.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres url: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		pc.MaxConns = opts.MaxConns
+	}
+	pc.ConnConfig.ConnectTimeout = opts.Timeout
+	rp := pc.ConnConfig.RuntimeParams
+	ms := strconv.FormatInt(opts.Timeout.Milliseconds(), 10)
+	rp["lock_timeout"] = ms
+	rp["statement_timeout"] = ms
+	rp["application_name"] = "fencegate"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres pool: %w", err)
+	}
+	s := &Store{Pool: pool, Timeout: opts.Timeout}
+	if !opts.SkipMigrate {
+		if err := s.Migrate(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.Pool.Close()
+	return nil
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	return s.Pool.Ping(ctx)
+}
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		// Files are named NNN_description.sql; NNN is the version.
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with a version number", e.Name())
+		}
+		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("migrations %s and %s share a version", ms[i-1].name, ms[i].name)
+		}
+	}
+	return ms, nil
+}
+
+// migrateLock is the advisory lock key that serializes migrations of several
+// replicas starting at once.
+const migrateLock = 0x66656e6365 // "fence"
+
+// Migrate applies pending migrations, each in its own transaction, and
+// returns the versions applied.
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := s.Pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer conn.Release()
+	// Migrations may take longer than one request's statement timeout.
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0; SET lock_timeout = '60s'"); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLock); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLock)
+	_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS fencegate_schema_migrations (
+		version integer PRIMARY KEY,
+		name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.Query(ctx, "SELECT version FROM fencegate_schema_migrations")
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, v := range vs {
+		applied[int(v)] = true
+	}
+	for _, m := range ms {
+		if applied[m.version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO fencegate_schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
