@@ -1,0 +1,203 @@
+// Package e2e holds black-box tests over real fencegate processes: the built
+// binary, started with a configuration file, against real upstreams, killed
+// and restarted the way the design's stale-owner tests demand.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+// Proc is one fencegate process under test.
+type Proc struct {
+	t       testing.TB
+	bin     string
+	Dir     string // working directory; $DIR in the config
+	CfgPath string
+	addrs   map[string]string // listener name -> host:port
+	cmd     *exec.Cmd
+	log     *logBuffer
+	exited  chan struct{}
+}
+
+// startFencegate writes yaml to a config file and runs `fencegate serve` on
+// it. Placeholders: $GATEWAY, $ADMIN, $COORDINATOR become free loopback
+// addresses (the same across restarts), $DIR the process's directory. It
+// returns when every configured listener accepts connections.
+func startFencegate(t testing.TB, yaml string, env ...string) *Proc {
+	t.Helper()
+	p := &Proc{t: t, bin: testenv.BuildBinary(t, "./cmd/fencegate"), Dir: t.TempDir(), addrs: map[string]string{}}
+	for _, name := range []string{"GATEWAY", "ADMIN", "COORDINATOR"} {
+		if strings.Contains(yaml, "$"+name) {
+			addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+			p.addrs[strings.ToLower(name)] = addr
+			yaml = strings.ReplaceAll(yaml, "$"+name, addr)
+		}
+	}
+	yaml = strings.ReplaceAll(yaml, "$DIR", p.Dir)
+	p.CfgPath = filepath.Join(p.Dir, "fencegate.yaml")
+	if err := os.WriteFile(p.CfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start(env)
+	t.Cleanup(func() {
+		p.Kill9()
+		if t.Failed() {
+			t.Logf("fencegate log (%s):\n%s", p.CfgPath, p.log.Tail(60))
+		}
+	})
+	return p
+}
+
+func (p *Proc) start(env []string) {
+	p.t.Helper()
+	p.log = &logBuffer{}
+	p.cmd = exec.Command(p.bin, "serve", "-c", p.CfgPath)
+	p.cmd.Dir = p.Dir
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout = p.log
+	p.cmd.Stderr = p.log
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, ch chan struct{}) { cmd.Wait(); close(ch) }(p.cmd, p.exited)
+	deadline := time.Now().Add(20 * time.Second)
+	for name, addr := range p.addrs {
+		for {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			select {
+			case <-p.exited:
+				p.t.Fatalf("fencegate exited before listening (%v):\n%s", p.cmd.ProcessState, p.log.Tail(40))
+			default:
+			}
+			if time.Now().After(deadline) {
+				p.t.Fatalf("fencegate %s listener %s not up after 20s:\n%s", name, addr, p.log.Tail(40))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// URL returns http://addr of a listener: "gateway", "admin", "coordinator".
+func (p *Proc) URL(name string) string {
+	a, ok := p.addrs[name]
+	if !ok {
+		p.t.Fatalf("no %s listener in this config", name)
+	}
+	return "http://" + a
+}
+
+// Kill9 kills the process without any chance to clean up.
+func (p *Proc) Kill9() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// Signal sends sig and returns at once.
+func (p *Proc) Signal(sig os.Signal) { p.cmd.Process.Signal(sig) }
+
+// Stop sends SIGTERM and waits for a clean exit.
+func (p *Proc) Stop() {
+	p.t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(40 * time.Second):
+		p.t.Fatalf("fencegate did not exit after SIGTERM:\n%s", p.log.Tail(40))
+	}
+	if !p.cmd.ProcessState.Success() {
+		p.t.Fatalf("fencegate exited with %v after SIGTERM:\n%s", p.cmd.ProcessState, p.log.Tail(40))
+	}
+}
+
+// Restart starts the process again on the same config and addresses.
+func (p *Proc) Restart(env ...string) {
+	p.t.Helper()
+	p.start(env)
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Log returns everything the process printed so far.
+func (p *Proc) Log() string { return p.log.String() }
+
+// logBuffer collects a process's output safely for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Tail returns the last n lines.
+func (l *logBuffer) Tail(n int) string {
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(l.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// write sends a fenced write and returns status and body.
+func write(t testing.TB, method, url string, token string, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Fencing-Token", token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
