@@ -1,0 +1,118 @@
+package fencegate
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+)
+
+func TestParseToken(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []string
+		want   int64
+		code   string
+	}{
+		{"one", []string{"1"}, 1, ""},
+		{"typical", []string{"42"}, 42, ""},
+		{"max", []string{"9223372036854775807"}, MaxToken, ""},
+		{"missing", nil, 0, CodeMissingToken},
+		{"empty", []string{""}, 0, CodeInvalidToken},
+		{"zero", []string{"0"}, 0, CodeInvalidToken},
+		{"negative", []string{"-42"}, 0, CodeInvalidToken},
+		{"plus sign", []string{"+42"}, 0, CodeInvalidToken},
+		{"leading space", []string{" 42"}, 0, CodeInvalidToken},
+		{"trailing space", []string{"42 "}, 0, CodeInvalidToken},
+		{"inner space", []string{"4 2"}, 0, CodeInvalidToken},
+		{"hex", []string{"0x2a"}, 0, CodeInvalidToken},
+		{"leading zero", []string{"042"}, 0, CodeInvalidToken},
+		{"float", []string{"42.0"}, 0, CodeInvalidToken},
+		{"exponent", []string{"4e2"}, 0, CodeInvalidToken},
+		{"overflow by one", []string{"9223372036854775808"}, 0, CodeInvalidToken},
+		{"twenty digits", []string{"12345678901234567890"}, 0, CodeInvalidToken},
+		{"list in one header", []string{"41, 42"}, 0, CodeInvalidToken},
+		{"repeated header", []string{"41", "42"}, 0, CodeInvalidToken},
+		{"repeated same value", []string{"42", "42"}, 0, CodeInvalidToken},
+		{"unicode digit", []string{"４２"}, 0, CodeInvalidToken},
+		{"nul", []string{"4\x002"}, 0, CodeInvalidToken},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseToken(DefaultTokenHeader, tt.values)
+			if tt.code == "" {
+				if err != nil || got != tt.want {
+					t.Fatalf("ParseToken(%q) = %d, %v; want %d, nil", tt.values, got, err, tt.want)
+				}
+				return
+			}
+			if err == nil || err.Code != tt.code {
+				t.Fatalf("ParseToken(%q) = %d, %v; want code %s", tt.values, got, err, tt.code)
+			}
+			wantStatus := http.StatusBadRequest
+			if tt.code == CodeMissingToken {
+				wantStatus = http.StatusPreconditionRequired
+			}
+			if err.Status != wantStatus {
+				t.Errorf("status %d; want %d", err.Status, wantStatus)
+			}
+		})
+	}
+}
+
+// FuzzParseToken checks that every accepted value is the canonical decimal
+// form of a token in range, so two spellings never denote one token.
+func FuzzParseToken(f *testing.F) {
+	for _, s := range []string{"1", "42", "9223372036854775807", "9223372036854775808", "-1", "042", " 1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseToken(DefaultTokenHeader, []string{s})
+		if err != nil {
+			if err.Code != CodeInvalidToken {
+				t.Fatalf("ParseToken(%q): code %s", s, err.Code)
+			}
+			return
+		}
+		if n < 1 || strconv.FormatInt(n, 10) != s {
+			t.Fatalf("ParseToken(%q) = %d: accepted a non-canonical or out-of-range token", s, n)
+		}
+	})
+}
+
+func TestErrorJSON(t *testing.T) {
+	e := StaleError("invoices/2026-11", 41, 42)
+	e.Route = "invoices"
+	w := httptest.NewRecorder()
+	e.WriteJSON(w)
+	if w.Code != http.StatusConflict {
+		t.Fatalf("status %d; want 409", w.Code)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"error":    "stale_fencing_token",
+		"message":  "token 41 is older than 42 already accepted for invoices/2026-11",
+		"resource": "invoices/2026-11", "token": 41.0, "highest": 42.0, "route": "invoices",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v; want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v; want %v", k, got[k], v)
+		}
+	}
+	u := Unavailable("r", nil)
+	w = httptest.NewRecorder()
+	u.WriteJSON(w)
+	if w.Code != 503 || w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("unavailable: status %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+}
