@@ -1,0 +1,97 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const good = `
+gateway:
+  listen: 127.0.0.1:8080
+  routes:
+    - name: orders
+      match: {path_prefix: /orders/}
+      upstream: {url: http://127.0.0.1:9000, timeout: 5s}
+      resource: "{path}"
+`
+
+func TestParseGood(t *testing.T) {
+	cfg, err := Parse("good.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Gateway.Routes[0]
+	if r.Upstream.Timeout != 5*time.Second || r.DrainTimeout != 6*time.Second {
+		t.Errorf("timeouts %v %v; want 5s and 6s", r.Upstream.Timeout, r.DrainTimeout)
+	}
+	if got := strings.Join(r.FencedMethods, ","); got != "PUT,POST,PATCH,DELETE" {
+		t.Errorf("fenced methods %s", got)
+	}
+	if cfg.Store.Embedded == nil || cfg.Store.Embedded.Path != "./data/fencegate.db" || cfg.Fence.Mode != "local" {
+		t.Errorf("store defaults %+v %+v", cfg.Store.Embedded, cfg.Fence)
+	}
+	if cfg.Gateway.TokenHeader != "Fencing-Token" || cfg.Admin.Listen != "127.0.0.1:9090" {
+		t.Errorf("defaults %q %q", cfg.Gateway.TokenHeader, cfg.Admin.Listen)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string // substrings of the error
+	}{
+		{"unknown field", good + "    bogus: 1\n", []string{"bad.yaml:9:", "bogus"}},
+		{"unknown top-level field", "gatway: {}\n", []string{"bad.yaml:1:", "gatway"}},
+		{"bad duration", strings.Replace(good, "timeout: 5s", "timeout: 5 parsecs", 1), []string{"bad.yaml:7:"}},
+		{"wrong type", strings.Replace(good, "listen: 127.0.0.1:8080", "listen: [a, b]", 1), []string{"bad.yaml:3:"}},
+		{"syntax", "gateway:\n  routes: [\n", []string{"bad.yaml:"}},
+		{"missing url", strings.Replace(good, "url: http://127.0.0.1:9000, ", "", 1),
+			[]string{"bad.yaml:7: gateway.routes[0].upstream.url: required"}},
+		{"bad template", strings.Replace(good, `"{path}"`, `"{paht}"`, 1),
+			[]string{"bad.yaml:8: gateway.routes[0].resource: unknown variable {paht}"}},
+		{"bad mode", good + "fence: {mode: distributed}\n", []string{"bad.yaml:9: fence.mode: must be local or shared"}},
+		{"shared without postgres", good + "fence: {mode: shared}\n", []string{"fence.mode: shared needs store.postgres"}},
+		{"relative upstream", strings.Replace(good, "http://127.0.0.1:9000", "127.0.0.1:9000", 1), []string{"upstream.url: must be an absolute"}},
+		{"non-canonical prefix", strings.Replace(good, "/orders/", "/orders/../", 1), []string{"path_prefix"}},
+		{"no routes", "gateway: {routes: []}\n", []string{"gateway.routes: at least one route"}},
+		{"duplicate names", good + `    - name: orders
+      match: {path_prefix: /x/}
+      upstream: {url: http://127.0.0.1:9000}
+      resource: "{path}"
+`, []string{"gateway.routes[1].name: duplicate route name"}},
+		{"two problems at once", strings.Replace(strings.Replace(good, `"{path}"`, `""`, 1), "http://127.0.0.1:9000", "ftp://x", 1),
+			[]string{"routes[0].upstream.url", "routes[0].resource: required"}},
+		{"unset env", strings.Replace(good, "127.0.0.1:9000", "${FENCEGATE_TEST_UNSET_VAR}", 1),
+			[]string{"bad.yaml:7: environment variable FENCEGATE_TEST_UNSET_VAR is not set"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestEnvExpansion(t *testing.T) {
+	t.Setenv("FENCEGATE_TEST_UPSTREAM", "http://127.0.0.1:7777")
+	cfg, err := Parse("env.yaml", []byte(strings.Replace(good, "http://127.0.0.1:9000", "${FENCEGATE_TEST_UPSTREAM}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := cfg.Gateway.Routes[0].Upstream.URL; u != "http://127.0.0.1:7777" {
+		t.Fatalf("url %q", u)
+	}
+	t.Setenv("FENCEGATE_TEST_EVIL", "x\n  evil: true")
+	_, err = Parse("env.yaml", []byte(strings.Replace(good, "127.0.0.1:9000", "${FENCEGATE_TEST_EVIL}", 1)))
+	if err == nil || !strings.Contains(err.Error(), "contains a newline") {
+		t.Fatalf("newline in env value: %v", err)
+	}
+}
