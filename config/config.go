@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +71,15 @@ type Route struct {
 	// ForwardToken sends the Fencing-Token header on to the upstream.
 	// Default true: upstreams that can compare tokens should see them.
 	ForwardToken *bool `yaml:"forward_token"`
+	// Precondition "etag" (S3 routes) makes writes conditional on the ETag
+	// the gateway last wrote for the object; see adapters/s3.
+	Precondition string `yaml:"precondition"`
+	// Auth, if set, requires credentials and may limit each identity to
+	// resource prefixes (see production.go).
+	Auth *Auth `yaml:"auth"`
+	// MaxInflightWrites caps the fenced writes this route forwards at once;
+	// beyond it writes are refused 503 too_many_writes. Default 0: no cap.
+	MaxInflightWrites int `yaml:"max_inflight_writes"`
 }
 
 // Match selects requests; every set field must match.
@@ -87,6 +97,8 @@ type Upstream struct {
 	// Headers are set on every forwarded request (credential injection);
 	// the same headers sent by the worker are removed first.
 	Headers map[string]string `yaml:"headers"`
+	// TLS configures the connection to an https upstream.
+	TLS *UpstreamTLS `yaml:"tls"`
 }
 
 // S3 is an S3 upstream; see adapters/s3.
@@ -100,8 +112,10 @@ type S3 struct {
 	// VirtualHostSuffix enables virtual-hosted requests: the bucket is the
 	// host label before this suffix (e.g. "s3.internal").
 	VirtualHostSuffix string `yaml:"virtual_host_suffix"`
-	// Precondition "etag" adds If-Match with the last ETag the gateway wrote.
-	Precondition string `yaml:"precondition"`
+	// CheckBucket, if set, is a bucket where the gateway may write and
+	// delete a probe object at start (and `fencegate doctor`) to verify
+	// that the upstream honours conditional writes.
+	CheckBucket string `yaml:"check_bucket"`
 }
 
 // S3Client is a worker key the gateway verifies SigV4 signatures with.
@@ -150,11 +164,14 @@ type Coordinator struct {
 	DefaultTTL time.Duration `yaml:"default_ttl"` // default 30s
 	MaxTTL     time.Duration `yaml:"max_ttl"`     // default 10m
 	MaxWait    time.Duration `yaml:"max_wait"`    // default 1m
+	Auth       *Auth         `yaml:"auth"`
 }
 
 // Admin is the operator listener: /healthz /readyz /metrics /v1/fences.
 type Admin struct {
 	Listen string `yaml:"listen"` // default 127.0.0.1:9090; "" disables
+	// Auth protects the admin API; /healthz and /readyz stay open for probes.
+	Auth *Auth `yaml:"auth"`
 }
 
 // TLS configures the listeners' certificates.
@@ -163,6 +180,11 @@ type TLS struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
 	ACME     *ACME  `yaml:"acme"`
+	// Listeners get TLS: gateway, coordinator, admin. Default [gateway].
+	Listeners []string `yaml:"listeners"`
+	// ClientCAFile, if set, asks clients for a certificate and verifies it
+	// against these roots; auth.client_certs then names identities.
+	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 // ACME is certmagic's configuration.
@@ -171,6 +193,11 @@ type ACME struct {
 	Email        string   `yaml:"email"`
 	CA           string   `yaml:"ca"`
 	TrustedRoots string   `yaml:"trusted_roots"`
+	// Challenges enabled: http-01, tls-alpn-01 (default both).
+	Challenges []string `yaml:"challenges"`
+	// HTTPListen serves HTTP-01 challenges and redirects everything else
+	// to HTTPS. Default ":80" when http-01 is enabled.
+	HTTPListen string `yaml:"http_listen"`
 }
 
 // Telemetry configures tracing.
@@ -200,6 +227,7 @@ func DefaultConfig() *Config {
 
 // Defaults that depend on what the file set.
 func (c *Config) applyDefaults() {
+	c.applyEdgeDefaults()
 	if c.Store.Embedded == nil && c.Store.Postgres == nil {
 		c.Store.Embedded = &Embedded{}
 	}
@@ -264,6 +292,11 @@ func (c *Config) applyDefaults() {
 // TemplateVar reports whether the route's upstream supplies the resource
 // template variable name (S3 routes supply bucket and key).
 func (r *Route) TemplateVar(name string) bool {
+	if r.S3 != nil && strings.HasPrefix(name, "key.") {
+		// {key.N}: the first N segments of the object key (a key prefix).
+		n, err := strconv.Atoi(name[len("key."):])
+		return err == nil && n >= 1
+	}
 	return r.S3 != nil && (name == "bucket" || name == "key")
 }
 
@@ -295,7 +328,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	}
 	cfg := DefaultConfig()
 	if err := yaml.UnmarshalWithOptions(expanded, cfg, yaml.Strict()); err != nil {
-		return nil, &DecodeError{File: name, Err: err}
+		return nil, &DecodeError{File: name, Err: err, src: expanded}
 	}
 	cfg.applyDefaults()
 	if errs := cfg.Validate(); len(errs) > 0 {
@@ -309,6 +342,7 @@ func Parse(name string, data []byte) (*Config, error) {
 type DecodeError struct {
 	File string
 	Err  error
+	src  []byte
 }
 
 func (e *DecodeError) Error() string {
@@ -318,12 +352,24 @@ func (e *DecodeError) Error() string {
 	if m := lineCol.FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s:%s:%s: %s", e.File, m[1], m[2], strings.TrimSpace(msg[len(m[0]):]))
 	}
+	// Some decode errors (bad durations) carry no position; find the line
+	// holding the offending quoted value.
+	if m := quotedValue.FindStringSubmatch(msg); m != nil {
+		for i, line := range strings.Split(string(e.src), "\n") {
+			if strings.Contains(line, m[1]) {
+				return fmt.Sprintf("%s:%d: %s", e.File, i+1, msg)
+			}
+		}
+	}
 	return e.File + ": " + msg
 }
 
 func (e *DecodeError) Unwrap() error { return e.Err }
 
-var lineCol = regexp.MustCompile(`^\[(\d+):(\d+)\]`)
+var (
+	lineCol     = regexp.MustCompile(`^\[(\d+):(\d+)\]`)
+	quotedValue = regexp.MustCompile(`in duration "([^"]+)"`)
+)
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
@@ -433,6 +479,7 @@ func (c *Config) Validate() Errors {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
+	errs = append(errs, c.validateEdges()...)
 	if c.Store.Embedded != nil && c.Store.Postgres != nil {
 		add("store", "set either embedded or postgres, not both")
 	}
@@ -541,11 +588,16 @@ func (c *Config) Validate() Errors {
 			if r.S3.Endpoint == "" {
 				add(f+".s3.endpoint", "required")
 			}
-			switch r.S3.Precondition {
-			case "", "none", "etag":
-			default:
-				add(f+".s3.precondition", "must be etag or none")
+
+		}
+		switch r.Precondition {
+		case "", "none":
+		case "etag":
+			if r.S3 == nil {
+				add(f+".precondition", "etag needs an s3 upstream")
 			}
+		default:
+			add(f+".precondition", "must be etag or none")
 		}
 		if r.Resource == "" {
 			add(f+".resource", "required (e.g. \"{path}\")")
