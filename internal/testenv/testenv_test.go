@@ -1,0 +1,223 @@
+package testenv_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+func query(t *testing.T, url, sql string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	defer conn.Close(ctx)
+	var s string
+	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+func TestPostgres(t *testing.T) {
+	a := testenv.Postgres(t)
+	b := testenv.Postgres(t)
+	if a.Database == b.Database {
+		t.Fatalf("two calls gave one database %s", a.Database)
+	}
+	if got := query(t, a.URL, "SELECT current_database()"); got != a.Database {
+		t.Errorf("current_database() = %q; want %q", got, a.Database)
+	}
+	if got := query(t, b.URL, "SHOW fsync"); got != "on" {
+		t.Errorf("fsync = %q; want on", got)
+	}
+	if got := query(t, b.URL, "SHOW max_connections"); got != "200" && !strings.Contains(a.URL, "DATABASE_URL") {
+		t.Logf("max_connections = %s", got)
+	}
+}
+
+func TestPostgresIsolatedRestart(t *testing.T) {
+	pg := testenv.PostgresIsolated(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE t (v int); INSERT INTO t VALUES (42)"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+
+	// A crash must keep the committed row (fsync on, WAL replay).
+	pg.Restart(t, true)
+	if got := query(t, pg.URL, "SELECT v::text FROM t"); got != "42" {
+		t.Errorf("after crash restart v = %s; want 42", got)
+	}
+
+	pg.Stop(t)
+	if _, err := pgx.Connect(ctx, pg.URL); err == nil {
+		t.Errorf("connect to a stopped cluster succeeded")
+	}
+	pg.Start(t)
+	if got := query(t, pg.URL, "SELECT v::text FROM t"); got != "42" {
+		t.Errorf("after stop/start v = %s; want 42", got)
+	}
+}
+
+func TestVersity(t *testing.T) {
+	s3 := testenv.Versity(t)
+	s3.CreateBucket(t, "fencegate-test")
+	resp, body := s3.Do(t, http.MethodPut, "/fencegate-test/hello.txt", []byte("hi"))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PutObject: %s: %s", resp.Status, body)
+	}
+	resp, body = s3.Do(t, http.MethodGet, "/", nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "<Name>fencegate-test</Name>") {
+		t.Fatalf("ListBuckets: %s: %s", resp.Status, body)
+	}
+	resp, body = s3.Do(t, http.MethodGet, "/fencegate-test/hello.txt", nil)
+	if resp.StatusCode != http.StatusOK || string(body) != "hi" {
+		t.Fatalf("GetObject: %s: %q", resp.Status, body)
+	}
+}
+
+func TestPebble(t *testing.T) {
+	acme := testenv.Pebble(t, testenv.PebbleConfig{})
+	resp, err := acme.HTTPClient().Get(acme.DirectoryURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var dir map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&dir); err != nil {
+		t.Fatal(err)
+	}
+	if dir["newOrder"] == nil {
+		t.Errorf("directory has no newOrder: %v", dir)
+	}
+	if !strings.Contains(string(acme.RootPEM), "BEGIN CERTIFICATE") {
+		t.Errorf("RootPEM = %q; want a PEM certificate", acme.RootPEM)
+	}
+}
+
+func TestJaeger(t *testing.T) {
+	j := testenv.Jaeger(t)
+	resp, err := http.Get(j.QueryURL + "/api/services")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"data"`) {
+		t.Fatalf("/api/services: %s: %s", resp.Status, b)
+	}
+	// OTLP HTTP accepts an empty export.
+	resp, err = http.Post(j.OTLPHTTP+"/v1/traces", "application/json", strings.NewReader(`{"resourceSpans":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("OTLP export: %s", resp.Status)
+	}
+}
+
+func TestToxiproxy(t *testing.T) {
+	tp := testenv.Toxiproxy(t)
+	resp, err := http.Get(tp.URL + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	// An echo upstream behind a proxy, then 300ms of latency.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	p := tp.Proxy(t, "echo", l.Addr().String())
+	roundTrip := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		c, err := net.DialTimeout("tcp", p.Listen, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	roundTrip()
+	name := p.AddLatency(t, 300*time.Millisecond)
+	if d := roundTrip(); d < 300*time.Millisecond {
+		t.Errorf("round trip with latency toxic took %v; want >= 300ms", d)
+	}
+	p.RemoveToxic(t, name)
+	if d := roundTrip(); d > 250*time.Millisecond {
+		t.Errorf("round trip after removing the toxic took %v", d)
+	}
+}
+
+func TestBuildBinary(t *testing.T) {
+	// Build a tiny main package of the toolchain's own tree? No: BuildBinary
+	// builds packages of this module only, so build the tools binary list
+	// through `go list` to find one, and skip if the module has none yet.
+	out, err := exec.Command("go", "list", "-f", "{{if eq .Name \"main\"}}{{.ImportPath}}{{end}}", "github.com/fencegate/fencegate/...").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	pkgs := strings.Fields(string(out))
+	if len(pkgs) == 0 {
+		t.Skip("no main package in the module yet")
+	}
+	p := testenv.BuildBinary(t, pkgs[0])
+	if p2 := testenv.BuildBinary(t, pkgs[0]); p2 != p {
+		t.Errorf("second build gave %s; want cached %s", p2, p)
+	}
+}
+
+func TestFreePortWait(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go http.Serve(l, http.NotFoundHandler())
+	testenv.WaitTCP(t, l.Addr().String(), time.Second)
+	testenv.WaitHTTP(t, "http://"+l.Addr().String()+"/", time.Second)
+	if p := testenv.FreePort(t); p <= 0 {
+		t.Errorf("FreePort = %d", p)
+	}
+}

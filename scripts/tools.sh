@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the pinned test servers (versitygw, toxiproxy, pebble, jaeger, benchstat)
+# from the tools module into .cache/bin/. A binary is rebuilt only when it is
+# missing or when the go.mod/go.sum pinning it (or the Go version) changed; the
+# hash is kept in .cache/bin/.<name>.stamp.
+#
+# Usage: scripts/tools.sh            # every tool (jaeger last: ~8 min on 2 cores)
+#        scripts/tools.sh versitygw pebble
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin="$root/.cache/bin"
+mkdir -p "$bin"
+
+# name|module dir (relative to repo root)|package. Order matters: jaeger is the
+# slow one, so it comes last.
+tools=(
+  "versitygw|tools|github.com/versity/versitygw/cmd/versitygw"
+  "toxiproxy-server|tools|github.com/Shopify/toxiproxy/v2/cmd/server"
+  "pebble|tools|github.com/letsencrypt/pebble/v2/cmd/pebble"
+  "benchstat|tools|golang.org/x/perf/cmd/benchstat"
+  "jaeger|tools|github.com/jaegertracing/jaeger/cmd/jaeger"
+)
+
+want=("$@")
+selected() {
+  [ ${#want[@]} -eq 0 ] && return 0
+  local w
+  for w in "${want[@]}"; do
+    # "toxiproxy" selects toxiproxy-server.
+    [ "$w" = "$1" ] || [ "$w-server" = "$1" ] && return 0
+  done
+  return 1
+}
+
+if [ ${#want[@]} -gt 0 ]; then
+  for w in "${want[@]}"; do
+    found=0
+    for t in "${tools[@]}"; do
+      n=${t%%|*}
+      { [ "$w" = "$n" ] || [ "$w-server" = "$n" ]; } && found=1
+    done
+    [ $found = 1 ] || { echo "tools.sh: unknown tool $w" >&2; exit 2; }
+  done
+fi
+
+goversion=$(go env GOVERSION)
+for t in "${tools[@]}"; do
+  IFS='|' read -r name moddir pkg <<<"$t"
+  selected "$name" || continue
+  dir="$root/$moddir"
+  stamp="$bin/.$name.stamp"
+  hash=$(cat "$dir/go.mod" "$dir/go.sum" <(echo "$pkg $goversion") | sha256sum | cut -d' ' -f1)
+  if [ -x "$bin/$name" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
+    echo "tools.sh: $name up to date"
+    continue
+  fi
+  echo "tools.sh: building $name ($pkg, module $moddir) ..."
+  start=$SECONDS
+  (cd "$dir" && go build -trimpath -o "$bin/$name.tmp" "$pkg")
+  mv "$bin/$name.tmp" "$bin/$name"
+  echo "$hash" >"$stamp"
+  echo "tools.sh: built $name in $((SECONDS - start))s"
+done
