@@ -76,7 +76,7 @@ func Open(path string, opts Options) (*Store, error) {
 }
 
 // allBuckets lists every bucket the store creates at Open.
-var allBuckets = [][]byte{bucketFences}
+var allBuckets = [][]byte{bucketFences, bucketLeases, bucketLeaseCounter}
 
 // DB exposes the bbolt handle to other parts of fencegate that keep their
 // records in the same file (the coordinator's leases).
@@ -160,7 +160,8 @@ func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 		if token <= r.Highest {
 			return nil
 		}
-		r = fenceRecord{Highest: token, Owner: owner, UpdatedAt: time.Now().UTC()}
+		// The ETag bookkeeping (adapters/s3) outlives token changes.
+		r = fenceRecord{Highest: token, Owner: owner, ETag: r.ETag, ETagToken: r.ETagToken, UpdatedAt: time.Now().UTC()}
 		return putFence(tx, resource, r)
 	})
 	if err != nil {

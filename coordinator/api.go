@@ -1,0 +1,169 @@
+package coordinator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fencegate/fencegate"
+)
+
+// Duration is a time.Duration in JSON: a Go duration string ("30s",
+// "1m30s") or a number of seconds (30, 0.5). It marshals as a string.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: want e.g. \"30s\" or a number of seconds", s)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || f < -1e9 || f > 1e9 {
+		return fmt.Errorf("duration %s: want e.g. \"30s\" or a number of seconds", b)
+	}
+	*d = Duration(f * float64(time.Second))
+	return nil
+}
+
+// LeaseResponse is the answer of acquire, renew and show. The first four
+// fields are the contract of DESIGN.md section 5.
+type LeaseResponse struct {
+	Resource  string    `json:"resource"`
+	Owner     string    `json:"owner"`
+	Token     int64     `json:"token"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// TTL is the time the lease had left when the store answered.
+	TTL Duration `json:"ttl"`
+	// Held is false when show finds no live lease (Token is then the last
+	// one issued, 0 if none ever was).
+	Held bool `json:"held"`
+}
+
+func responseOf(l Lease) LeaseResponse {
+	r := LeaseResponse{Resource: l.Resource, Owner: l.Owner, Token: l.Token, ExpiresAt: l.ExpiresAt, Held: l.Held()}
+	if r.Held {
+		r.TTL = Duration(l.Remaining)
+	}
+	return r
+}
+
+// ReleaseResponse is the answer of release.
+type ReleaseResponse struct {
+	Released bool `json:"released"`
+}
+
+// maxBody caps request bodies; a request is a few names and numbers.
+const maxBody = 64 << 10
+
+// Handler returns the HTTP JSON API:
+//
+//	POST /v1/leases/acquire  {"resource","owner","ttl","wait"}
+//	POST /v1/leases/renew    {"resource","owner","token","ttl"}
+//	POST /v1/leases/release  {"resource","owner","token"}
+//	GET  /v1/leases?resource=R
+//
+// Refusals are the JSON error body of package fencegate with the codes
+// lease_held and lease_lost (409), invalid_request (400) and
+// fence_unavailable (503, Retry-After) when the store is down.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/leases/acquire", func(w http.ResponseWriter, r *http.Request) {
+		var req AcquireRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		l, err := s.Acquire(r.Context(), req)
+		answer(w, err, func() any { return responseOf(l) })
+	})
+	mux.HandleFunc("POST /v1/leases/renew", func(w http.ResponseWriter, r *http.Request) {
+		var req RenewRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		l, err := s.Renew(r.Context(), req)
+		answer(w, err, func() any { return responseOf(l) })
+	})
+	mux.HandleFunc("POST /v1/leases/release", func(w http.ResponseWriter, r *http.Request) {
+		var req RenewRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		if req.TTL != 0 {
+			invalid("release takes no ttl").WriteJSON(w)
+			return
+		}
+		ok, err := s.Release(r.Context(), req)
+		answer(w, err, func() any { return ReleaseResponse{Released: ok} })
+	})
+	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if len(q["resource"]) != 1 {
+			invalid("give exactly one resource query parameter").WriteJSON(w)
+			return
+		}
+		l, err := s.Show(r.Context(), q.Get("resource"))
+		answer(w, err, func() any { return responseOf(l) })
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fencegate.Errorf(http.StatusNotFound, fencegate.CodeInvalidRequest,
+			"no such endpoint %s %s: see POST /v1/leases/acquire|renew|release, GET /v1/leases?resource=R", r.Method, r.URL.Path).WriteJSON(w)
+	})
+	return mux
+}
+
+// decode reads a JSON body strictly: a misspelt field ("ttl_ms") would
+// otherwise be ignored silently.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		invalid("request body: %v", err).WriteJSON(w)
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		invalid("request body: %v", err).WriteJSON(w)
+		return false
+	}
+	if dec.More() {
+		invalid("request body: more than one JSON value").WriteJSON(w)
+		return false
+	}
+	return true
+}
+
+func answer(w http.ResponseWriter, err error, body func() any) {
+	if err != nil {
+		var fe *fencegate.Error
+		if !errors.As(err, &fe) {
+			fe = unavailable("", err)
+		}
+		fe.WriteJSON(w)
+		return
+	}
+	b, err := json.Marshal(body())
+	if err != nil {
+		unavailable("", err).WriteJSON(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(append(b, '\n'))
+}
