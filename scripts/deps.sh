@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests need, when missing: PostgreSQL (the
+# server binaries, run by internal/testenv as the postgres user), wrk (load
+# tests), procps (ps/pkill in scripts) and iproute2 (ss). Idempotent: when
+# everything is present it does nothing, not even apt-get update.
+# Needs root (or sudo) on Debian/Ubuntu.
+set -euo pipefail
+
+missing=()
+# PostgreSQL server binaries live in /usr/lib/postgresql/N/bin on Debian.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
+if ! id postgres >/dev/null 2>&1 && [[ ! " ${missing[*]} " == *" postgresql "* ]]; then
+  missing+=(postgresql)
+fi
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+command -v ps >/dev/null 2>&1 || missing+=(procps)
+command -v ss >/dev/null 2>&1 || missing+=(iproute2)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps.sh: all present (postgresql, wrk, procps, iproute2)"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "deps.sh: need root to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "deps.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The Debian package creates and starts a default cluster; the tests start
+# their own throwaway clusters, so stop the default one to free its memory
+# and port 5432 (ignore failures: there may be no init system in a container).
+if [[ " ${missing[*]} " == *" postgresql "* ]]; then
+  if command -v pg_ctlcluster >/dev/null 2>&1; then
+    for c in $(pg_lsclusters -h 2>/dev/null | awk '$4=="online"{print $1"/"$2}'); do
+      $sudo pg_ctlcluster "${c%/*}" "${c#*/}" stop || true
+    done
+  fi
+fi
+echo "deps.sh: done"
