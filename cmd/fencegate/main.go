@@ -30,6 +30,8 @@ var commands = map[string]func() command{
 	"validate": func() command { return &validateCmd{} },
 	"fence":    func() command { return &fenceCmd{} },
 	"demo":     func() command { return &demoCmd{} },
+	"lease":    func() command { return &leaseCmd{} },
+	"migrate":  func() command { return &migrateCmd{} },
 	"version":  func() command { return &versionCmd{} },
 }
 
