@@ -32,6 +32,7 @@ type LocalFence struct {
 	// storeTimeout bounds one Store call; past it the write is refused with
 	// fence_unavailable (I4).
 	storeTimeout time.Duration
+	onDrain      func(ctx context.Context, resource string, waited time.Duration, err error)
 	seed         maphash.Seed
 	shards       [64]fenceShard
 }
@@ -41,6 +42,10 @@ type LocalFenceOptions struct {
 	MaxEntries   int           // default 100000 cached resources
 	DrainTimeout time.Duration // default 31s (the default upstream timeout + 1s)
 	StoreTimeout time.Duration // default 5s
+	// OnDrain, if set, is called after each wait for older in-flight writes
+	// (I2) with its duration and the error that ended it, if any (metrics,
+	// tracing). Nil: nothing is reported.
+	OnDrain func(ctx context.Context, resource string, waited time.Duration, err error)
 }
 
 type fenceShard struct {
@@ -96,6 +101,7 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 		maxEntries:   opts.MaxEntries,
 		drainTimeout: opts.DrainTimeout,
 		storeTimeout: opts.StoreTimeout,
+		onDrain:      opts.OnDrain,
 		seed:         maphash.MakeSeed(),
 	}
 	per := (opts.MaxEntries + len(f.shards) - 1) / len(f.shards)
@@ -160,7 +166,12 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 				defer t.Stop()
 				drainDeadline = t.C
 			}
-			if err := wait(ctx, ch, drainDeadline); err != nil {
+			waitStart := time.Now()
+			err := wait(ctx, ch, drainDeadline)
+			if f.onDrain != nil {
+				f.onDrain(ctx, w.Resource, time.Since(waitStart), err)
+			}
+			if err != nil {
 				if err == errDrainTimeout {
 					return nil, &fencegate.Error{
 						Status: http.StatusServiceUnavailable, Code: fencegate.CodeFenceDraining,

@@ -1,0 +1,109 @@
+package telemetry
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate"
+)
+
+// Metrics are fencegate's Prometheus collectors. No label has unbounded
+// cardinality: route names come from the configuration, decisions and
+// operations from fixed sets; resources, owners and tokens never become
+// labels (they are in spans and logs).
+type Metrics struct {
+	// Gateway.
+	Requests      *prometheus.CounterVec   // route, decision
+	StaleRefusals *prometheus.CounterVec   // route
+	FenceCheck    *prometheus.HistogramVec // route
+	DrainWait     prometheus.Histogram
+	Upstream      *prometheus.HistogramVec // route, outcome
+	StoreDuration *prometheus.HistogramVec // op
+	StoreErrors   *prometheus.CounterVec   // op
+	Advances      prometheus.Counter
+	highest       atomic.Int64
+}
+
+// Latency buckets from 100µs (a fence check without I/O) to 30s (the
+// default upstream and drain timeouts).
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+func newMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fencegate", Name: "requests_total",
+			Help: "Gateway requests by route and fencing decision (forwarded, passthrough, stale, or the refusal's error code).",
+		}, []string{"route", "decision"}),
+		StaleRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fencegate", Name: "stale_refusals_total",
+			Help: "Writes refused because their fencing token is older than the highest accepted for the resource.",
+		}, []string{"route"}),
+		FenceCheck: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "fencegate", Name: "fence_check_duration_seconds",
+			Help:    "Time a fenced request spent in the fence: the check, a durable advance, and any drain wait.",
+			Buckets: latencyBuckets,
+		}, []string{"route"}),
+		DrainWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "fencegate", Name: "fence_drain_wait_seconds",
+			Help:    "Time a write with a newer token waited for older in-flight writes to the same resource to end (one observation per wait).",
+			Buckets: latencyBuckets,
+		}),
+		Upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "fencegate", Name: "upstream_duration_seconds",
+			Help:    "Time from sending a request upstream to its response headers (outcome: response or error).",
+			Buckets: latencyBuckets,
+		}, []string{"route", "outcome"}),
+		StoreDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "fencegate", Name: "store_duration_seconds",
+			Help:    "Fence store calls (load, advance) including the durable commit.",
+			Buckets: latencyBuckets,
+		}, []string{"op"}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fencegate", Name: "store_errors_total",
+			Help: "Fence store calls that failed; each fails its write closed (503 fence_unavailable).",
+		}, []string{"op"}),
+		Advances: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "fencegate", Name: "fence_advances_total",
+			Help: "Durable advances of a resource's highest accepted token.",
+		}),
+	}
+	reg.MustRegister(m.Requests, m.StaleRefusals, m.FenceCheck, m.DrainWait, m.Upstream,
+		m.StoreDuration, m.StoreErrors, m.Advances,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "fencegate", Name: "fence_highest_token",
+			Help: "The highest fencing token this process has durably accepted for any resource since it started (per-resource values: the admin API /v1/fences).",
+		}, func() float64 { return float64(m.highest.Load()) }),
+	)
+	return m
+}
+
+// observeHighest raises the fence_highest_token gauge to token.
+func (m *Metrics) observeHighest(token int64) {
+	for {
+		cur := m.highest.Load()
+		if token <= cur || m.highest.CompareAndSwap(cur, token) {
+			return
+		}
+	}
+}
+
+// Decision values of the fencing.decision attribute and the decision label.
+// Refusals other than stale use their error code (fence_unavailable, ...).
+const (
+	DecisionForwarded   = "forwarded"
+	DecisionPassthrough = "passthrough"
+	DecisionStale       = "stale"
+)
+
+// Decision maps a gateway.Outcome decision to its attribute and label
+// value: stale_fencing_token becomes "stale", the form operators search for.
+func Decision(outcome string) string {
+	switch outcome {
+	case fencegate.CodeStaleToken:
+		return DecisionStale
+	case "":
+		return "unknown"
+	}
+	return outcome
+}
