@@ -22,6 +22,12 @@ var (
 // returns the executable's path. RunMain removes it at exit.
 func BuildBinary(t testing.TB, pkg string) string {
 	t.Helper()
+	atExitMu.Lock()
+	ok := mainRunning
+	atExitMu.Unlock()
+	if !ok {
+		t.Fatalf("testenv: BuildBinary needs func TestMain(m *testing.M) { testenv.RunMain(m) } in this package, so the binary is removed at exit")
+	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if p, ok := buildBins[pkg]; ok {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -166,6 +167,7 @@ func newCluster(t testing.TB) (*pgCluster, error) {
 	if err != nil {
 		missing(t, "PostgreSQL (initdb)", "run scripts/deps.sh (apt-get install postgresql)")
 	}
+	sweepOnce.Do(sweepStale)
 	c := &pgCluster{bin: bin}
 	// initdb refuses to run as root: run the server as the postgres user, in a
 	// directory under /tmp that user owns (t.TempDir's parents are root-only).
@@ -211,6 +213,28 @@ func newCluster(t testing.TB) (*pgCluster, error) {
 			c.destroy()
 			return nil, err
 		}
+	}
+}
+
+var sweepOnce sync.Once
+
+// sweepStale removes cluster directories left in /tmp by test binaries that
+// were killed (go test -timeout, SIGKILL) before RunMain could clean up; their
+// servers died with them (Pdeathsig). A directory counts as stale when nothing
+// happened in it for 10 minutes and no live postmaster owns it.
+func sweepStale() {
+	dirs, _ := filepath.Glob("/tmp/fencegate-pg-*")
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil || time.Since(fi.ModTime()) < 10*time.Minute {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0]); err == nil && syscall.Kill(pid, 0) == nil {
+				continue
+			}
+		}
+		os.RemoveAll(d)
 	}
 }
 
