@@ -33,6 +33,7 @@ type LocalFence struct {
 	// fence_unavailable (I4).
 	storeTimeout time.Duration
 	onDrain      func(ctx context.Context, resource string, waited time.Duration, err error)
+	verify       func(ctx context.Context, resource string, token int64) error
 	seed         maphash.Seed
 	shards       [64]fenceShard
 }
@@ -46,6 +47,12 @@ type LocalFenceOptions struct {
 	// (I2) with its duration and the error that ended it, if any (metrics,
 	// tracing). Nil: nothing is reported.
 	OnDrain func(ctx context.Context, resource string, waited time.Duration, err error)
+	// Verify, if set, is consulted before a write's token advances the
+	// fence, never on the repeated-token path (which stays free of I/O). A
+	// *fencegate.Error it returns (unknown_fencing_token) refuses the write;
+	// any other error refuses it with fence_unavailable. Nil: every token
+	// is accepted.
+	Verify func(ctx context.Context, resource string, token int64) error
 }
 
 type fenceShard struct {
@@ -102,6 +109,7 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 		drainTimeout: opts.DrainTimeout,
 		storeTimeout: opts.StoreTimeout,
 		onDrain:      opts.OnDrain,
+		verify:       opts.Verify,
 		seed:         maphash.MakeSeed(),
 	}
 	per := (opts.MaxEntries + len(f.shards) - 1) / len(f.shards)
@@ -124,6 +132,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 		drainTimeout = f.drainTimeout
 	}
 	var drainDeadline <-chan time.Time
+	verified := false
 	for {
 		sh.mu.Lock()
 		e, created := sh.get(w.Resource)
@@ -152,6 +161,14 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			sh.mu.Unlock()
 			return nil, fencegate.StaleError(w.Resource, w.Token, highest)
 		case w.Token > highest:
+			if f.verify != nil && !verified {
+				sh.mu.Unlock()
+				if err := f.verifyToken(ctx, w.Resource, w.Token); err != nil {
+					return nil, err
+				}
+				verified = true
+				continue
+			}
 			if err := f.advance(ctx, sh, e, w.Token, w.Owner); err != nil {
 				return nil, err
 			}
@@ -192,6 +209,20 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 		sh.mu.Unlock()
 		return fl, nil
 	}
+}
+
+// verifyToken consults opts.Verify, bounded by storeTimeout.
+func (f *LocalFence) verifyToken(ctx context.Context, resource string, token int64) error {
+	vctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	err := f.verify(vctx, resource, token)
+	if err == nil {
+		return nil
+	}
+	if fe, ok := err.(*fencegate.Error); ok {
+		return fe
+	}
+	return fencegate.Unavailable(resource, fmt.Errorf("verify token %d: %w", token, err))
 }
 
 // load reads e's record from the store. Called with sh.mu held; returns with

@@ -550,6 +550,34 @@ func TestStoreAdvanceFence(t *testing.T) {
 	}
 }
 
+// TestLocalFenceVerify: the local fence consults Verify only before an
+// advance, and a refused token does not raise the stored fence.
+func TestLocalFenceVerify(t *testing.T) {
+	pg := testenv.Postgres(t)
+	st := openFenceStore(t, pg.URL, Options{})
+	var calls atomic.Int64
+	lf := gateway.NewLocalFence(st, gateway.LocalFenceOptions{Verify: func(ctx context.Context, resource string, token int64) error {
+		calls.Add(1)
+		if token > 10 {
+			return &fencegate.Error{Status: http.StatusConflict, Code: fencegate.CodeUnknownToken, Resource: resource, Token: token}
+		}
+		return nil
+	}})
+	ctx := context.Background()
+	if _, err := lf.Admit(ctx, gateway.Write{Resource: "/lv", Token: 1 << 50}); code(err) != fencegate.CodeUnknownToken {
+		t.Fatalf("forged token: %v; want unknown_fencing_token", err)
+	}
+	for range 3 {
+		mustAdmit(t, lf, "/lv", 7).Release()
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("verify called %d times; want 2", n)
+	}
+	if got, _ := st.LoadFence(ctx, "/lv"); got.Highest != 7 {
+		t.Fatalf("stored highest %d; want 7", got.Highest)
+	}
+}
+
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
