@@ -121,6 +121,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.Route = rt.Name
+	r, id, ok := g.authenticate(w, r, rt, o)
+	if !ok {
+		return
+	}
 
 	var insp Inspection
 	if rt.inspector != nil {
@@ -129,6 +133,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		o.Owner = insp.Owner
+	}
+	if id.Owner != "" {
+		insp.Owner, o.Owner = id.Owner, id.Owner
 	}
 	req := &Request{Route: rt, Path: cpath, Segments: segs, Owner: insp.Owner}
 
@@ -152,11 +159,20 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req.Resources = keys
 	o.Resource = strings.Join(keys, ",")
+	if ref := authorize(id, keys); ref != nil {
+		g.refuse(w, r, rt, o, ref)
+		return
+	}
 
 	if rt.maxBody > 0 && r.ContentLength > rt.maxBody {
 		g.refuse(w, r, rt, o, tooLarge(rt.maxBody))
 		return
 	}
+	if ref := rt.writes.acquire(); ref != nil {
+		g.refuse(w, r, rt, o, ref)
+		return
+	}
+	defer rt.writes.release()
 
 	// Admit every resource the request writes, in sorted order so that two
 	// multi-resource requests cannot wait on each other.

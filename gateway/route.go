@@ -65,6 +65,11 @@ type Route struct {
 	upstream  Upstream
 	inspector Inspector
 	errWriter ErrorWriter
+	writes    *writeLimit // max_inflight_writes; nil: no cap
+
+	// Auth, if set, authenticates every request and limits each identity
+	// to its resource prefixes. Set it before the route serves.
+	Auth Authenticator
 }
 
 // NewRoute compiles a route's configuration around its upstream. The
@@ -86,6 +91,7 @@ func NewRoute(c config.Route, up Upstream) (*Route, error) {
 		timeout:      c.UpstreamTimeout(),
 		drainTimeout: c.DrainTimeout,
 		upstream:     up,
+		writes:       newWriteLimit(c.MaxInflightWrites),
 	}
 	if c.Match.Host == "" {
 		rt.host = ""

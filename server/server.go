@@ -32,6 +32,7 @@ type Server struct {
 	gw      *gateway.Gateway
 	fence   gateway.Fence
 	admin   *http.ServeMux
+	edges   edgeState // TLS and API authentication (edges.go)
 
 	listeners []*listener
 }
@@ -80,6 +81,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err 
 		s.gw.SetRoutes(routes)
 		(&gateway.FenceAPI{Fence: s.fence, Log: log.With("component", "admin")}).Register(s.admin)
 	}
+	if err := s.setupEdges(ctx, cfg); err != nil {
+		return nil, err
+	}
 	s.admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -115,7 +119,11 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger) ([]*gateway.Route, error)
 		var up gateway.Upstream
 		switch {
 		case rc.Upstream != nil:
-			opts := gateway.HTTPUpstreamOptions{Transport: transport}
+			tr, err := upstreamTransport(rc.Upstream, transport)
+			if err != nil {
+				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+			}
+			opts := gateway.HTTPUpstreamOptions{Transport: tr}
 			if rc.ForwardToken != nil && !*rc.ForwardToken {
 				opts.TokenHeader = cfg.Gateway.TokenHeader
 			}
@@ -129,6 +137,9 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger) ([]*gateway.Route, error)
 		}
 		rt, err := gateway.NewRoute(rc, up)
 		if err != nil {
+			return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+		}
+		if rt.Auth, err = routeAuth(rc.Auth); err != nil {
 			return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 		}
 		routes = append(routes, rt)
@@ -169,11 +180,14 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	if cfg.Admin.Listen != "" {
 		if err := s.listen("admin", cfg.Admin.Listen, &http.Server{
-			Handler:           s.admin,
+			Handler:           s.protect("admin", s.admin),
 			ReadHeaderTimeout: 10 * time.Second,
 		}); err != nil {
 			return err
 		}
+	}
+	if err := s.startACME(ctx); err != nil {
+		return err
 	}
 	for _, l := range s.listeners {
 		go func() {
@@ -195,6 +209,7 @@ func (s *Server) listen(name, addr string, srv *http.Server) error {
 		s.listeners = nil
 		return fmt.Errorf("%s listener: %w", name, err)
 	}
+	ln = s.tlsListener(name, ln)
 	s.listeners = append(s.listeners, &listener{name: name, ln: ln, srv: srv})
 	return nil
 }
@@ -231,6 +246,9 @@ func (s *Server) Reload(cfg *config.Config) error {
 	}
 	if !sameStore(cfg.Store, s.cfg.Store) || cfg.Fence.Mode != s.cfg.Fence.Mode {
 		s.log.Warn("store or fence mode changed; restart to apply")
+	}
+	if err := s.reloadEdges(cfg); err != nil {
+		return err
 	}
 	s.cfg = cfg
 	return nil

@@ -1,0 +1,221 @@
+// Package auth answers "who sends this request, and what may they write"
+// for gateway routes, the coordinator API and the admin API, from the
+// config's auth blocks: bearer API keys kept as SHA-256 hashes, and client
+// certificates verified by the TLS listener (mTLS).
+package auth
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// Authenticator checks credentials against one auth block. It is immutable;
+// a reload builds a new one, which is how a removed key is revoked.
+type Authenticator struct {
+	keys  map[[sha256.Size]byte]gateway.Identity
+	certs map[string]gateway.Identity // by certificate name
+}
+
+var _ gateway.Authenticator = (*Authenticator)(nil)
+
+// New returns the Authenticator of c, or nil if c asks for no credentials.
+// c must have been validated (config.Parse does that).
+func New(c *config.Auth) (*Authenticator, error) {
+	if !c.Enabled() {
+		return nil, nil
+	}
+	a := &Authenticator{
+		keys:  make(map[[sha256.Size]byte]gateway.Identity, len(c.APIKeys)),
+		certs: make(map[string]gateway.Identity, len(c.ClientCerts)),
+	}
+	for _, k := range c.APIKeys {
+		var sum [sha256.Size]byte
+		if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
+			return nil, fmt.Errorf("api key of %s: sha256 is not 64 hex digits", k.Owner)
+		} else {
+			copy(sum[:], b)
+		}
+		a.keys[sum] = gateway.Identity{Owner: k.Owner, Prefixes: prefixes(k.Prefixes), Credential: "Authorization"}
+	}
+	for _, cc := range c.ClientCerts {
+		a.certs[cc.Name] = gateway.Identity{Owner: cc.Name, Prefixes: prefixes(cc.Prefixes)}
+	}
+	return a, nil
+}
+
+// prefixes keeps "no prefixes" as nil, which gateway.Identity reads as
+// "every resource".
+func prefixes(p []string) []string {
+	if len(p) == 0 {
+		return nil
+	}
+	return append([]string(nil), p...)
+}
+
+// HashKey is the SHA-256 hex form an API key is configured with.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// Authenticate implements gateway.Authenticator: a bearer key when the
+// request sends one and keys are configured, else a verified client
+// certificate.
+func (a *Authenticator) Authenticate(r *http.Request) (gateway.Identity, error) {
+	if h := r.Header.Get("Authorization"); h != "" && len(a.keys) > 0 {
+		scheme, key, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+			return gateway.Identity{}, unauthorized("Authorization must be \"Bearer <api key>\"")
+		}
+		// Looking the hash up in a map leaks, through timing, nothing an
+		// attacker can use: finding a key whose hash is close to a valid
+		// one's is as hard as finding the key.
+		id, ok := a.keys[sha256.Sum256([]byte(strings.TrimSpace(key)))]
+		if !ok {
+			return gateway.Identity{}, unauthorized("unknown or revoked API key")
+		}
+		return id, nil
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(a.certs) > 0 {
+		leaf := r.TLS.VerifiedChains[0][0]
+		for _, name := range certNames(leaf) {
+			if id, ok := a.certs[name]; ok {
+				return id, nil
+			}
+		}
+		return gateway.Identity{}, unauthorized("the client certificate names no configured identity")
+	}
+	switch {
+	case len(a.keys) > 0 && len(a.certs) > 0:
+		return gateway.Identity{}, unauthorized("send an API key (Authorization: Bearer <key>) or a client certificate")
+	case len(a.keys) > 0:
+		return gateway.Identity{}, unauthorized("send an API key (Authorization: Bearer <key>)")
+	}
+	return gateway.Identity{}, unauthorized("send a client certificate")
+}
+
+// certNames are the names a certificate proves: its Common Name and its
+// DNS, URI and e-mail subject alternative names. The listener verified the
+// chain (tls.client_ca_file), so every one of them is vouched for by the CA.
+func certNames(c *x509.Certificate) []string {
+	names := make([]string, 0, 1+len(c.DNSNames)+len(c.URIs)+len(c.EmailAddresses))
+	if c.Subject.CommonName != "" {
+		names = append(names, c.Subject.CommonName)
+	}
+	names = append(names, c.DNSNames...)
+	for _, u := range c.URIs {
+		names = append(names, u.String())
+	}
+	return append(names, c.EmailAddresses...)
+}
+
+func unauthorized(msg string) *fencegate.Error {
+	return fencegate.Errorf(http.StatusUnauthorized, fencegate.CodeUnauthorized, "%s", msg)
+}
+
+type identityKey struct{}
+
+// IdentityFrom returns the identity Middleware authenticated, if any.
+func IdentityFrom(ctx context.Context) (gateway.Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(gateway.Identity)
+	return id, ok
+}
+
+// maxPeek bounds the JSON body Middleware reads to find the resource.
+const maxPeek = 1 << 20
+
+// Middleware requires a's credentials on every request to next except the
+// paths in open (probes). An identity with prefixes may only name
+// resources under them: the resource is the `resource` query parameter or
+// the "resource" field of a JSON body (the coordinator and admin APIs name
+// it so); a request naming none is refused for such an identity. The
+// identity is in the request context (IdentityFrom). A nil a passes every
+// request through.
+func Middleware(a *Authenticator, next http.Handler, open ...string) http.Handler {
+	if a == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, p := range open {
+			if r.URL.Path == p {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		id, err := a.Authenticate(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate"`)
+			refusal(err).WriteJSON(w)
+			return
+		}
+		if id.Prefixes != nil {
+			res, r2, err := requestResource(r)
+			if err != nil {
+				refusal(err).WriteJSON(w)
+				return
+			}
+			r = r2
+			if res == "" {
+				fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
+					"%s may only act on named resources under its prefixes", id.Owner).WriteJSON(w)
+				return
+			}
+			if !id.Allows(res) {
+				e := fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden, "%s may not act on %s", id.Owner, res)
+				e.Resource = res
+				e.WriteJSON(w)
+				return
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+	})
+}
+
+// requestResource finds the resource a coordinator or admin request names,
+// returning the request with its body restored when it had to be read.
+func requestResource(r *http.Request) (string, *http.Request, error) {
+	if res := r.URL.Query().Get("resource"); res != "" {
+		return res, r, nil
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return "", r, nil
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "" && mt != "application/json" {
+		return "", r, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxPeek+1))
+	if err != nil {
+		return "", r, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reading the request body: %v", err)
+	}
+	if len(b) > maxPeek {
+		return "", r, fencegate.Errorf(http.StatusRequestEntityTooLarge, fencegate.CodeBodyTooLarge, "request body over %d bytes", maxPeek)
+	}
+	r2 := r.Clone(r.Context())
+	r2.Body = io.NopCloser(bytes.NewReader(b))
+	var v struct {
+		Resource string `json:"resource"`
+	}
+	// A body that is not JSON names no resource; the API itself answers it.
+	_ = json.Unmarshal(b, &v)
+	return v.Resource, r2, nil
+}
+
+func refusal(err error) *fencegate.Error {
+	if e, ok := err.(*fencegate.Error); ok {
+		return e
+	}
+	return &fencegate.Error{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error", Err: err}
+}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+
+	"github.com/fencegate/fencegate/adapters/postgres"
+	tlsconf "github.com/fencegate/fencegate/adapters/tls"
+	"github.com/fencegate/fencegate/auth"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// edgeState is the process's TLS and the authentication of its APIs.
+type edgeState struct {
+	tls *tlsconf.Manager
+	// API authenticators by listener name ("admin", "coordinator"); a
+	// reload swaps them, which is how a removed key stops working.
+	apiAuth map[string]*atomic.Pointer[auth.Authenticator]
+}
+
+// setupEdges prepares TLS (loading files now; ACME certificates are obtained
+// once the listeners serve) and the API authenticators.
+func (s *Server) setupEdges(ctx context.Context, cfg *config.Config) error {
+	s.edges.apiAuth = map[string]*atomic.Pointer[auth.Authenticator]{
+		"admin": {}, "coordinator": {},
+	}
+	if err := s.setAPIAuth(cfg); err != nil {
+		return err
+	}
+	opts := tlsconf.Options{Logger: s.log}
+	if cfg.TLS.Mode == "acme" {
+		storage, err := s.certStorage(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		opts.Storage = storage
+	}
+	m, err := tlsconf.New(cfg.TLS, opts)
+	if err != nil {
+		return err
+	}
+	s.edges.tls = m
+	s.closers = append(s.closers, m)
+	return nil
+}
+
+// certStorage is where ACME state lives: PostgreSQL when the store is
+// PostgreSQL (replicas share it), else files beside the embedded store.
+func (s *Server) certStorage(ctx context.Context, cfg *config.Config) (certmagic.Storage, error) {
+	if p := cfg.Store.Postgres; p != nil {
+		// A small pool of its own: certificate work must never wait behind
+		// (or hold up) fence transactions.
+		db, err := postgres.Open(ctx, p.URL, postgres.Options{MaxConns: 4, Timeout: p.Timeout})
+		if err != nil {
+			return nil, fmt.Errorf("tls certificate storage: %w", err)
+		}
+		s.closers = append(s.closers, db)
+		return postgres.NewCertStorage(db), nil
+	}
+	dir := "./data"
+	if e := cfg.Store.Embedded; e != nil {
+		dir = filepath.Dir(e.Path)
+	}
+	return &certmagic.FileStorage{Path: filepath.Join(dir, "acme")}, nil
+}
+
+func (s *Server) setAPIAuth(cfg *config.Config) error {
+	for name, a := range map[string]*config.Auth{"admin": cfg.Admin.Auth, "coordinator": cfg.Coordinator.Auth} {
+		au, err := auth.New(a)
+		if err != nil {
+			return fmt.Errorf("%s.auth: %w", name, err)
+		}
+		s.edges.apiAuth[name].Store(au)
+	}
+	return nil
+}
+
+// reloadEdges applies a reloaded configuration's API keys. TLS settings
+// need a restart (certificate files are picked up by themselves).
+func (s *Server) reloadEdges(cfg *config.Config) error {
+	if s.edges.apiAuth == nil {
+		return nil
+	}
+	return s.setAPIAuth(cfg)
+}
+
+// protect requires the credentials of the named API's auth block (admin,
+// coordinator) on h. /healthz and /readyz stay open: probes carry no
+// credentials.
+func (s *Server) protect(name string, h http.Handler) http.Handler {
+	p := s.edges.apiAuth[name]
+	if p == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth.Middleware(p.Load(), h, "/healthz", "/readyz").ServeHTTP(w, r)
+	})
+}
+
+// tlsListener wraps a listener named in tls.listeners with TLS.
+func (s *Server) tlsListener(name string, ln net.Listener) net.Listener {
+	if s.edges.tls == nil {
+		return ln
+	}
+	tc := s.edges.tls.ServerConfig()
+	if tc == nil {
+		return ln
+	}
+	for _, l := range s.cfg.TLS.Listeners {
+		if l == name {
+			return tls.NewListener(ln, tc)
+		}
+	}
+	return ln
+}
+
+// startACME binds tls.acme.http_listen (HTTP-01 answers and the redirect to
+// HTTPS) and starts obtaining certificates in the background; it runs once
+// the other listeners are bound, so the CA can connect back to them.
+func (s *Server) startACME(ctx context.Context) error {
+	a := s.cfg.TLS.ACME
+	if s.edges.tls == nil || s.cfg.TLS.Mode != "acme" || a == nil {
+		return nil
+	}
+	httpsPort := 0
+	if _, p, err := net.SplitHostPort(s.Addr("gateway")); err == nil {
+		fmt.Sscan(p, &httpsPort)
+	}
+	s.edges.tls.SetTLSALPNPort(httpsPort)
+	if a.HTTPListen != "" {
+		if err := s.listen("acme-http", a.HTTPListen, &http.Server{
+			Handler:           s.edges.tls.HTTPHandler(httpsPort),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       time.Minute,
+		}); err != nil {
+			return err
+		}
+	}
+	return s.edges.tls.Manage(ctx)
+}
+
+// upstreamTransport is the transport of one upstream: the shared one, or
+// with upstream.tls a transport of its own with that TLS client.
+func upstreamTransport(u *config.Upstream, shared http.RoundTripper) (http.RoundTripper, error) {
+	if u.TLS == nil {
+		return shared, nil
+	}
+	tc, err := tlsconf.UpstreamConfig(u.TLS)
+	if err != nil {
+		return nil, err
+	}
+	return gateway.NewTransport(tc), nil
+}
+
+// routeAuth is a route's Authenticator; a nil interface when the route
+// asks for no credentials.
+func routeAuth(a *config.Auth) (gateway.Authenticator, error) {
+	au, err := auth.New(a)
+	if err != nil || au == nil {
+		return nil, err
+	}
+	return au, nil
+}
