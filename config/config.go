@@ -138,7 +138,8 @@ type Embedded struct {
 // Postgres is the PostgreSQL store.
 type Postgres struct {
 	URL string `yaml:"url"`
-	// MaxConns caps the pool. Default 0: pgx's default.
+	// MaxConns caps the pool. Default 40 in shared fence mode (every write
+	// in flight holds one), else pgx's default.
 	MaxConns int32 `yaml:"max_conns"`
 	// Timeout bounds one statement (and lock waits). Default 5s.
 	Timeout time.Duration `yaml:"timeout"`
@@ -236,6 +237,10 @@ func (c *Config) applyDefaults() {
 	}
 	if p := c.Store.Postgres; p != nil && p.Timeout == 0 {
 		p.Timeout = 5 * time.Second
+	}
+	if p := c.Store.Postgres; p != nil && p.MaxConns == 0 && c.Fence.Mode == "shared" {
+		// Every write in flight holds a connection in shared fence mode.
+		p.MaxConns = 40
 	}
 	if c.Fence.Mode == "" {
 		c.Fence.Mode = "local"
