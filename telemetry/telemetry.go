@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,9 @@ type Telemetry struct {
 	sdk        *sdktrace.TracerProvider // nil when tracing is off
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
+
+	coordOnce sync.Once
+	coord     *CoordinatorMetrics // registered by the first coordinator hook
 }
 
 // Options tune New.
