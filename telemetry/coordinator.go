@@ -39,7 +39,8 @@ type CoordinatorMetrics struct {
 	lastToken    atomic.Int64
 }
 
-func (t *Telemetry) coordinatorMetrics() *CoordinatorMetrics {
+// Coordinator returns the coordinator metrics, registering them on first use.
+func (t *Telemetry) Coordinator() *CoordinatorMetrics {
 	t.coordOnce.Do(func() {
 		m := &CoordinatorMetrics{
 			AcquireWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -88,7 +89,7 @@ func (t *Telemetry) LeaseBackend(b coordinator.Backend, log *slog.Logger) coordi
 	if log == nil {
 		log = slog.Default()
 	}
-	lb := &leaseBackend{b: b, m: t.coordinatorMetrics(), log: log}
+	lb := &leaseBackend{b: b, m: t.Coordinator(), log: log}
 	if t.Tracing() {
 		lb.tracer = t.tracer
 	}
@@ -251,7 +252,7 @@ var coordinatorRoutes = map[string]bool{
 // span per call named after its endpoint, continuing the worker's W3C trace
 // context so that its lease and its writes can share one trace.
 func (t *Telemetry) InstrumentCoordinator(h http.Handler) http.Handler {
-	m := t.coordinatorMetrics()
+	m := t.Coordinator()
 	timed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/leases/acquire" {
 			h.ServeHTTP(w, r)
