@@ -504,6 +504,11 @@ func (c *Config) Validate() Errors {
 	default:
 		add("fence.mode", "must be local or shared, not %q", c.Fence.Mode)
 	}
+	if e := c.Telemetry.OTLPEndpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("telemetry.otlp_endpoint", "must be an http(s) URL of an OTLP/HTTP receiver, e.g. http://127.0.0.1:4318")
+		}
+	}
 	if c.Coordinator.Enabled {
 		if c.Coordinator.Listen == "" {
 			add("coordinator.listen", "required when the coordinator is enabled")

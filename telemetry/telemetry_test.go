@@ -550,3 +550,22 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// `fencegate validate` refuses an endpoint the exporter could not use.
+func TestConfigValidatesEndpoint(t *testing.T) {
+	for _, c := range []struct {
+		endpoint string
+		ok       bool
+	}{
+		{"", true},
+		{"http://127.0.0.1:4318", true},
+		{"https://otel.example/v1/traces", true},
+		{"127.0.0.1:4318", false},
+		{"grpc://collector:4317", false},
+	} {
+		_, err := config.Parse("t.yaml", []byte(fmt.Sprintf("coordinator: {enabled: true}\ntelemetry: {otlp_endpoint: %q}\n", c.endpoint)))
+		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "telemetry.otlp_endpoint")) {
+			t.Errorf("otlp_endpoint %q: %v; want ok=%v", c.endpoint, err, c.ok)
+		}
+	}
+}
