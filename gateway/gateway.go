@@ -226,6 +226,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req *Request, o *Outcome, abortCtx context.Context) {
 	ctx, cancel := context.WithTimeout(r.Context(), rt.timeout)
 	defer cancel()
+	if r.Body != nil && r.Body != http.NoBody {
+		// When the forward is abandoned (superseded, timed out) while the
+		// client is still sending its body, the transport waits for its
+		// writer, which is blocked reading from the client. Expiring the
+		// client connection's read deadline unblocks it; the connection is
+		// closed after the answer, as its unread body makes it unusable.
+		stop := context.AfterFunc(ctx, func() {
+			http.NewResponseController(w).SetReadDeadline(time.Now())
+		})
+		defer stop()
+	}
 	rw := &statusWriter{ResponseWriter: w}
 	err := rt.upstream.Forward(rw, r.WithContext(withRequest(ctx, req)))
 	o.Status = rw.status

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/fencegate/fencegate/config"
@@ -322,5 +323,44 @@ func TestUpstreamDown(t *testing.T) {
 	st, body := do(t, "PUT", g.URL+"/d/x", tok("1"), "x")
 	if st != 502 || !strings.Contains(body, "upstream_unavailable") || strings.Contains(body, "127.0.0.1") {
 		t.Fatalf("upstream down: %d %s; want 502 upstream_unavailable without internal address", st, body)
+	}
+}
+
+// TestAbortIncompleteBody: a write whose body is still arriving when a newer
+// token advances is aborted; the newer write does not wait for the slow
+// client, and the upstream never applies the incomplete request.
+func TestAbortIncompleteBody(t *testing.T) {
+	g := newTestGateway(t, ordersRoute)
+	pr, pw := io.Pipe()
+	aDone := make(chan int)
+	go func() {
+		req, _ := http.NewRequest("PUT", g.URL+"/orders/10", pr)
+		req.ContentLength = 1 << 20
+		req.Header.Set("Fencing-Token", "41")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			aDone <- 0
+			return
+		}
+		resp.Body.Close()
+		aDone <- resp.StatusCode
+	}()
+	pw.Write([]byte(strings.Repeat("a", 1000)))
+	for {
+		st, _ := g.fence.State(t.Context(), "/orders/10")
+		if st.Highest == 41 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st, body := do(t, "PUT", g.URL+"/orders/10", tok("42"), "B"); st != 200 {
+		t.Fatalf("B: %d %s", st, body)
+	}
+	pw.CloseWithError(io.ErrUnexpectedEOF)
+	if st := <-aDone; st == 200 {
+		t.Fatal("A's incomplete write answered 200")
+	}
+	if got := recorder.Summary(g.rec.HistoryOf("/orders/10")); got != "PUT B@42" {
+		t.Fatalf("upstream applied %q; want only B's write", got)
 	}
 }
