@@ -9,8 +9,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
