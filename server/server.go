@@ -18,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/telemetry"
 )
 
 // Server is a running fencegate process.
@@ -33,6 +34,8 @@ type Server struct {
 	fence   gateway.Fence
 	admin   *http.ServeMux
 	edges   edgeState // TLS and API authentication (edges.go)
+
+	tel *telemetry.Telemetry // metrics and tracing (telemetry.go)
 
 	listeners []*listener
 }
@@ -64,13 +67,16 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err 
 		}
 	}()
 
+	if err := s.setupTelemetry(ctx, cfg); err != nil {
+		return nil, err
+	}
 	store, err := s.openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Gateway != nil {
-		s.fence = gateway.NewLocalFence(store, gateway.LocalFenceOptions{MaxEntries: cfg.Fence.CacheEntries})
-		s.gw = gateway.New(s.fence, gateway.Options{
+		s.fence = gateway.NewLocalFence(s.tel.Store(store), gateway.LocalFenceOptions{MaxEntries: cfg.Fence.CacheEntries, OnDrain: s.tel.Drained})
+		s.gw = gateway.New(s.tel.TraceFence(s.fence), gateway.Options{
 			TokenHeader: cfg.Gateway.TokenHeader,
 			Logger:      log.With("component", "gateway"),
 		})
@@ -79,6 +85,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err 
 			return nil, err
 		}
 		s.gw.SetRoutes(routes)
+		s.gw.Observer = s.tel
 		(&gateway.FenceAPI{Fence: s.fence, Log: log.With("component", "admin")}).Register(s.admin)
 	}
 	if err := s.setupEdges(ctx, cfg); err != nil {
@@ -123,7 +130,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger) ([]*gateway.Route, error)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
-			opts := gateway.HTTPUpstreamOptions{Transport: tr}
+			opts := gateway.HTTPUpstreamOptions{Transport: telemetry.Transport(tr)}
 			if rc.ForwardToken != nil && !*rc.ForwardToken {
 				opts.TokenHeader = cfg.Gateway.TokenHeader
 			}
@@ -169,7 +176,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if cfg.Gateway != nil {
 		g := cfg.Gateway
 		if err := s.listen("gateway", g.Listen, &http.Server{
-			Handler:           s.gw,
+			Handler:           s.tel.InstrumentHandler("gateway", s.gw),
 			ReadHeaderTimeout: g.ReadHeaderTimeout,
 			IdleTimeout:       g.IdleTimeout,
 			MaxHeaderBytes:    g.MaxHeaderBytes,
