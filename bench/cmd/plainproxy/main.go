@@ -1,0 +1,32 @@
+// Command plainproxy is the baseline of the proxy benchmark: a plain
+// httputil.ReverseProxy with the same transport settings as fencegate's
+// upstreams, and nothing else.
+package main
+
+import (
+	"flag"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+
+	"github.com/fencegate/fencegate/gateway"
+)
+
+func main() {
+	addr := flag.String("listen", "127.0.0.1:0", "listen address")
+	upstream := flag.String("upstream", "", "upstream URL")
+	flag.Parse()
+	u, err := url.Parse(*upstream)
+	if err != nil || u.Host == "" {
+		log.Fatalf("-upstream: need a URL, got %q", *upstream)
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.SetXForwarded()
+		},
+		Transport: gateway.NewTransport(nil),
+	}
+	log.Fatal(http.ListenAndServe(*addr, rp))
+}
