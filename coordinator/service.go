@@ -40,6 +40,10 @@ type Service struct {
 	// Logger receives one line per store failure and debug lines per
 	// operation. Nil: slog.Default().
 	Logger *slog.Logger
+	// Releases reports releases made by other processes to Start. Nil:
+	// the Backend, if it implements ReleaseWatcher (set it explicitly when
+	// Backend is a wrapper, e.g. for tracing, that hides the method).
+	Releases ReleaseWatcher
 
 	mu      sync.Mutex
 	waiters map[string]chan struct{} // closed to wake every waiter of a resource
@@ -69,9 +73,12 @@ func orDefault(d, def time.Duration) time.Duration {
 // can report them (ReleaseWatcher). Without it, waiters of this process are
 // still woken by this process's releases and by the holder's expiry.
 func (s *Service) Start() {
-	w, ok := s.Backend.(ReleaseWatcher)
-	if !ok {
-		return
+	w := s.Releases
+	if w == nil {
+		var ok bool
+		if w, ok = s.Backend.(ReleaseWatcher); !ok {
+			return
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.mu.Lock()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -36,6 +37,8 @@ type Server struct {
 	edges   edgeState // TLS and API authentication (edges.go)
 
 	tel *telemetry.Telemetry // metrics and tracing (telemetry.go)
+
+	coord *coordinator.Service // lease service (coordinator.go)
 
 	listeners []*listener
 }
@@ -74,6 +77,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err 
 	if err != nil {
 		return nil, err
 	}
+	if err := s.setupCoordinator(cfg, store); err != nil {
+		return nil, err
+	}
 	if cfg.Gateway != nil {
 		s.fence = gateway.NewLocalFence(s.tel.Store(store), gateway.LocalFenceOptions{MaxEntries: cfg.Fence.CacheEntries, OnDrain: s.tel.Drained})
 		s.gw = gateway.New(s.tel.TraceFence(s.fence), gateway.Options{
@@ -110,7 +116,7 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 		s.pinger = st
 		return st, nil
 	default:
-		return nil, errors.New("store.postgres is not available in this build yet")
+		return s.openPostgres(ctx, cfg)
 	}
 }
 
@@ -194,6 +200,9 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	if err := s.startACME(ctx); err != nil {
+		return err
+	}
+	if err := s.startCoordinator(); err != nil {
 		return err
 	}
 	for _, l := range s.listeners {

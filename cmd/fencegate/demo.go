@@ -16,13 +16,15 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/coordinator/client"
 	"github.com/fencegate/fencegate/internal/recorder"
 	"github.com/fencegate/fencegate/server"
 )
 
 // demoCmd plays the stale-owner story of DESIGN.md section 1 against a real
-// gateway on the embedded store, in front of a sample upstream, and fails if
-// the upstream ends up with the zombie's write.
+// gateway and a real lease coordinator in one process on the embedded store,
+// in front of a sample upstream, and fails if the upstream ends up with the
+// zombie's write.
 type demoCmd struct{}
 
 func (c *demoCmd) Run(ctx context.Context, args []string) error {
@@ -60,6 +62,7 @@ gateway:
       resource: "{path}"
 store:
   embedded: {path: %q}
+coordinator: {enabled: true, listen: 127.0.0.1:0}
 admin: {listen: ""}
 log: {level: error}
 `, upLn.Addr(), filepath.Join(*dir, "fencegate.db"))
@@ -76,16 +79,32 @@ log: {level: error}
 		return err
 	}
 	gw := "http://" + srv.Addr("gateway")
+	coord := "http://" + srv.Addr("coordinator")
 	const res = "/orders/7"
+	const ttl = 500 * time.Millisecond
 
 	say := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
-	say("fencegate demo: gateway %s (embedded store in %s), sample upstream http://%s", gw, *dir, upLn.Addr())
+	say("fencegate demo: gateway %s, coordinator %s (embedded store in %s), sample upstream http://%s", gw, coord, *dir, upLn.Addr())
 	say("")
-	tokA, tokB := int64(41), int64(42)
-	say("1. worker A acquires the lease on %s: token %d", res, tokA)
+	// A takes the lease with one call and, being paused, never renews it.
+	workerA := &client.Client{URL: coord, Owner: "worker-A"}
+	la, err := workerA.AcquireOnce(ctx, res, client.Options{TTL: ttl})
+	if err != nil {
+		return fmt.Errorf("worker A: %w", err)
+	}
+	tokA := la.Token
+	say("1. worker A acquires the lease on %s for %v: token %d", res, ttl, tokA)
 	say("2. worker A pauses (a long GC, a partition); its lease expires")
-	say("3. worker B acquires the lease on %s: token %d", res, tokB)
-	st, body, err := put(gw+res, tokB, "shipped by B")
+	time.Sleep(ttl + 200*time.Millisecond)
+	workerB := &client.Client{URL: coord, Owner: "worker-B"}
+	lb, err := workerB.Acquire(ctx, res, client.Options{TTL: 30 * time.Second})
+	if err != nil {
+		return fmt.Errorf("worker B: %w", err)
+	}
+	defer lb.Close()
+	tokB := lb.Token
+	say("3. worker B acquires the lease on %s: token %d (renewed in the background)", res, tokB)
+	st, body, err := putWith(&http.Client{Transport: lb.RoundTripper(nil)}, gw+res, 0, "shipped by B")
 	if err != nil {
 		return err
 	}
@@ -109,12 +128,20 @@ log: {level: error}
 }
 
 func put(url string, token int64, value string) (int, string, error) {
+	return putWith(http.DefaultClient, url, token, value)
+}
+
+// putWith sends a PUT through hc; a token of 0 leaves the header to hc's
+// transport (a lease's RoundTripper).
+func putWith(hc *http.Client, url string, token int64, value string) (int, string, error) {
 	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(value))
 	if err != nil {
 		return 0, "", err
 	}
-	req.Header.Set("Fencing-Token", strconv.FormatInt(token, 10))
-	resp, err := http.DefaultClient.Do(req)
+	if token != 0 {
+		req.Header.Set("Fencing-Token", strconv.FormatInt(token, 10))
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, "", err
 	}
