@@ -198,6 +198,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 		if err != nil {
 			o.Wait = time.Since(fenceStart)
+			if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+				// The client gave up while waiting (drain); nobody listens.
+				o.Decision, o.Resource, o.Err = "client_closed", key, err
+				return
+			}
 			ref := asRefusal(err)
 			if ref.Resource == "" {
 				ref.Resource = key
@@ -268,13 +273,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		o.Decision, o.Err = "client_closed", err
 		return
 	default:
-		ref = asRefusal(err)
-		if ref.Code == "" || ref.Status == http.StatusInternalServerError {
+		if !errors.As(err, &ref) {
 			ref = fencegate.Errorf(http.StatusBadGateway, fencegate.CodeUpstreamUnavailable,
 				"upstream request failed: %s", upstreamErrMessage(err))
 		}
 	}
-	ref.Err = err
+	if ref.Err == nil && !errors.Is(err, ref) {
+		ref.Err = err // the cause, for the log line; never a cycle
+	}
 	if rw.status != 0 {
 		// The answer had started: nothing more can be said to the client.
 		o.Decision, o.Err = ref.Code, err

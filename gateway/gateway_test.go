@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/recorder"
@@ -362,5 +363,40 @@ func TestAbortIncompleteBody(t *testing.T) {
 	}
 	if got := recorder.Summary(g.rec.HistoryOf("/orders/10")); got != "PUT B@42" {
 		t.Fatalf("upstream applied %q; want only B's write", got)
+	}
+}
+
+// refusingUpstream answers every forward with a refusal of its own, as the
+// S3 adapter does for a failed precondition.
+type refusingUpstream struct{ err error }
+
+func (u refusingUpstream) Forward(w http.ResponseWriter, r *http.Request) error { return u.err }
+
+// TestUpstreamRefusal: a *fencegate.Error from an upstream is answered as
+// is, and logging it terminates (its cause is never itself).
+func TestUpstreamRefusal(t *testing.T) {
+	cfg, err := config.Parse("t.yaml", []byte("gateway:\n  routes:\n"+strings.ReplaceAll(ordersRoute, "UPSTREAM", "http://127.0.0.1:1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fencegate.Errorf(http.StatusPreconditionFailed, fencegate.CodePreconditionFailed, "the object changed")
+	rt, err := gateway.NewRoute(cfg.Gateway.Routes[0], refusingUpstream{err: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	g := gateway.New(gateway.NewLocalFence(openStore(t), gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	g.SetRoutes([]*gateway.Route{rt})
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	st, body := do(t, "PUT", srv.URL+"/orders/1", tok("1"), "x")
+	if st != 412 || !strings.Contains(body, `"error":"precondition_failed"`) {
+		t.Fatalf("got %d %s; want 412 precondition_failed", st, body)
+	}
+	if want.Err != nil {
+		t.Fatalf("the upstream's error got a cause attached: %v", want.Err)
+	}
+	if !strings.Contains(logs.String(), "precondition_failed") {
+		t.Fatalf("no log line: %s", logs.String())
 	}
 }
