@@ -34,7 +34,8 @@ type Server struct {
 	gw      *gateway.Gateway
 	fence   gateway.Fence
 	admin   *http.ServeMux
-	edges   edgeState // TLS and API authentication (edges.go)
+	store   gateway.Store // for S3 routes' ETag bookkeeping (s3.go)
+	edges   edgeState     // TLS and API authentication (edges.go)
 
 	tel *telemetry.Telemetry // metrics and tracing (telemetry.go)
 
@@ -77,6 +78,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err 
 	if err != nil {
 		return nil, err
 	}
+	s.store = store
 	if err := s.setupCoordinator(cfg, store); err != nil {
 		return nil, err
 	}
@@ -86,7 +88,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err 
 			TokenHeader: cfg.Gateway.TokenHeader,
 			Logger:      log.With("component", "gateway"),
 		})
-		routes, err := BuildRoutes(cfg, log)
+		routes, err := BuildRoutes(cfg, log, store)
 		if err != nil {
 			return nil, err
 		}
@@ -121,8 +123,9 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 }
 
 // BuildRoutes compiles the routes of cfg with their upstreams. It is used at
-// start, on reload, and by `fencegate validate`.
-func BuildRoutes(cfg *config.Config, log *slog.Logger) ([]*gateway.Route, error) {
+// start, on reload, and by `fencegate validate`. The process's store, if
+// given, keeps the ETags of S3 routes with `precondition: etag`.
+func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) ([]*gateway.Route, error) {
 	if cfg.Gateway == nil {
 		return nil, nil
 	}
@@ -146,7 +149,11 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger) ([]*gateway.Route, error)
 			}
 			up = h
 		default:
-			return nil, fmt.Errorf("gateway.routes[%d] (%s): s3 upstreams are not available in this build yet", i, rc.Name)
+			s3up, err := newS3Upstream(cfg, rc, log, telemetry.Transport(transport), store)
+			if err != nil {
+				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+			}
+			up = s3up
 		}
 		rt, err := gateway.NewRoute(rc, up)
 		if err != nil {
@@ -251,7 +258,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 		return errors.New("adding or removing the gateway section needs a restart")
 	}
 	if s.gw != nil {
-		routes, err := BuildRoutes(cfg, s.log)
+		routes, err := BuildRoutes(cfg, s.log, s.store)
 		if err != nil {
 			return err
 		}

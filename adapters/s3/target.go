@@ -1,0 +1,236 @@
+package s3
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// target is the bucket and object a request names, and what it does.
+type target struct {
+	bucket string
+	key    string // decoded; "" for bucket and service requests
+	op     op
+}
+
+// op classifies the requests whose effect on the object's ETag the gateway
+// tracks; every other request is forwarded without preconditions.
+type op int
+
+const (
+	opOther op = iota
+	opPutObject
+	opCopyObject
+	opCompleteMultipart
+	opDeleteObject
+	opDeleteObjects
+)
+
+// maxKeyBytes is S3's limit on key length.
+const maxKeyBytes = 1024
+
+// parseTarget finds bucket and key in a path-style or virtual-hosted
+// request. The key is decoded from the raw path exactly once and must have
+// one spelling only: the gateway refuses keys that S3-compatible stores
+// disagree about or that a file-system backend would fold together
+// (empty, "." and ".." segments, encoded slashes, backslashes, control
+// characters, invalid UTF-8), so that one object can never be reached
+// under two fence keys (DESIGN.md section 3, step 4).
+func (u *Upstream) parseTarget(r *http.Request) (target, *s3Error) {
+	var t target
+	raw := strings.TrimPrefix(rawPath(r), "/")
+	if b, ok := u.virtualBucket(r.Host); ok {
+		t.bucket = b
+	} else {
+		var rest string
+		t.bucket, rest, _ = strings.Cut(raw, "/")
+		raw = rest
+		if t.bucket != "" {
+			b, err := url.PathUnescape(t.bucket)
+			if err != nil || !validBucket(b) {
+				return t, errInvalidRequest("invalid bucket name")
+			}
+			t.bucket = b
+		}
+	}
+	if raw != "" {
+		k, err := decodeKey(raw)
+		if err != nil {
+			return t, err
+		}
+		t.key = k
+	}
+	t.op = classify(r, t)
+	return t, nil
+}
+
+func (u *Upstream) virtualBucket(host string) (string, bool) {
+	if u.vhostSuffix == "" {
+		return "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	b, ok := strings.CutSuffix(host, "."+u.vhostSuffix)
+	if !ok || !validBucket(b) {
+		return "", false
+	}
+	return b, true
+}
+
+// validBucket accepts DNS-compatible bucket names (S3's rules for buckets
+// created since 2018): 3-63 lower-case letters, digits, dots and hyphens,
+// starting and ending with a letter or digit.
+func validBucket(b string) bool {
+	if len(b) < 3 || len(b) > 63 {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return b[0] != '.' && b[0] != '-' && b[len(b)-1] != '.' && b[len(b)-1] != '-' && !strings.Contains(b, "..")
+}
+
+func decodeKey(raw string) (string, *s3Error) {
+	if strings.Contains(strings.ToLower(raw), "%2f") {
+		return "", errInvalidArgument("object key contains an encoded slash (%2F); send / unencoded")
+	}
+	k, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", errInvalidArgument("object key has invalid percent-encoding")
+	}
+	if len(k) > maxKeyBytes {
+		return "", errKeyTooLong()
+	}
+	if !utf8.ValidString(k) {
+		return "", errInvalidArgument("object key is not valid UTF-8")
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return "", errInvalidArgument(fmt.Sprintf("object key contains %q, which this gateway refuses", c))
+		}
+	}
+	segs := strings.Split(k, "/")
+	for i, s := range segs {
+		switch {
+		case s == "" && i == len(segs)-1:
+			// "dir/": a trailing slash is a common folder-marker key.
+		case s == "":
+			return "", errInvalidArgument("object key contains an empty segment (// or a leading /)")
+		case s == "." || s == "..":
+			return "", errInvalidArgument(`object key contains a "." or ".." segment`)
+		}
+	}
+	return k, nil
+}
+
+func classify(r *http.Request, t target) op {
+	q := r.URL.Query()
+	if t.key == "" {
+		if r.Method == http.MethodPost && q.Has("delete") && t.bucket != "" {
+			return opDeleteObjects
+		}
+		return opOther
+	}
+	// Object subresources (acl, tagging, retention, legal-hold, ...) change
+	// metadata, not the object's ETag.
+	for _, sub := range []string{"acl", "tagging", "retention", "legal-hold", "restore", "select", "attributes", "torrent"} {
+		if q.Has(sub) {
+			return opOther
+		}
+	}
+	switch r.Method {
+	case http.MethodPut:
+		switch {
+		case q.Has("uploadId") || q.Has("partNumber"):
+			return opOther // UploadPart, UploadPartCopy: invisible until completion
+		case r.Header.Get("X-Amz-Copy-Source") != "":
+			return opCopyObject
+		}
+		return opPutObject
+	case http.MethodPost:
+		if q.Has("uploadId") {
+			return opCompleteMultipart
+		}
+	case http.MethodDelete:
+		if !q.Has("uploadId") {
+			return opDeleteObject
+		}
+	}
+	return opOther
+}
+
+// maxDeleteBody bounds a DeleteObjects body: S3 allows 1000 keys of up to
+// 1024 bytes each, with some XML around them.
+const maxDeleteBody = 2 << 20
+
+// deleteObjectKeys reads and parses a DeleteObjects body and puts the bytes
+// back on r so they are forwarded unchanged. The keys are validated like
+// path keys.
+func deleteObjectKeys(r *http.Request) ([]string, *s3Error) {
+	if strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") {
+		return nil, errNotImplemented("DeleteObjects with an aws-chunked body is not supported by the gateway")
+	}
+	if r.ContentLength > maxDeleteBody {
+		return nil, errMalformedXML("DeleteObjects body is too large")
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxDeleteBody+1))
+	if err != nil {
+		return nil, errInvalidRequest("reading the DeleteObjects body: " + err.Error())
+	}
+	if len(body) > maxDeleteBody {
+		return nil, errMalformedXML("DeleteObjects body is too large")
+	}
+	// The gateway forwards exactly the bytes it parsed. Replacing the
+	// inbound body is the one mutation of the request the adapter makes:
+	// the gateway streams r.Body on after Inspect.
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var doc struct {
+		XMLName xml.Name `xml:"Delete"`
+		Objects []struct {
+			Key string `xml:"Key"`
+		} `xml:"Object"`
+	}
+	if err := xml.Unmarshal(body, &doc); err != nil {
+		return nil, errMalformedXML("DeleteObjects body is not valid XML: " + err.Error())
+	}
+	if len(doc.Objects) == 0 || len(doc.Objects) > 1000 {
+		return nil, errMalformedXML("DeleteObjects needs 1 to 1000 objects, got " + strconv.Itoa(len(doc.Objects)))
+	}
+	keys := make([]string, len(doc.Objects))
+	for i, o := range doc.Objects {
+		if o.Key == "" {
+			return nil, errMalformedXML("DeleteObjects object without a key")
+		}
+		// The XML key is already decoded; check it like a decoded path key.
+		k, err := decodeKey(strings.ReplaceAll(url.PathEscape(o.Key), "%2F", "/"))
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// upstreamPath is the path-style path of t on the upstream.
+func upstreamPath(base string, t target) (path, rawPath string) {
+	base = strings.TrimSuffix(base, "/")
+	if t.bucket == "" {
+		return base + "/", base + "/"
+	}
+	if t.key == "" {
+		return base + "/" + t.bucket, base + "/" + t.bucket
+	}
+	return base + "/" + t.bucket + "/" + t.key, base + "/" + t.bucket + "/" + uriEncode(t.key, false)
+}

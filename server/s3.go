@@ -1,0 +1,44 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters/s3"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// newS3Upstream builds the upstream of an `s3:` route. ETags are recorded in
+// the process's store when it can keep them (bolt and postgres can).
+func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transport http.RoundTripper, stores []gateway.Store) (*s3.Upstream, error) {
+	opts := s3.Options{
+		Transport:   transport,
+		TokenHeader: cfg.Gateway.TokenHeader,
+		Logger:      log.With("component", "s3", "route", rc.Name),
+	}
+	for _, st := range stores {
+		if e, ok := st.(s3.ETagStore); ok {
+			opts.ETags = e
+		}
+	}
+	if opts.ETags == nil && rc.Precondition == "etag" {
+		// `fencegate validate` builds routes without a store; the
+		// upstream only needs one to serve.
+		opts.ETags = noETags{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s3.New(ctx, rc, opts)
+}
+
+// noETags stands in for the store where routes are only compiled.
+type noETags struct{}
+
+func (noETags) LastETag(context.Context, string) (string, error)        { return "", errNoStore }
+func (noETags) RecordETag(context.Context, string, int64, string) error { return errNoStore }
+
+var errNoStore = errors.New("no store to record ETags in")
