@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -56,7 +57,7 @@ func startReplica(t *testing.T, c config.TLS, dbURL string, httpsAddr, httpAddr 
 	var p int
 	fmt.Sscan(port, &p)
 	m.SetTLSALPNPort(p)
-	r.https = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	r.https = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go r.https.Serve(tls.NewListener(ln, m.ServerConfig()))
 	t.Cleanup(func() { r.https.Close() })
 	if httpAddr != "" {
