@@ -171,7 +171,6 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Lease, error
 		defer t.Stop()
 		deadline = t.C
 	}
-	log := s.log().With("resource", req.Resource, "owner", req.Owner)
 	for {
 		woken := s.subscribe(req.Resource)
 		l, fresh, err := s.Backend.Acquire(ctx, req.Resource, req.Owner, ttl)
@@ -180,14 +179,14 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Lease, error
 			if fresh && s.OnIssue != nil {
 				if err := s.OnIssue(ctx, req.Resource, l.Token, req.Owner); err != nil {
 					s.undoIssue(ctx, l)
-					log.Error("token issued but OnIssue failed; lease released", "token", l.Token, "err", err)
+					s.log().Error("token issued but OnIssue failed; lease released", "resource", req.Resource, "owner", req.Owner, "token", l.Token, "err", err)
 					return Lease{}, unavailable(req.Resource, fmt.Errorf("on issue: %w", err))
 				}
 			}
-			log.Debug("lease acquired", "token", l.Token, "fresh", fresh)
+			s.log().Debug("lease acquired", "resource", req.Resource, "owner", req.Owner, "token", l.Token, "fresh", fresh)
 			return l, nil
 		case !errors.Is(err, ErrHeld):
-			log.Warn("acquire failed: lease store unavailable", "err", err)
+			s.log().Warn("acquire failed: lease store unavailable", "resource", req.Resource, "owner", req.Owner, "err", err)
 			return Lease{}, unavailable(req.Resource, err)
 		case deadline == nil:
 			return Lease{}, heldError(l)
