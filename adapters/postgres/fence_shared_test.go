@@ -109,6 +109,7 @@ func TestSharedFenceDrainAcrossReplicas(t *testing.T) {
 	fs, _ := replicas(t, 2, SharedFenceOptions{})
 	r1, r2 := fs[0], fs[1]
 	old := mustAdmit(t, r1, "/a", 1)
+	defer old.Release() // on failure too: the pool's Close waits for it
 
 	var seq atomic.Int64
 	var releasedAt, admittedAt atomic.Int64
@@ -145,6 +146,7 @@ func TestSharedFenceDrainTimeout(t *testing.T) {
 	fs, _ := replicas(t, 2, SharedFenceOptions{})
 	r1, r2 := fs[0], fs[1]
 	old := mustAdmit(t, r1, "/a", 1)
+	defer old.Release() // on failure too: the pool's Close waits for it
 	_, err := r2.Admit(context.Background(), gateway.Write{Resource: "/a", Token: 2, DrainTimeout: 300 * time.Millisecond})
 	var fe *fencegate.Error
 	if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceDraining || fe.Status != http.StatusServiceUnavailable {
