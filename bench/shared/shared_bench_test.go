@@ -1,0 +1,197 @@
+// Package shared benchmarks fence mode "shared": writes per second with a
+// repeated token through two gateway replicas over one PostgreSQL, the
+// database round trips per write, and pgbench running the same statements
+// against the same database in the same run. bench/shared.sh runs it.
+package shared
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters/postgres"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/server"
+)
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+const resources = 1000
+
+// clients is the number of concurrent writers, for the gateways and for
+// pgbench alike. FENCEGATE_BENCH_CLIENTS overrides it.
+func clients() int {
+	if n, err := strconv.Atoi(os.Getenv("FENCEGATE_BENCH_CLIENTS")); err == nil && n > 0 {
+		return n
+	}
+	return 16
+}
+
+// replica is one gateway with its own pool, as one process would have.
+type replica struct {
+	fence *postgres.SharedFence
+	srv   *httptest.Server
+}
+
+func newReplica(b *testing.B, dbURL, upstream string) *replica {
+	cfg, err := config.Parse("bench.yaml", []byte(fmt.Sprintf(`
+gateway:
+  routes:
+    - name: bench
+      match: {path_prefix: /bench/}
+      upstream: {url: %q, timeout: 30s}
+      resource: "{path}"
+store:
+  postgres: {url: %q}
+fence: {mode: shared}
+`, upstream, dbURL)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := postgres.Open(context.Background(), dbURL, postgres.Options{MaxConns: cfg.Store.Postgres.MaxConns, Timeout: cfg.Store.Postgres.Timeout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f := postgres.NewSharedFence(st, postgres.SharedFenceOptions{ForwardTimeout: 30 * time.Second, Logger: log})
+	routes, err := server.BuildRoutes(cfg, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gw := gateway.New(f, gateway.Options{Logger: log})
+	gw.SetRoutes(routes)
+	srv := httptest.NewServer(gw)
+	b.Cleanup(srv.Close)
+	return &replica{fence: f, srv: srv}
+}
+
+// BenchmarkSharedRepeatedToken: PUTs with the token already accepted, to
+// 1,000 resources at random, alternating between two replicas.
+func BenchmarkSharedRepeatedToken(b *testing.B) {
+	pg := testenv.Postgres(b)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+	}))
+	b.Cleanup(up.Close)
+	rs := []*replica{newReplica(b, pg.URL, up.URL), newReplica(b, pg.URL, up.URL)}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	put := func(url string) error {
+		req, _ := http.NewRequest("PUT", url, strings.NewReader("v"))
+		req.Header.Set("Fencing-Token", "1")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s: %d", url, resp.StatusCode)
+		}
+		return nil
+	}
+	for i := range resources { // every resource exists at token 1
+		if err := put(fmt.Sprintf("%s/bench/%d", rs[i%2].srv.URL, i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	n := clients()
+	// pgbench runs before and after the gateways and the mean is the limit,
+	// so load on the machine that changes during the run hits both sides.
+	tpsBefore, perr := pgbench(b, pg.URL, n, 5*time.Second)
+	rt0 := rs[0].fence.RoundTrips() + rs[1].fence.RoundTrips()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var errOnce sync.Once
+	var firstErr error
+	per := (b.N + n - 1) / n
+	for c := range n {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 1))
+			for i := range per {
+				url := fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].srv.URL, rng.IntN(resources))
+				if err := put(url); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	writes := per * n
+	rtPerWrite := float64(rs[0].fence.RoundTrips()+rs[1].fence.RoundTrips()-rt0) / float64(writes)
+	wps := float64(writes) / elapsed.Seconds()
+	b.ReportMetric(wps, "writes/s")
+	b.ReportMetric(rtPerWrite, "roundtrips/write")
+
+	// The database's own limit for the same statements, same database,
+	// same machine, same run: pgbench with the marker as one pipeline and
+	// the COMMIT after it, the two round trips of a repeated-token write.
+	tpsAfter, err := pgbench(b, pg.URL, n, 5*time.Second)
+	if err == nil {
+		err = perr
+	}
+	if err != nil {
+		b.Logf("pgbench: %v (no ratio reported)", err)
+		return
+	}
+	tps := (tpsBefore + tpsAfter) / 2
+	b.ReportMetric(tps, "pgbench_tps")
+	b.ReportMetric(100*wps/tps, "%_of_pgbench")
+}
+
+// pgbenchScript is the marker of SharedFence (markerSettingsSQL,
+// markerLockSQL, markerReadSQL) as pgbench runs it.
+const pgbenchScript = `\set r random(0, 999)
+\startpipeline
+BEGIN;
+SELECT set_config('synchronous_commit', 'off', true), set_config('idle_in_transaction_session_timeout', '65000', true);
+SELECT 1 FROM fence WHERE resource = '/bench/' || :r::int AND highest = 1 AND ready FOR KEY SHARE;
+SELECT highest, ready FROM fence WHERE resource = '/bench/' || :r::int;
+\endpipeline
+COMMIT;
+`
+
+func pgbench(b *testing.B, url string, clients int, d time.Duration) (float64, error) {
+	bin, err := exec.LookPath("pgbench")
+	if err != nil {
+		return 0, err
+	}
+	script := filepath.Join(b.TempDir(), "marker.sql")
+	if err := os.WriteFile(script, []byte(pgbenchScript), 0o644); err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(bin, "-n", "-M", "extended", "-f", script,
+		"-c", strconv.Itoa(clients), "-j", "2", "-T", strconv.Itoa(int(d.Seconds())), url)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, out)
+	}
+	m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no tps in pgbench output: %s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
