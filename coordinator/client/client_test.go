@@ -52,12 +52,14 @@ func TestLeaseRenewsUntilClose(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
 	c := &client.Client{URL: e.Coordinator, Owner: "A"}
-	l, err := c.Acquire(ctx, "/orders/7", client.Options{TTL: 300 * time.Millisecond})
+	// A TTL that leaves renewal ample slack on a loaded machine: renewal
+	// runs every 500ms and has until 1.35s after the last success.
+	l, err := c.Acquire(ctx, "/orders/7", client.Options{TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Several TTLs pass; renewal keeps the lease (same token).
-	time.Sleep(time.Second)
+	// More than two TTLs pass; renewal keeps the lease (same token).
+	time.Sleep(3500 * time.Millisecond)
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease lost while renewing: %v", err)
 	}
@@ -91,7 +93,7 @@ func TestLeaseLostCancelsContext(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
 	c := &client.Client{URL: e.Coordinator, Owner: "A"}
-	l, err := c.Acquire(ctx, "/orders/7", client.Options{TTL: 300 * time.Millisecond})
+	l, err := c.Acquire(ctx, "/orders/7", client.Options{TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +135,7 @@ func TestSeed8CutOffFromCoordinator(t *testing.T) {
 	ctx := testCtx(t)
 	net := &blockable{}
 	a := &client.Client{URL: e.Coordinator, Owner: "A", HTTPClient: &http.Client{Transport: net}}
-	la, err := a.Acquire(ctx, "/orders/7", client.Options{TTL: 400 * time.Millisecond})
+	la, err := a.Acquire(ctx, "/orders/7", client.Options{TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

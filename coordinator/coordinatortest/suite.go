@@ -145,7 +145,7 @@ func testHeldByOther(t *testing.T, h Harness) {
 
 func testReacquire(t *testing.T, h Harness) {
 	b := h.New(t)
-	a, _ := mustAcquire(t, b, "r", "A", time.Second)
+	a, _ := mustAcquire(t, b, "r", "A", 10*time.Second)
 	again, fresh := mustAcquire(t, b, "r", "A", long)
 	if fresh || again.Token != a.Token {
 		t.Errorf("re-acquire by the holder = token %d fresh %v; want token %d not fresh", again.Token, fresh, a.Token)
@@ -175,12 +175,12 @@ func testTakeover(t *testing.T, h Harness) {
 
 func testRenew(t *testing.T, h Harness) {
 	b := h.New(t)
-	a, _ := mustAcquire(t, b, "r", "A", time.Second)
+	a, _ := mustAcquire(t, b, "r", "A", 10*time.Second)
 	r, err := b.Renew(ctx(t), "r", "A", a.Token, long)
 	if err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
-	if r.Token != a.Token || !r.ExpiresAt.After(a.ExpiresAt) || r.Remaining <= time.Second {
+	if r.Token != a.Token || !r.ExpiresAt.After(a.ExpiresAt) || r.Remaining <= 10*time.Second {
 		t.Errorf("Renew = %+v; want token %d, later expiry", r, a.Token)
 	}
 	for _, bad := range []struct {
