@@ -82,8 +82,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err 
 	if err := s.setupCoordinator(cfg, store); err != nil {
 		return nil, err
 	}
+	if s.fence, err = s.newFence(cfg, store); err != nil { // postgres.go
+		return nil, err
+	}
 	if cfg.Gateway != nil {
-		s.fence = gateway.NewLocalFence(s.tel.Store(store), gateway.LocalFenceOptions{MaxEntries: cfg.Fence.CacheEntries, OnDrain: s.tel.Drained})
 		s.gw = gateway.New(s.tel.TraceFence(s.fence), gateway.Options{
 			TokenHeader: cfg.Gateway.TokenHeader,
 			Logger:      log.With("component", "gateway"),

@@ -1,0 +1,457 @@
+package e2e
+
+// Black-box tests of fence mode "shared": several real fencegate processes
+// over one real PostgreSQL, in front of a recording upstream whose history
+// is the durable state the invariants are checked on.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/recorder"
+	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/jackc/pgx/v5"
+)
+
+// sharedYAML is one replica in fence mode mode on the database dbURL.
+func sharedYAML(mode, dbURL, upstream string, coordinator bool) string {
+	coord := ""
+	if coordinator {
+		coord = "coordinator: {enabled: true, listen: $COORDINATOR, default_ttl: 1s}\n"
+	}
+	return fmt.Sprintf(`
+gateway:
+  listen: $GATEWAY
+  routes:
+    - name: orders
+      match: {path_prefix: /orders/}
+      upstream: {url: %q, timeout: 10s}
+      resource: "{path}"
+store:
+  postgres: {url: %q, timeout: 2s}
+fence: {mode: %s}
+admin: {listen: $ADMIN}
+%s`, upstream, dbURL, mode, coord)
+}
+
+// sharedUpstream is a recording upstream; hold, if set, sees each request
+// as it arrives, before its body is read.
+type sharedUpstream struct {
+	rec  *recorder.Recorder
+	hold func(r *http.Request)
+	url  string
+}
+
+func newSharedUpstream(t *testing.T) *sharedUpstream {
+	u := &sharedUpstream{rec: &recorder.Recorder{}}
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		h := u.hold
+		mu.Unlock()
+		if h != nil {
+			h(r)
+		}
+		u.rec.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	u.url = srv.URL
+	return u
+}
+
+// sharedReplicas starts n replicas of one configuration.
+func sharedReplicas(t *testing.T, n int, yaml string) []*Proc {
+	var ps []*Proc
+	for range n {
+		ps = append(ps, startFencegate(t, yaml))
+	}
+	return ps
+}
+
+// sharedCheckHistory fails if any key's applied tokens ever decrease (I1).
+func sharedCheckHistory(t *testing.T, h []recorder.Applied) {
+	t.Helper()
+	last := map[string]int64{}
+	for i, a := range h {
+		tok, err := strconv.ParseInt(a.Token, 10, 64)
+		if err != nil {
+			t.Fatalf("history[%d] %s: token %q", i, a.Key, a.Token)
+		}
+		if tok < last[a.Key] {
+			t.Fatalf("history[%d]: %s applied token %d after %d\n%s", i, a.Key, tok, last[a.Key], recorder.Summary(h))
+		}
+		last[a.Key] = tok
+	}
+}
+
+func wantCode(t *testing.T, what string, status int, body string, wantStatus int, code string) {
+	t.Helper()
+	if status != wantStatus || !strings.Contains(body, `"error":"`+code+`"`) {
+		t.Fatalf("%s: %d %s; want %d %s", what, status, body, wantStatus, code)
+	}
+}
+
+// Two replicas: B's write through replica 1, then A's stale write through
+// replica 2 is refused; the database lowers nothing on direct SQL.
+func TestSharedTwoReplicasStaleRefused(t *testing.T) {
+	pg := testenv.Postgres(t)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
+	if st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A1"); st != 200 {
+		t.Fatalf("A's first write: %d %s", st, body)
+	}
+	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/7", "42", "B1"); st != 200 {
+		t.Fatalf("B's write: %d %s", st, body)
+	}
+	st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A2")
+	wantCode(t, "A's stale write through replica 2", st, body, 409, "stale_fencing_token")
+	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/7")), "PUT A1@41, PUT B1@42"; got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
+	}
+
+	// I7: no SQL path lowers the fence the gateways wrote.
+	conn, err := pgx.Connect(context.Background(), pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `UPDATE fence SET highest = 41 WHERE resource = '/orders/7'`); err == nil {
+		t.Fatal("UPDATE lowering the highest token succeeded")
+	}
+	st, body = write(t, "PUT", r[0].URL("gateway")+"/orders/7", "41", "A3")
+	wantCode(t, "A after the SQL attempt", st, body, 409, "stale_fencing_token")
+}
+
+// Drain across replicas: an older write in flight through replica 1 holds
+// back a newer one through replica 2 until it completes (I2).
+func TestSharedDrainAcrossReplicas(t *testing.T) {
+	pg := testenv.Postgres(t)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up.rec.Delay = func(req *http.Request) {
+		if req.Header.Get("Fencing-Token") == "1" {
+			close(arrived)
+			<-release
+		}
+	}
+	aDone := make(chan int)
+	go func() { st, _ := write(t, "PUT", r[0].URL("gateway")+"/orders/1", "1", "A"); aDone <- st }()
+	<-arrived // A is at the upstream, its marker held by replica 1
+	bDone := make(chan int)
+	go func() { st, _ := write(t, "PUT", r[1].URL("gateway")+"/orders/1", "2", "B"); bDone <- st }()
+	// Let B's advance commit and its drain start waiting; a broken drain
+	// would forward B now and the recorder would apply it before A.
+	waitForFence(t, r[1], "/orders/1", 2)
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	if st := <-aDone; st != 200 {
+		t.Fatalf("A: %d", st)
+	}
+	if st := <-bDone; st != 200 {
+		t.Fatalf("B: %d", st)
+	}
+	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/1")), "PUT A@1, PUT B@2"; got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
+	}
+}
+
+// kill -9 of a replica in the middle of a forward: the database releases its
+// marker, the newer token proceeds, and the stale one stays refused. The
+// killed forward's body was not complete, so the upstream did not apply it.
+func TestSharedKill9MidForward(t *testing.T) {
+	pg := testenv.Postgres(t)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
+	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/k", "1", "A0"); st != 200 {
+		t.Fatalf("A's first write: %d %s", st, body)
+	}
+	arrived := make(chan struct{})
+	up.hold = func(req *http.Request) {
+		if req.Header.Get("X-Test") == "slow" {
+			close(arrived)
+		}
+	}
+	// A's body arrives half: the forward is in flight through replica 1.
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("PUT", r[0].URL("gateway")+"/orders/k", pr)
+	req.ContentLength = 10
+	req.Header.Set("Fencing-Token", "1")
+	req.Header.Set("X-Test", "slow")
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	pw.Write([]byte("A1-"))
+	<-arrived
+	bDone := make(chan string)
+	go func() {
+		st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/k", "2", "B")
+		bDone <- fmt.Sprint(st, " ", body)
+	}()
+	waitForFence(t, r[1], "/orders/k", 2)
+	r[0].Kill9()
+	if got := <-bDone; !strings.HasPrefix(got, "200 ") {
+		t.Fatalf("B after replica 1 was killed: %s", got)
+	}
+	pw.Close()
+	st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/k", "1", "A2")
+	wantCode(t, "A's retry through replica 2", st, body, 409, "stale_fencing_token")
+	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/k")), "PUT A0@1, PUT B@2"; got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
+	}
+}
+
+// Restart PostgreSQL under load: while it is down every write is refused
+// with 503 fence_unavailable and nothing reaches the upstream; after it is
+// back the replicas decide correctly again, without a restart.
+func TestSharedPostgresRestartUnderLoad(t *testing.T) {
+	pg := testenv.PostgresIsolated(t)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ok, unavailable atomic.Int64
+	for w := range 4 {
+		wg.Go(func() {
+			key := fmt.Sprintf("/orders/load-%d", w)
+			for tok := 1; ; tok++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				st, body, err := tryWrite(r[w%2].URL("gateway")+key, strconv.Itoa(tok/5+1), "v")
+				switch {
+				case err != nil:
+					t.Errorf("%s: %v", key, err)
+					return
+				case st == 200:
+					ok.Add(1)
+				case st == 503 && strings.Contains(body, "fence_unavailable"):
+					unavailable.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				default:
+					t.Errorf("%s: %d %s", key, st, body)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	pg.Stop(t)
+	// While down: fresh writes are refused and not forwarded.
+	for i := range 6 {
+		key := fmt.Sprintf("/orders/down-%d", i)
+		st, body := write(t, "PUT", r[i%2].URL("gateway")+key, "1", "x")
+		wantCode(t, "write with PostgreSQL down", st, body, 503, "fence_unavailable")
+	}
+	pg.Start(t)
+	// Back: the replicas recover by themselves.
+	for i := range 2 {
+		waitForStatus(t, r[i].URL("gateway")+"/orders/after", "5", 200)
+	}
+	st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/after", "4", "stale")
+	wantCode(t, "stale write after the restart", st, body, 409, "stale_fencing_token")
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	for i := range 6 {
+		if h := up.rec.HistoryOf(fmt.Sprintf("/orders/down-%d", i)); len(h) > 0 {
+			t.Fatalf("a write made while PostgreSQL was down reached the upstream: %s", recorder.Summary(h))
+		}
+	}
+	sharedCheckHistory(t, up.rec.History())
+	if unavailable.Load() == 0 || ok.Load() == 0 {
+		t.Fatalf("load saw %d ok and %d unavailable; want both", ok.Load(), unavailable.Load())
+	}
+}
+
+// Fence on issuance and token verification with the coordinator on the
+// same database, in both modes: a zombie is refused as soon as a newer lease
+// is issued, before the new owner wrote, and a forged token is refused as
+// unknown_fencing_token without raising the fence.
+func TestSharedFenceOnIssueAndVerify(t *testing.T) {
+	for _, c := range []struct {
+		mode     string
+		replicas int
+	}{{"local", 1}, {"shared", 2}} {
+		t.Run(c.mode, func(t *testing.T) {
+			pg := testenv.Postgres(t)
+			up := newSharedUpstream(t)
+			r := sharedReplicas(t, c.replicas, sharedYAML(c.mode, pg.URL, up.url, true))
+			last := r[len(r)-1]
+			const key = "/orders/9"
+			forged := write2(t, last.URL("gateway")+key, "1152921504606846976", "forged")
+			wantCode(t, "forged token", forged.status, forged.body, 409, "unknown_fencing_token")
+			a := sharedAcquire(t, r[0].URL("coordinator"), key, "A")
+			if st, body := write(t, "PUT", r[0].URL("gateway")+key, strconv.FormatInt(a, 10), "A1"); st != 200 {
+				t.Fatalf("A's write: %d %s", st, body)
+			}
+			time.Sleep(1100 * time.Millisecond) // A's 1s lease expires
+			b := sharedAcquire(t, last.URL("coordinator"), key, "B")
+			st, body := write(t, "PUT", last.URL("gateway")+key, strconv.FormatInt(a, 10), "A2")
+			wantCode(t, "A after B's lease was issued (B has not written)", st, body, 409, "stale_fencing_token")
+			if st, body := write(t, "PUT", r[0].URL("gateway")+key, strconv.FormatInt(b, 10), "B1"); st != 200 {
+				t.Fatalf("B's write: %d %s", st, body)
+			}
+			if got, want := recorder.Summary(up.rec.HistoryOf(key)), fmt.Sprintf("PUT A1@%d, PUT B1@%d", a, b); got != want {
+				t.Fatalf("upstream applied %q; want %q", got, want)
+			}
+		})
+	}
+}
+
+// A randomized run: workers with lease-like tokens through two replicas,
+// zombies that pause and write late, replicas killed and restarted at
+// random. The upstream's history must never apply a lower token after a
+// higher one for the same key.
+func TestSharedRandomized(t *testing.T) {
+	pg := testenv.Postgres(t)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
+	var next atomic.Int64 // the "coordinator": tokens strictly increase
+	deadline := time.Now().Add(12 * time.Second)
+	var wg sync.WaitGroup
+	var ok, refused, failed atomic.Int64
+	for w := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			key := fmt.Sprintf("/orders/rand-%d", rng.IntN(3))
+			tok := next.Add(1)
+			for time.Now().Before(deadline) {
+				if rng.IntN(4) == 0 {
+					tok = next.Add(1) // a new lease
+				}
+				if rng.IntN(8) == 0 {
+					time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond) // a pause: a zombie
+				}
+				url := r[rng.IntN(2)].URL("gateway") + key
+				st, body, err := tryWrite(url, strconv.FormatInt(tok, 10), fmt.Sprint("w", w))
+				switch {
+				case err != nil || st == 502 || st == 503:
+					failed.Add(1) // a replica being killed, or the drain timing out
+				case st == 200:
+					ok.Add(1)
+				case st == 409 && strings.Contains(body, "stale_fencing_token"):
+					refused.Add(1)
+					tok = next.Add(1) // a refused zombie re-acquires
+				default:
+					t.Errorf("%s@%d: %d %s", key, tok, st, body)
+					return
+				}
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for time.Now().Before(deadline.Add(-2 * time.Second)) {
+		time.Sleep(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
+		i := rng.IntN(2)
+		r[i].Kill9()
+		r[i].Restart()
+	}
+	wg.Wait()
+	sharedCheckHistory(t, up.rec.History())
+	if ok.Load() == 0 || refused.Load() == 0 {
+		t.Fatalf("ok %d, refused %d, failed %d: the run did not exercise both decisions", ok.Load(), refused.Load(), failed.Load())
+	}
+	t.Logf("ok %d, refused %d, failed %d, applied %d", ok.Load(), refused.Load(), failed.Load(), len(up.rec.History()))
+}
+
+type writeResult struct {
+	status int
+	body   string
+}
+
+func write2(t *testing.T, url, token, body string) writeResult {
+	st, b := write(t, "PUT", url, token, body)
+	return writeResult{st, b}
+}
+
+// tryWrite is write without failing the test on a transport error (a
+// replica being killed).
+func tryWrite(url, token, body string) (int, string, error) {
+	req, err := http.NewRequest("PUT", url, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Fencing-Token", token)
+	c := http.Client{Timeout: 20 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String(), nil
+}
+
+func sharedAcquire(t *testing.T, coord, resource, owner string) int64 {
+	t.Helper()
+	in, _ := json.Marshal(map[string]any{"resource": resource, "owner": owner, "ttl": "1s"})
+	resp, err := http.Post(coord+"/v1/leases/acquire", "application/json", bytes.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Token int64 `json:"token"`
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || json.Unmarshal(body, &out) != nil || out.Token <= 0 {
+		t.Fatalf("acquire %s for %s: %d %s", resource, owner, resp.StatusCode, body)
+	}
+	return out.Token
+}
+
+// waitForFence waits until the replica's admin API reports highest >= token.
+func waitForFence(t *testing.T, p *Proc, resource string, token int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(p.URL("admin") + "/v1/fences?resource=" + resource)
+		if err == nil {
+			var st struct {
+				Highest int64 `json:"highest"`
+			}
+			json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if st.Highest >= token {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fence of %s did not reach %d", resource, token)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitForStatus(t *testing.T, url, token string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, body, err := tryWrite(url, token, "v")
+		if err == nil && st == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d %s %v; want %d", url, st, body, err, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

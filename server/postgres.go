@@ -1,0 +1,129 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/postgres"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// newFence builds the fence of cfg.Fence.Mode over store and, when the lease
+// coordinator shares the store, wires fence on issuance and token
+// verification (both on by default then):
+//
+//   - local: gateway.LocalFence over the store (bbolt or PostgreSQL). An
+//     issued token goes through the fence's own Advance, since the fence
+//     caches the highest token in memory and would miss a raise made only
+//     in the store.
+//   - shared: postgres.SharedFence, several replicas over one database; an
+//     issued token raises the fence row in the database.
+//
+// Called with s.coord already built (nil without a coordinator).
+func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fence, error) {
+	verify, err := s.tokenVerifier(cfg, store)
+	if err != nil {
+		return nil, err
+	}
+	var fence gateway.Fence
+	switch cfg.Fence.Mode {
+	case "shared":
+		st, ok := store.(*postgres.Store)
+		if !ok {
+			return nil, fmt.Errorf("fence.mode shared needs store.postgres, not %T", store)
+		}
+		fence = postgres.NewSharedFence(st, postgres.SharedFenceOptions{
+			ForwardTimeout: maxForwardTimeout(cfg),
+			StoreTimeout:   st.Timeout,
+			Verify:         verify,
+			Logger:         s.log.With("component", "fence"),
+		})
+	default:
+		fence = gateway.NewLocalFence(s.tel.Store(store), gateway.LocalFenceOptions{
+			MaxEntries: cfg.Fence.CacheEntries,
+			OnDrain:    s.tel.Drained,
+			Verify:     verify,
+		})
+	}
+	s.fenceOnIssue(cfg, s.tel.TraceFence(fence))
+	return fence, nil
+}
+
+// fenceOnIssue makes the coordinator raise the fence when it issues a token,
+// so a zombie is refused from the moment a newer lease exists. The hook runs
+// after the token was committed and before the worker is answered; if it
+// fails the coordinator releases the new lease and answers 503.
+func (s *Server) fenceOnIssue(cfg *config.Config, fence gateway.Fence) {
+	if s.coord == nil || !enabled(cfg.Fence.FenceOnIssue, true) {
+		return
+	}
+	s.coord.OnIssue = func(ctx context.Context, resource string, token int64, owner string) error {
+		_, err := fence.Advance(ctx, resource, token, owner)
+		return err
+	}
+}
+
+// issuedReader is the coordinator backends' read of the highest token ever
+// issued for a resource (0 if none).
+type issuedReader interface {
+	Issued(ctx context.Context, resource string) (int64, error)
+}
+
+// tokenVerifier returns the Verify function of the fence: a token above the
+// highest issued for its resource is refused as unknown_fencing_token, so a
+// forged huge token cannot lock everyone out. On by default when the
+// coordinator runs in this process; verify_tokens: true turns it on for
+// replicas whose coordinator runs elsewhere on the same database.
+func (s *Server) tokenVerifier(cfg *config.Config, store gateway.Store) (func(context.Context, string, int64) error, error) {
+	if !enabled(cfg.Fence.VerifyTokens, s.coord != nil) {
+		return nil, nil
+	}
+	var issued issuedReader
+	switch st := store.(type) {
+	case *postgres.Store:
+		issued = postgres.NewLeases(st)
+	case *bolt.Store:
+		issued = bolt.NewLeases(st)
+	default:
+		return nil, fmt.Errorf("fence.verify_tokens: store %T keeps no lease records", store)
+	}
+	return func(ctx context.Context, resource string, token int64) error {
+		n, err := issued.Issued(ctx, resource)
+		if err != nil {
+			return err
+		}
+		if token > n {
+			return &fencegate.Error{
+				Status: http.StatusConflict, Code: fencegate.CodeUnknownToken,
+				Message:  fmt.Sprintf("token %d was never issued for %s (the highest issued is %d)", token, resource, n),
+				Resource: resource, Token: token,
+			}
+		}
+		return nil
+	}, nil
+}
+
+func enabled(b *bool, def bool) bool {
+	if b == nil {
+		return def
+	}
+	return *b
+}
+
+// maxForwardTimeout is the longest upstream timeout of any route: the
+// shared fence keeps the database from ending an in-flight marker before the
+// forward it protects has timed out.
+func maxForwardTimeout(cfg *config.Config) time.Duration {
+	var d time.Duration
+	if cfg.Gateway != nil {
+		for i := range cfg.Gateway.Routes {
+			d = max(d, cfg.Gateway.Routes[i].UpstreamTimeout(), cfg.Gateway.Routes[i].DrainTimeout)
+		}
+	}
+	return d
+}
