@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -631,4 +634,75 @@ func vmHWM(t *testing.T, p *Proc) int64 {
 	}
 	t.Fatal("no VmHWM")
 	return 0
+}
+
+// `fencegate doctor` passes on versitygw, which honours If-Match and
+// If-None-Match, and fails on a store that answers 200 to everything (as
+// stores that ignore conditional writes do); serve refuses to start on it
+// when the route has precondition: etag and s3.check_bucket.
+func TestS3Doctor(t *testing.T) {
+	srv := testenv.Versity(t)
+	srv.CreateBucket(t, s3Bucket)
+	ignoring := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("ETag", `"d41d8cd98f00b204e9800998ecf8427e"`)
+	}))
+	t.Cleanup(ignoring.Close)
+	bin := testenv.BuildBinary(t, "./cmd/fencegate")
+	for _, tc := range []struct {
+		name, endpoint string
+		wantExit       int
+	}{
+		{"versitygw", srv.Endpoint, 0},
+		{"ignores conditions", ignoring.URL, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "fencegate.yaml")
+			y := strings.ReplaceAll(s3GatewayYAML(s3RouteYAML("objects", "", tc.endpoint, srv, "etag", "5s")), "$GATEWAY", "127.0.0.1:1")
+			y = strings.ReplaceAll(y, "$DIR", t.TempDir())
+			y = strings.ReplaceAll(y, "$ADMIN", "127.0.0.1:2")
+			if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bin, "doctor", "-c", cfg, "-bucket", s3Bucket).CombinedOutput()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.wantExit {
+				t.Fatalf("doctor exit %d; want %d:\n%s", code, tc.wantExit, out)
+			}
+		})
+	}
+	t.Run("serve refuses to start", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "fencegate.yaml")
+		y := s3GatewayYAML(s3RouteYAML("objects", "", ignoring.URL, srv, "etag", "5s"))
+		y = strings.Replace(y, "        clients:", "        check_bucket: "+s3Bucket+"\n        clients:", 1)
+		y = strings.ReplaceAll(y, "$GATEWAY", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)))
+		y = strings.ReplaceAll(y, "$ADMIN", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)))
+		y = strings.ReplaceAll(y, "$DIR", t.TempDir())
+		if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "serve", "-c", cfg)
+		done := make(chan error, 1)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(out.String(), "ignores conditional writes") {
+				t.Fatalf("serve: %v\n%s", err, out.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("serve started on an upstream that ignores conditional writes")
+		}
+	})
 }

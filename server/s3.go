@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -32,7 +33,19 @@ func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transp
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return s3.New(ctx, rc, opts)
+	up, err := s3.New(ctx, rc, opts)
+	if err != nil {
+		return nil, err
+	}
+	// Serving (a store was given) with precondition etag: check at start
+	// that the upstream really refuses failed preconditions; a store that
+	// ignores them would turn the guarantee into a silent no-op.
+	if len(stores) > 0 && rc.Precondition == "etag" && rc.S3.CheckBucket != "" {
+		if err := up.CheckConditionalWrites(ctx, rc.S3.CheckBucket); err != nil {
+			return nil, fmt.Errorf("precondition etag: %w", err)
+		}
+	}
+	return up, nil
 }
 
 // noETags stands in for the store where routes are only compiled.

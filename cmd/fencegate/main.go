@@ -33,6 +33,7 @@ var commands = map[string]func() command{
 	"lease":    func() command { return &leaseCmd{} },
 	"migrate":  func() command { return &migrateCmd{} },
 	"version":  func() command { return &versionCmd{} },
+	"doctor":   func() command { return &doctorCmd{} },
 }
 
 // usageError is a mistake in the command line; main prints it with a hint.

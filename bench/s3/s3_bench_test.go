@@ -1,0 +1,185 @@
+// Package s3bench compares PutObject through fencegate's S3 adapter with
+// PutObject straight to the S3 server (versitygw), side by side in one run:
+//
+//	scripts/tools.sh versitygw
+//	go test ./bench/s3 -run '^$' -bench . -benchtime 400x -count 1
+//
+// Each sub-benchmark reports throughput (MB/s), p50/p99 latency and, for the
+// gateway, its peak resident memory, read from /proc after the run.
+package s3bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/coordinator/client/awsfence"
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+const bucket = "bench"
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+// gateway runs the fencegate binary with one S3 route in front of srv.
+func gateway(b *testing.B, srv *testenv.S3Server, precondition string) (url string, pid int) {
+	bin := testenv.BuildBinary(b, "./cmd/fencegate")
+	dir := b.TempDir()
+	gw := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
+	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
+	pre := ""
+	if precondition != "" {
+		pre = "      precondition: " + precondition + "\n"
+	}
+	cfg := fmt.Sprintf(`
+gateway:
+  listen: %s
+  routes:
+    - name: objects
+      match: {path_prefix: /}
+      s3:
+        endpoint: %s
+        access_key_id: %s
+        secret_access_key: %s
+        clients:
+          - {access_key_id: worker, secret_access_key: worker-secret}
+      resource: "{bucket}/{key}"
+%sstore:
+  embedded: {path: %s/fencegate.db}
+admin: {listen: %s}
+log: {level: warn}
+`, gw, srv.Endpoint, srv.AccessKey, srv.SecretKey, pre, dir, admin)
+	path := filepath.Join(dir, "fencegate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", "-c", path)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", gw); err == nil {
+			c.Close()
+			break
+		}
+		if i > 400 {
+			b.Fatal("gateway did not start")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return "http://" + gw, cmd.Process.Pid
+}
+
+func client(endpoint, access, secret string) *s3.Client {
+	return s3.New(s3.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(access, secret, ""),
+	}, awsfence.WithToken(awsfence.Fixed(1)))
+}
+
+func BenchmarkPutObject(b *testing.B) {
+	srv := testenv.Versity(b)
+	srv.CreateBucket(b, bucket)
+	gwURL, pid := gateway(b, srv, "")
+	gwEtagURL, pidEtag := gateway(b, srv, "etag")
+	targets := []struct {
+		name string
+		c    *s3.Client
+		pid  int
+	}{
+		{"direct", client(srv.Endpoint, srv.AccessKey, srv.SecretKey), 0},
+		{"gateway", client(gwURL, "worker", "worker-secret"), pid},
+		{"gateway-etag", client(gwEtagURL, "worker", "worker-secret"), pidEtag},
+	}
+	for _, size := range []int{4 << 10, 16 << 20} {
+		data := bytes.Repeat([]byte("fencegate"), size/9+1)[:size]
+		for _, tg := range targets {
+			b.Run(fmt.Sprintf("%s/%s", sizeName(size), tg.name), func(b *testing.B) {
+				conc := 8
+				if size > 1<<20 {
+					conc = 2
+				}
+				var n atomic.Int64
+				lat := make([]time.Duration, 0, b.N)
+				var mu sync.Mutex
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for w := 0; w < conc; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							i := n.Add(1)
+							if i > int64(b.N) {
+								return
+							}
+							start := time.Now()
+							_, err := tg.c.PutObject(context.Background(), &s3.PutObjectInput{
+								Bucket: aws.String(bucket), Key: aws.String(fmt.Sprintf("%s/%d/%d", tg.name, size, i%64)),
+								Body: bytes.NewReader(data),
+							})
+							d := time.Since(start)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							mu.Lock()
+							lat = append(lat, d)
+							mu.Unlock()
+						}
+					}()
+				}
+				wg.Wait()
+				b.StopTimer()
+				slices.Sort(lat)
+				if len(lat) > 0 {
+					b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+					b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+				}
+				if tg.pid != 0 {
+					b.ReportMetric(float64(peakRSS(b, tg.pid))/(1<<20), "gw-peak-MiB")
+				}
+			})
+		}
+	}
+}
+
+func sizeName(n int) string {
+	if n >= 1<<20 {
+		return strconv.Itoa(n>>20) + "MiB"
+	}
+	return strconv.Itoa(n>>10) + "KiB"
+}
+
+// peakRSS is the process's VmHWM in bytes.
+func peakRSS(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
