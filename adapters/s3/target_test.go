@@ -1,0 +1,76 @@
+package s3
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestParseTarget(t *testing.T) {
+	u := &Upstream{vhostSuffix: "s3.internal"}
+	tests := []struct {
+		host, uri      string
+		bucket, key    string
+		op             op
+		method, errSub string
+	}{
+		{"gw:8080", "/b1k/a/b.txt", "b1k", "a/b.txt", opPutObject, "PUT", ""},
+		{"gw", "/b1k/a%20b/%C3%BC", "b1k", "a b/ü", opPutObject, "PUT", ""},
+		{"gw", "/b1k/dir/", "b1k", "dir/", opPutObject, "PUT", ""},
+		{"b1k.s3.internal:8080", "/x/y", "b1k", "x/y", opDeleteObject, "DELETE", ""},
+		{"s3.internal", "/b1k/x", "b1k", "x", opPutObject, "PUT", ""},
+		{"gw", "/b1k/x?uploadId=1", "b1k", "x", opCompleteMultipart, "POST", ""},
+		{"gw", "/b1k/x?uploadId=1&partNumber=2", "b1k", "x", opOther, "PUT", ""},
+		{"gw", "/b1k/x?tagging", "b1k", "x", opOther, "PUT", ""},
+		{"gw", "/b1k?delete", "b1k", "", opDeleteObjects, "POST", ""},
+		{"gw", "/", "", "", opOther, "GET", ""},
+		{"gw", "/b1k/a//b", "", "", 0, "PUT", "empty segment"},
+		{"gw", "/b1k//a", "", "", 0, "PUT", "empty segment"},
+		{"gw", "/b1k/a/./b", "", "", 0, "PUT", `"." or ".."`},
+		{"gw", "/b1k/a/%2e%2e/b", "", "", 0, "PUT", `"." or ".."`},
+		{"gw", "/b1k/a%2Fb", "", "", 0, "PUT", "encoded slash"},
+		{"gw", "/b1k/a%5Cb", "", "", 0, "PUT", `'\\'`},
+		{"gw", "/b1k/a%00b", "", "", 0, "PUT", `'\x00'`},
+		{"gw", "/b1k/a%ffb", "", "", 0, "PUT", "UTF-8"},
+		{"gw", "/b1k/" + strings.Repeat("k", 1025), "", "", 0, "PUT", "1024"},
+		{"gw", "/B1K/x", "", "", 0, "PUT", "bucket"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.uri, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, tc.uri, nil)
+			r.Host = tc.host
+			got, err := u.parseTarget(r)
+			if tc.errSub != "" {
+				if err == nil || !strings.Contains(err.Message, tc.errSub) {
+					t.Fatalf("got %+v, %v; want error containing %q", got, err, tc.errSub)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.bucket != tc.bucket || got.key != tc.key || got.op != tc.op {
+				t.Fatalf("got %q %q op %d; want %q %q op %d", got.bucket, got.key, got.op, tc.bucket, tc.key, tc.op)
+			}
+		})
+	}
+}
+
+func TestVarsKeyPrefix(t *testing.T) {
+	u := &Upstream{keyPrefixes: []int{1, 2, 3}}
+	v := u.vars("b", "jobs/42/part-1")
+	if v["key.1"] != "jobs" || v["key.2"] != "jobs/42" || v["key.3"] != "jobs/42/part-1" {
+		t.Fatalf("vars %v", v)
+	}
+	if _, ok := u.vars("b", "top")["key.2"]; ok {
+		t.Fatal("key.2 of a one-segment key must be missing (refused), not the whole key")
+	}
+}
+
+func TestCanonicalQuery(t *testing.T) {
+	got := canonicalQuery("uploadId=a+b&partNumber=2&list-type=2&prefix=x%2Fy&delete", false)
+	want := "delete=&list-type=2&partNumber=2&prefix=x%2Fy&uploadId=a%20b"
+	if got != want {
+		t.Fatalf("got %s; want %s", got, want)
+	}
+}
