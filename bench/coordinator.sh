@@ -9,11 +9,13 @@
 # does (initdb as the postgres user into /tmp, 127.0.0.1 only, fsync on,
 # synchronous_commit on) and removes it at exit.
 #
-# Usage: bench/coordinator.sh [seconds per run (default 10)] [clients (default 16)]
+# Usage: bench/coordinator.sh [seconds per run (default 10)] [clients (default 16)] [rounds (default 3)]
+# LEASEBENCH_FLAGS adds flags of bench/cmd/leasebench, e.g. "-cpuprofile /tmp/cpu.out".
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 secs=${1:-10}
 clients=${2:-16}
+rounds=${3:-3}
 
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 pgbench=${bin:+$bin/}pgbench
@@ -42,4 +44,4 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 cd "$root"
 go build -o "$work/leasebench" ./bench/cmd/leasebench
-"$work/leasebench" -url "$DATABASE_URL" -clients "$clients" -duration "${secs}s" -pgbench "$pgbench"
+"$work/leasebench" -url "$DATABASE_URL" -clients "$clients" -duration "${secs}s" -rounds "$rounds" -pgbench "$pgbench" ${LEASEBENCH_FLAGS:-}

@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -29,6 +30,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,8 +54,22 @@ func main() {
 	clients := flag.Int("clients", 16, "concurrent clients (pgbench -c, goroutines, pool connections)")
 	duration := flag.Duration("duration", 10*time.Second, "length of each run")
 	pgbench := flag.String("pgbench", "pgbench", "pgbench `binary`")
+	rounds := flag.Int("rounds", 3, "rounds; runners alternate within a round and the median round is reported")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process to `file`")
 	flag.Parse()
-	if err := run(*dbURL, *clients, *duration, *pgbench); err != nil {
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "leasebench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(*dbURL, *clients, *duration, *pgbench, *rounds); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "leasebench:", err)
 		os.Exit(1)
 	}
@@ -65,7 +81,7 @@ type result struct {
 	mean, p50, p99   time.Duration
 }
 
-func run(adminURL string, clients int, d time.Duration, pgbench string) error {
+func run(adminURL string, clients int, d time.Duration, pgbench string, rounds int) error {
 	if adminURL == "" {
 		return errors.New("give -url or DATABASE_URL")
 	}
@@ -157,6 +173,9 @@ func run(adminURL string, clients int, d time.Duration, pgbench string) error {
 ` + pgbenchSQL(postgres.RenewSQL, ":res", ":owner", ":tok", ":ttl") + ";\n",
 	}
 
+	// Runners alternate within each round, so that drift (other load on
+	// the machine, the table growing) hits all of them alike; each
+	// runner's median round by throughput is reported.
 	var results []result
 	for _, w := range []struct {
 		name string
@@ -166,23 +185,32 @@ func run(adminURL string, clients int, d time.Duration, pgbench string) error {
 		if err := os.WriteFile(path, []byte(scripts[w.name]), 0o644); err != nil {
 			return err
 		}
-		r, err := runPgbench(pgbench, dbURL, path, clients, d, base)
-		if err != nil {
-			return err
-		}
-		r.workload = w.name
-		results = append(results, r)
-		for _, runner := range []string{"go/pgx", "http"} {
-			r, err := runGo(w.ops[runner], clients, d)
+		byRunner := map[string][]result{}
+		for range rounds {
+			r, err := runPgbench(pgbench, dbURL, path, clients, d, base)
 			if err != nil {
-				return fmt.Errorf("%s %s: %w", w.name, runner, err)
+				return err
 			}
-			r.workload, r.runner = w.name, runner
-			results = append(results, r)
+			byRunner["pgbench"] = append(byRunner["pgbench"], r)
+			for _, runner := range []string{"go/pgx", "http"} {
+				r, err := runGo(w.ops[runner], clients, d)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", w.name, runner, err)
+				}
+				r.runner = runner
+				byRunner[runner] = append(byRunner[runner], r)
+			}
+		}
+		for _, runner := range []string{"pgbench", "go/pgx", "http"} {
+			rs := byRunner[runner]
+			slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.ops, b.ops) })
+			m := rs[len(rs)/2]
+			m.workload = w.name
+			results = append(results, m)
 		}
 	}
 
-	fmt.Printf("PostgreSQL lease coordinator vs pgbench, same SQL, same database, %d clients, %v per run\n\n", clients, d)
+	fmt.Printf("PostgreSQL lease coordinator vs pgbench, same SQL, same database, %d clients, %v per run, median of %d rounds\n\n", clients, d, rounds)
 	fmt.Printf("%-16s %-8s %10s %9s %9s %9s %8s\n", "workload", "runner", "ops/s", "mean", "p50", "p99", "ratio")
 	var pg float64
 	for _, r := range results {
