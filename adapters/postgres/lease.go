@@ -16,9 +16,10 @@ const ReleaseChannel = "fencegate_lease_released"
 
 // Leases is the coordinator's backend on PostgreSQL: one row per resource in
 // resource_fence (migration 010), tokens from resource_fence_token_seq.
-// Every operation is one statement (its own transaction, one round trip),
-// and every time comes from the database's clock_timestamp(), never from a
-// worker or from this process.
+// Every change is one statement, its own transaction and one round trip (a
+// release is followed by a notification, see notifySQL), and every time
+// comes from the database's clock_timestamp(), never from a worker or from
+// this process.
 type Leases struct {
 	st *Store
 }
