@@ -53,6 +53,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	rp["lock_timeout"] = ms
 	rp["statement_timeout"] = ms
 	rp["application_name"] = "fencegate"
+	// Advances and issued tokens must be durable before they are acted on
+	// (I3, I5), whatever the database's default; the in-flight marker of
+	// the shared fence turns it off for itself with SET LOCAL.
+	rp["synchronous_commit"] = "on"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres pool: %w", err)
