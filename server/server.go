@@ -59,12 +59,12 @@ type Options struct {
 
 // New builds the process from cfg: it opens the store (refusing to start if
 // it is locked or unreadable) and compiles the routes. Nothing listens yet.
-func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err error) {
+func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err error) {
 	log := opts.Logger
 	if log == nil {
 		log = NewLogger(os.Stderr, cfg.Log)
 	}
-	s = &Server{log: log, cfg: cfg, admin: http.NewServeMux()}
+	s := &Server{log: log, cfg: cfg, admin: http.NewServeMux()}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -78,13 +78,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err 
 	if err != nil {
 		return nil, err
 	}
-	s.store = store
 	if err := s.setupCoordinator(cfg, store); err != nil {
 		return nil, err
 	}
 	if s.fence, err = s.newFence(cfg, store); err != nil { // postgres.go
 		return nil, err
 	}
+	s.store = store
 	if cfg.Gateway != nil {
 		s.gw = gateway.New(s.tel.TraceFence(s.fence), gateway.Options{
 			TokenHeader: cfg.Gateway.TokenHeader,
