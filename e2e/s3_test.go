@@ -70,22 +70,39 @@ func s3RouteYAML(name, host, endpoint string, s *testenv.S3Server, precondition,
 %s`, name, match, endpoint, s.AccessKey, s.SecretKey, timeout, s3WorkerKey, s3WorkerSecret, pre)
 }
 
-func s3GatewayYAML(routes ...string) string {
+// s3BoltStore is the store section of the S3 tests unless they say
+// otherwise: the embedded bbolt store.
+const s3BoltStore = `store:
+  embedded: {path: $DIR/fencegate.db}
+`
+
+// s3PostgresStore keeps fences (and ETags) in PostgreSQL, in fence mode
+// local or shared.
+func s3PostgresStore(url, mode string) string {
+	return fmt.Sprintf("store:\n  postgres: {url: %q, timeout: 2s}\nfence: {mode: %s}\n", url, mode)
+}
+
+func s3GatewayYAML(routes ...string) string { return s3GatewayYAMLStore(s3BoltStore, routes...) }
+
+func s3GatewayYAMLStore(store string, routes ...string) string {
 	return `
 gateway:
   listen: $GATEWAY
   routes:
-` + strings.Join(routes, "") + `store:
-  embedded: {path: $DIR/fencegate.db}
-admin: {listen: $ADMIN}
+` + strings.Join(routes, "") + store + `admin: {listen: $ADMIN}
 `
 }
 
 func startS3Env(t *testing.T, precondition string) *s3Env {
 	t.Helper()
+	return startS3EnvStore(t, s3BoltStore, precondition)
+}
+
+func startS3EnvStore(t *testing.T, store, precondition string) *s3Env {
+	t.Helper()
 	srv := testenv.Versity(t)
 	srv.CreateBucket(t, s3Bucket)
-	p := startFencegate(t, s3GatewayYAML(s3RouteYAML("objects", "", srv.Endpoint, srv, precondition, "30s")))
+	p := startFencegate(t, s3GatewayYAMLStore(store, s3RouteYAML("objects", "", srv.Endpoint, srv, precondition, "30s")))
 	return &s3Env{S3: srv, Proc: p, GW: p.URL("gateway")}
 }
 
@@ -393,47 +410,57 @@ func TestS3PreconditionDelayedForward(t *testing.T) {
 		{"none", "A-late"}, // control: shows the test can fail
 	} {
 		t.Run(tc.precondition, func(t *testing.T) {
-			srv := testenv.Versity(t)
-			srv.CreateBucket(t, s3Bucket)
-			tp := testenv.Toxiproxy(t)
-			proxy := tp.Proxy(t, "s3", strings.TrimPrefix(srv.Endpoint, "http://"))
-			// Two routes to one bucket and one fence: requests to
-			// "localhost" go through the delaying proxy, to 127.0.0.1
-			// straight to S3.
-			p := startFencegate(t, s3GatewayYAML(
-				s3RouteYAML("slow", "localhost", "http://"+proxy.Listen, srv, tc.precondition, "1s"),
-				s3RouteYAML("fast", "", srv.Endpoint, srv, tc.precondition, "30s")))
-			gw := p.URL("gateway")
-			slowURL := strings.Replace(gw, "127.0.0.1", "localhost", 1)
-			e := &s3Env{S3: srv, Proc: p, GW: gw}
-
-			if err := putObject(t, s3Worker(gw, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1)), "job", "A-first"); err != nil {
-				t.Fatalf("A's first write: %v", err)
-			}
-			proxy.AddToxic(t, testenv.Toxic{Name: "delay", Type: "latency", Stream: "upstream",
-				Attributes: map[string]any{"latency": 3000}})
-			sent := time.Now()
-			err := putObject(t, s3Worker(slowURL, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1)), "job", "A-late")
-			wantRefusal(t, err, "upstream_timeout", http.StatusGatewayTimeout)
-			if err := putObject(t, s3Worker(gw, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(2)), "job", "B"); err != nil {
-				t.Fatalf("B's write: %v", err)
-			}
-			// Wait until A's delayed request has been delivered to S3 and
-			// answered there (the latency plus a margin), then read the
-			// durable state.
-			time.Sleep(time.Until(sent.Add(5 * time.Second)))
-			if got := e.objectBody(t, "job"); got != tc.want {
+			if _, got := s3DelayedForward(t, s3BoltStore, tc.precondition); got != tc.want {
 				t.Fatalf("object = %q; want %q", got, tc.want)
 			}
 		})
 	}
 }
 
+// s3DelayedForward runs the delayed-forward race of seed test 2 with the
+// given store section and returns the object's content read from S3 after
+// A's delayed request has reached it.
+func s3DelayedForward(t *testing.T, store, precondition string) (*s3Env, string) {
+	t.Helper()
+	srv := testenv.Versity(t)
+	srv.CreateBucket(t, s3Bucket)
+	tp := testenv.Toxiproxy(t)
+	proxy := tp.Proxy(t, "s3", strings.TrimPrefix(srv.Endpoint, "http://"))
+	// Two routes to one bucket and one fence: requests to "localhost" go
+	// through the delaying proxy, to 127.0.0.1 straight to S3.
+	p := startFencegate(t, s3GatewayYAMLStore(store,
+		s3RouteYAML("slow", "localhost", "http://"+proxy.Listen, srv, precondition, "1s"),
+		s3RouteYAML("fast", "", srv.Endpoint, srv, precondition, "30s")))
+	gw := p.URL("gateway")
+	slowURL := strings.Replace(gw, "127.0.0.1", "localhost", 1)
+	e := &s3Env{S3: srv, Proc: p, GW: gw}
+
+	if err := putObject(t, s3Worker(gw, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1)), "job", "A-first"); err != nil {
+		t.Fatalf("A's first write: %v", err)
+	}
+	proxy.AddToxic(t, testenv.Toxic{Name: "delay", Type: "latency", Stream: "upstream",
+		Attributes: map[string]any{"latency": 3000}})
+	sent := time.Now()
+	err := putObject(t, s3Worker(slowURL, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1)), "job", "A-late")
+	wantRefusal(t, err, "upstream_timeout", http.StatusGatewayTimeout)
+	if err := putObject(t, s3Worker(gw, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(2)), "job", "B"); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+	// Wait until A's delayed request has been delivered to S3 and answered
+	// there (the latency plus a margin), then read the durable state.
+	time.Sleep(time.Until(sent.Add(5 * time.Second)))
+	return e, e.objectBody(t, "job")
+}
+
 // A write that bypassed the gateway (here: the root key, directly) makes the
 // gateway's next conditional write fail with 412 precondition_failed; the
 // bypassing version is not overwritten blindly.
 func TestS3PreconditionDetectsBypass(t *testing.T) {
-	e := startS3Env(t, "etag")
+	s3PreconditionBypass(t, startS3Env(t, "etag"))
+}
+
+func s3PreconditionBypass(t *testing.T, e *s3Env) {
+	t.Helper()
 	w := e.worker(tokenOf(1))
 	if err := putObject(t, w, "k", "v1"); err != nil {
 		t.Fatal(err)
