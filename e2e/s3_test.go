@@ -6,9 +6,11 @@ import (
 	"crypto/hmac"
 	"crypto/md5"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -736,33 +738,57 @@ func TestS3Doctor(t *testing.T) {
 	})
 }
 
-// Signed aws-chunked bodies (STREAMING-AWS4-HMAC-SHA256-PAYLOAD, as sent by
-// SDKs that sign each chunk) are verified chunk by chunk and re-signed with
-// the gateway's key: the S3 server accepts the re-signed chunks and stores
-// the decoded bytes; a tampered chunk is refused and nothing is stored.
+// Signed aws-chunked bodies (STREAMING-AWS4-HMAC-SHA256-PAYLOAD, and the
+// -TRAILER variant with a signed checksum trailer, built by hand per AWS's
+// spec since aws-sdk-go-v2 only sends the unsigned trailer form) are
+// verified chunk by chunk and re-signed with the gateway's key: the S3
+// server accepts the re-signed chunks and trailer signature, verifies the
+// checksum and stores the decoded bytes; a tampered chunk or trailer is
+// refused and nothing is stored.
 func TestS3SignedChunkedUpload(t *testing.T) {
 	e := startS3Env(t, "")
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 9000) // 144000 bytes: 3 chunks
+	crc := crc32.ChecksumIEEE(payload)
+	checksum := base64.StdEncoding.EncodeToString([]byte{byte(crc >> 24), byte(crc >> 16), byte(crc >> 8), byte(crc)})
 	for _, tc := range []struct {
-		name   string
-		tamper bool
-	}{{"valid", false}, {"tampered", true}} {
+		name    string
+		trailer bool
+		tamper  string // "chunk", "trailer" or ""
+	}{
+		{"valid", false, ""},
+		{"tampered", false, "chunk"},
+		{"trailer-valid", true, ""},
+		{"trailer-tampered-chunk", true, "chunk"},
+		{"trailer-tampered-checksum", true, "trailer"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "chunked-" + tc.name
 			now := time.Now().UTC()
 			chunks := [][]byte{payload[:65536], payload[65536:131072], payload[131072:], nil}
+			hash := "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+			trailer := ""
+			if tc.trailer {
+				hash += "-TRAILER"
+				trailer = "x-amz-checksum-crc32:" + checksum
+			}
 			size := 0
 			for _, c := range chunks {
 				size += len(fmt.Sprintf("%x;chunk-signature=%064d\r\n", len(c), 0)) + len(c) + 2
+			}
+			if tc.trailer {
+				size += len(trailer) + 2 + len("x-amz-trailer-signature:") + 64 + 2
 			}
 			req, _ := http.NewRequest("PUT", e.GW+"/"+s3Bucket+"/"+key, nil)
 			req.ContentLength = int64(size)
 			req.Header.Set("Content-Encoding", "aws-chunked")
 			req.Header.Set("X-Amz-Decoded-Content-Length", strconv.Itoa(len(payload)))
-			req.Header.Set("X-Amz-Content-Sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+			req.Header.Set("X-Amz-Content-Sha256", hash)
+			if tc.trailer {
+				req.Header.Set("X-Amz-Trailer", "x-amz-checksum-crc32")
+			}
 			req.Header.Set("Fencing-Token", "1")
 			err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: s3WorkerKey, SecretAccessKey: s3WorkerSecret},
-				req, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "s3", "us-east-1", now)
+				req, hash, "s3", "us-east-1", now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -779,12 +805,26 @@ func TestS3SignedChunkedUpload(t *testing.T) {
 					s3SHA256Hex(nil) + "\n" + s3SHA256Hex(c)
 				prev = hex.EncodeToString(s3HMAC(k, sts))
 				data := c
-				if tc.tamper && i == 1 {
+				if tc.tamper == "chunk" && i == 1 {
 					data = bytes.ToUpper(c)
 				}
 				fmt.Fprintf(&body, "%x;chunk-signature=%s\r\n", len(c), prev)
 				body.Write(data)
-				body.WriteString("\r\n")
+				if len(c) > 0 || !tc.trailer {
+					body.WriteString("\r\n")
+				}
+			}
+			if tc.trailer {
+				// The trailer's signature chains from the final chunk's
+				// and covers the canonical trailer "name:value\n".
+				sts := "AWS4-HMAC-SHA256-TRAILER\n" + now.Format("20060102T150405Z") + "\n" + scope + "\n" + prev + "\n" +
+					s3SHA256Hex([]byte(trailer+"\n"))
+				sent := trailer
+				if tc.tamper == "trailer" {
+					// Another valid CRC32, not the one the worker signed.
+					sent = "x-amz-checksum-crc32:AAAAAA=="
+				}
+				fmt.Fprintf(&body, "%s\r\nx-amz-trailer-signature:%s\r\n\r\n", sent, hex.EncodeToString(s3HMAC(k, sts)))
 			}
 			if body.Len() != size {
 				t.Fatalf("encoded %d bytes; computed %d", body.Len(), size)
@@ -796,9 +836,9 @@ func TestS3SignedChunkedUpload(t *testing.T) {
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if tc.tamper {
+			if tc.tamper != "" {
 				if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "SignatureDoesNotMatch") {
-					t.Fatalf("tampered chunk: %d %s; want 403 SignatureDoesNotMatch", resp.StatusCode, b)
+					t.Fatalf("tampered %s: %d %s; want 403 SignatureDoesNotMatch", tc.tamper, resp.StatusCode, b)
 				}
 				if got := e.objectBody(t, key); got != "<absent>" {
 					t.Fatalf("tampered upload stored %d bytes", len(got))
@@ -810,6 +850,16 @@ func TestS3SignedChunkedUpload(t *testing.T) {
 			}
 			if got := e.objectBody(t, key); got != string(payload) {
 				t.Fatalf("stored %d bytes; want the %d decoded bytes", len(got), len(payload))
+			}
+			if tc.trailer {
+				out, err := e.direct().HeadObject(context.Background(), &s3.HeadObjectInput{
+					Bucket: aws.String(s3Bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := aws.ToString(out.ChecksumCRC32); got != checksum {
+					t.Fatalf("S3 stored checksum %q; want the trailer's %q", got, checksum)
+				}
 			}
 		})
 	}

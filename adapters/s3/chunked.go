@@ -21,7 +21,12 @@ import (
 // stays right.
 //
 // A chunk that fails verification ends the body with an error: the upstream
-// then sees an incomplete request, which it does not apply.
+// then sees an incomplete request, which it does not apply. The last byte
+// of each data chunk (and its CRLF) is held back until the next chunk, and
+// after the last one the final chunk and its trailer, has been verified:
+// an upstream that stores an object as soon as it has every decoded byte
+// (VersityGW does, without waiting for the final chunk) must never get all
+// of them from a body whose final chunk or trailer signature is bad.
 type chunkSigner struct {
 	src     *bufio.Reader
 	in      sigChain
@@ -30,6 +35,7 @@ type chunkSigner struct {
 	max     int
 
 	pending bytes.Buffer
+	held    []byte // the previous data chunk's last byte and CRLF
 	done    bool
 	err     *s3Error
 }
@@ -75,11 +81,11 @@ var errChunk = errors.New("aws-chunked body refused")
 
 func (s *chunkSigner) Read(p []byte) (int, error) {
 	for s.pending.Len() == 0 {
-		if s.done {
-			return 0, io.EOF
-		}
 		if s.err != nil {
 			return 0, errChunk
+		}
+		if s.done {
+			return 0, io.EOF
 		}
 		if err := s.next(); err != nil {
 			if s.err == nil {
@@ -127,10 +133,18 @@ func (s *chunkSigner) next() error {
 		s.err = errSignatureMismatch()
 		return s.err
 	}
+	s.release()
 	s.pending.WriteString(sizeHex + ";chunk-signature=" + s.out.chunk(data) + "\r\n")
-	s.pending.Write(data)
-	s.pending.WriteString("\r\n")
+	s.pending.Write(data[:size-1])
+	s.held = append(s.held[:0], data[size-1], '\r', '\n')
 	return nil
+}
+
+// release passes on the held-back end of the previous data chunk, once the
+// chunk after it has been verified.
+func (s *chunkSigner) release() {
+	s.pending.Write(s.held)
+	s.held = s.held[:0]
 }
 
 // final handles the zero-size chunk and, for -TRAILER bodies, the trailing
@@ -140,7 +154,9 @@ func (s *chunkSigner) final(sizeHex, sig string) error {
 		s.err = errSignatureMismatch()
 		return s.err
 	}
-	s.pending.WriteString(sizeHex + ";chunk-signature=" + s.out.chunk(nil) + "\r\n")
+	// Nothing of the final chunk is passed on (nor the held-back end of the
+	// last data chunk) before its trailer is verified too.
+	out := sizeHex + ";chunk-signature=" + s.out.chunk(nil) + "\r\n"
 	var canonical, raw bytes.Buffer
 	trailerSig := ""
 	for {
@@ -171,10 +187,13 @@ func (s *chunkSigner) final(sizeHex, sig string) error {
 			s.err = errSignatureMismatch()
 			return s.err
 		}
-		s.pending.Write(raw.Bytes()) // verbatim: the body keeps its length
-		s.pending.WriteString("x-amz-trailer-signature:" + s.out.trailerSig(canonical.Bytes()) + "\r\n")
+		out += raw.String() // verbatim: the body keeps its length
+		out += "x-amz-trailer-signature:" + s.out.trailerSig(canonical.Bytes()) + "\r\n"
+	} else if trailerSig != "" {
+		return errors.New("unexpected trailer")
 	}
-	s.pending.WriteString("\r\n")
+	s.release()
+	s.pending.WriteString(out + "\r\n")
 	s.done = true
 	return nil
 }
