@@ -266,6 +266,10 @@ type forward struct {
 	ifMatch     string // the precondition the gateway adds, if any
 	ifNoneMatch bool
 	trackETag   bool // record the outcome's ETag
+	// before is the object's ETag as recorded (or learnt with a HEAD)
+	// before the write was marked unknown: restored when S3 answers that it
+	// did not apply the write.
+	before string
 }
 
 type forwardKey struct{}
@@ -400,6 +404,10 @@ func (u *Upstream) response(ctx context.Context, f *forward, resp *http.Response
 	}
 	switch {
 	case resp.StatusCode == http.StatusPreconditionFailed && f.conditional:
+		// Not applied: the record names the version the gateway wrote
+		// again, so the next write is refused too rather than learning
+		// (and overwriting) a bypassing version.
+		u.record(ctx, f, f.before)
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		u.log.LogAttrs(ctx, slog.LevelError, fencegate.CodePreconditionFailed,
@@ -429,7 +437,10 @@ func (u *Upstream) response(ctx context.Context, f *forward, resp *http.Response
 			u.record(ctx, f, ETagUnknown)
 		}
 	case resp.StatusCode >= 500:
-		u.record(ctx, f, ETagUnknown)
+		// The record stays unknown (marked before the write).
+	default:
+		// A 3xx or 4xx: S3 did not apply the write.
+		u.record(ctx, f, f.before)
 	}
 	return resp, nil
 }
@@ -450,6 +461,13 @@ func (u *Upstream) record(ctx context.Context, f *forward, etag string) {
 // wrote. A worker's own If-Match / If-None-Match is kept instead: it is a
 // precondition on a version the worker saw, which a delayed request cannot
 // satisfy after a newer write either.
+//
+// Before the write is forwarded, its object is marked ETagUnknown in the
+// store (write-ahead): if the gateway dies, or the store fails, after S3
+// applied the write but before its ETag was recorded, the record does not
+// keep naming the version this write replaced, which would make every
+// later write fail its precondition; the next write learns the ETag with a
+// HEAD instead. A failed mark refuses the write, unforwarded.
 func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 	switch f.target.op {
 	case opPutObject, opCompleteMultipart, opDeleteObject, opCopyObject:
@@ -457,21 +475,26 @@ func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 		return nil
 	}
 	f.trackETag = true
+	etag, err := u.etags.LastETag(r.Context(), f.resource)
+	if err != nil {
+		return fencegate.Unavailable(f.resource, fmt.Errorf("load etag: %w", err))
+	}
+	f.before = etag
 	own := r.Header.Get("If-Match") != "" || r.Header.Get("If-None-Match") != ""
 	if own || f.target.op == opCopyObject {
 		// CopyObject: S3-compatible stores differ on destination
 		// preconditions; the copy is fenced and its ETag re-learnt.
-		return nil
-	}
-	etag, err := u.etags.LastETag(r.Context(), f.resource)
-	if err != nil {
-		return fencegate.Unavailable(f.resource, fmt.Errorf("load etag: %w", err))
+		return u.markUnknown(r.Context(), f, etag)
 	}
 	if etag == ETagUnknown {
 		if etag, err = u.headETag(r.Context(), f.target); err != nil {
 			return &fencegate.Error{Status: http.StatusBadGateway, Code: fencegate.CodeUpstreamUnavailable,
 				Message: "cannot learn the object's current ETag from the upstream", Resource: f.resource, Err: err}
 		}
+		// The record stays unknown (nothing to mark) until the outcome.
+		f.before = etag
+	} else if err := u.markUnknown(r.Context(), f, etag); err != nil {
+		return err
 	}
 	switch {
 	case etag != "":
@@ -482,6 +505,18 @@ func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 		f.ifNoneMatch = true
 	}
 	f.conditional = true
+	return nil
+}
+
+// markUnknown records the object's ETag as unknown before the write is
+// forwarded, unless it is already.
+func (u *Upstream) markUnknown(ctx context.Context, f *forward, current string) error {
+	if current == ETagUnknown {
+		return nil
+	}
+	if err := u.etags.RecordETag(ctx, f.resource, f.token, ETagUnknown); err != nil {
+		return fencegate.Unavailable(f.resource, fmt.Errorf("mark etag unknown before the write: %w", err))
+	}
 	return nil
 }
 
