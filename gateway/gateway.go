@@ -108,7 +108,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	escaped := r.URL.EscapedPath()
 	segs, err := resource.CleanPath(escaped)
 	if err != nil {
-		g.refuse(w, r, nil, o, &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidResource,
+		// The raw path only chooses the refusal's dialect (S3 clients expect
+		// XML); nothing is forwarded.
+		rt := g.match(canonicalHost(r.Host), escaped, r.Method)
+		g.refuse(w, r, rt, o, &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidResource,
 			Message: "refused path: " + err.Error()})
 		return
 	}

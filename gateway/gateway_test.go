@@ -400,3 +400,41 @@ func TestUpstreamRefusal(t *testing.T) {
 		t.Fatalf("no log line: %s", logs.String())
 	}
 }
+
+// xmlUpstream answers refusals in its own dialect, as the S3 adapter does.
+type xmlUpstream struct{ refusingUpstream }
+
+func (xmlUpstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(e.Status)
+	fmt.Fprintf(w, "<Error><Code>%s</Code></Error>", e.Code)
+}
+
+// TestRefusedPathInRouteDialect: a hostile path is refused in the dialect of
+// the route its raw form matches, so S3 clients see an S3 error.
+func TestRefusedPathInRouteDialect(t *testing.T) {
+	cfg, err := config.Parse("t.yaml", []byte("gateway:\n  routes:\n"+strings.ReplaceAll(ordersRoute, "UPSTREAM", "http://127.0.0.1:1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := gateway.NewRoute(cfg.Gateway.Routes[0], xmlUpstream{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gateway.New(gateway.NewLocalFence(openStore(t), gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+	g.SetRoutes([]*gateway.Route{rt})
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	req, _ := http.NewRequest("PUT", srv.URL+"/x", strings.NewReader("x"))
+	req.URL.Opaque = "/orders/a/../b"
+	req.Header.Set("Fencing-Token", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || string(b) != "<Error><Code>invalid_resource</Code></Error>" {
+		t.Fatalf("got %d %s; want 400 XML invalid_resource", resp.StatusCode, b)
+	}
+}
