@@ -159,6 +159,9 @@ func ParseToken(header string, values []string) (int64, *Error) {
 			return bad(fmt.Sprintf("has %q at offset %d", v[i], i))
 		}
 	}
+	if v == "0" {
+		return bad("is zero")
+	}
 	if v[0] == '0' {
 		return bad("has a leading zero")
 	}
