@@ -24,20 +24,7 @@ import (
 
 // jaegerYAML is a gateway and coordinator exporting traces to endpoint.
 func jaegerYAML(upstream, endpoint string) string {
-	return fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 10s}
-      resource: "{path}"
-store:
-  embedded: {path: $DIR/fencegate.db}
-coordinator: {enabled: true, listen: $COORDINATOR}
-admin: {listen: $ADMIN}
-telemetry: {otlp_endpoint: %q, service_name: fencegate}
-`, upstream, endpoint)
+	return metricsYAML(upstream) + fmt.Sprintf("telemetry: {otlp_endpoint: %q, service_name: fencegate}\n", endpoint)
 }
 
 // A zombie worker's refused write is found in a real Jaeger by searching
