@@ -372,23 +372,30 @@ type refusingUpstream struct{ err error }
 
 func (u refusingUpstream) Forward(w http.ResponseWriter, r *http.Request) error { return u.err }
 
-// TestUpstreamRefusal: a *fencegate.Error from an upstream is answered as
-// is, and logging it terminates (its cause is never itself).
-func TestUpstreamRefusal(t *testing.T) {
+// serveOrders serves the orders route through up, an upstream of the test's.
+func serveOrders(t *testing.T, up gateway.Upstream, log *slog.Logger) *httptest.Server {
+	t.Helper()
 	cfg, err := config.Parse("t.yaml", []byte("gateway:\n  routes:\n"+strings.ReplaceAll(ordersRoute, "UPSTREAM", "http://127.0.0.1:1")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fencegate.Errorf(http.StatusPreconditionFailed, fencegate.CodePreconditionFailed, "the object changed")
-	rt, err := gateway.NewRoute(cfg.Gateway.Routes[0], refusingUpstream{err: want})
+	rt, err := gateway.NewRoute(cfg.Gateway.Routes[0], up)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs strings.Builder
-	g := gateway.New(gateway.NewLocalFence(openStore(t), gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	g := gateway.New(gateway.NewLocalFence(openStore(t), gateway.LocalFenceOptions{}), gateway.Options{Logger: log})
 	g.SetRoutes([]*gateway.Route{rt})
 	srv := httptest.NewServer(g)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestUpstreamRefusal: a *fencegate.Error from an upstream is answered as
+// is, and logging it terminates (its cause is never itself).
+func TestUpstreamRefusal(t *testing.T) {
+	want := fencegate.Errorf(http.StatusPreconditionFailed, fencegate.CodePreconditionFailed, "the object changed")
+	var logs strings.Builder
+	srv := serveOrders(t, refusingUpstream{err: want}, slog.New(slog.NewTextHandler(&logs, nil)))
 	st, body := do(t, "PUT", srv.URL+"/orders/1", tok("1"), "x")
 	if st != 412 || !strings.Contains(body, `"error":"precondition_failed"`) {
 		t.Fatalf("got %d %s; want 412 precondition_failed", st, body)
@@ -413,18 +420,7 @@ func (xmlUpstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencega
 // TestRefusedPathInRouteDialect: a hostile path is refused in the dialect of
 // the route its raw form matches, so S3 clients see an S3 error.
 func TestRefusedPathInRouteDialect(t *testing.T) {
-	cfg, err := config.Parse("t.yaml", []byte("gateway:\n  routes:\n"+strings.ReplaceAll(ordersRoute, "UPSTREAM", "http://127.0.0.1:1")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := gateway.NewRoute(cfg.Gateway.Routes[0], xmlUpstream{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := gateway.New(gateway.NewLocalFence(openStore(t), gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
-	g.SetRoutes([]*gateway.Route{rt})
-	srv := httptest.NewServer(g)
-	defer srv.Close()
+	srv := serveOrders(t, xmlUpstream{}, slog.New(slog.DiscardHandler))
 	req, _ := http.NewRequest("PUT", srv.URL+"/x", strings.NewReader("x"))
 	req.URL.Opaque = "/orders/a/../b"
 	req.Header.Set("Fencing-Token", "1")
