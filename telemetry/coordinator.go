@@ -90,6 +90,9 @@ func (t *Telemetry) LeaseBackend(b coordinator.Backend, log *slog.Logger) coordi
 		log = slog.Default()
 	}
 	lb := &leaseBackend{b: b, m: t.Coordinator(), log: log}
+	if c, ok := b.(activeCounter); ok {
+		t.registerActiveLeases(c, log)
+	}
 	if t.Tracing() {
 		lb.tracer = t.tracer
 	}
@@ -97,6 +100,35 @@ func (t *Telemetry) LeaseBackend(b coordinator.Backend, log *slog.Logger) coordi
 		return &watchingLeaseBackend{leaseBackend: lb, w: w}
 	}
 	return lb
+}
+
+// activeCounter is implemented by lease backends that can count the leases
+// live now (both of fencegate's do).
+type activeCounter interface {
+	Active(ctx context.Context) (int, error)
+}
+
+// registerActiveLeases exports the number of live leases, counted by the
+// store when Prometheus scrapes (a lease ends by expiry too, which no
+// request would report). A failed count reports -1 and logs.
+func (t *Telemetry) registerActiveLeases(c activeCounter, log *slog.Logger) {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "fencegate", Subsystem: "coordinator", Name: "active_leases",
+		Help: "Leases live now by the store's clock (counted at scrape time; -1 if the store could not be read).",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		n, err := c.Active(ctx)
+		if err != nil {
+			log.Warn("count active leases", "err", err.Error())
+			return -1
+		}
+		return float64(n)
+	})
+	var are prometheus.AlreadyRegisteredError
+	if err := t.Registry.Register(g); err != nil && !errors.As(err, &are) {
+		log.Warn("register active_leases", "err", err.Error())
+	}
 }
 
 type leaseBackend struct {

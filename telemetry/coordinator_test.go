@@ -61,18 +61,22 @@ func TestCoordinatorInstrumented(t *testing.T) {
 	}
 	got := call("/v1/leases/acquire", "00-"+workerTrace+"-00f067aa0ba902b7-01", `{"resource":"/orders/7","owner":"A","ttl":"1m"}`, 200)
 	token := int64(got["token"].(float64))
+	h := &harness{tel: tel}
+	if n := gauge(t, h, "fencegate_coordinator_active_leases"); n != 1 {
+		t.Errorf("active leases with A's held = %v; want 1", n)
+	}
 	call("/v1/leases/acquire", "", `{"resource":"/orders/7","owner":"B"}`, 409)
 	call("/v1/leases/renew", "", `{"resource":"/orders/7","owner":"A","token":`+itoa(token)+`}`, 200)
 	call("/v1/leases/renew", "", `{"resource":"/orders/7","owner":"B","token":`+itoa(token+1)+`}`, 409)
 	call("/v1/leases/release", "", `{"resource":"/orders/7","owner":"A","token":`+itoa(token)+`}`, 200)
 	call("/v1/leases/release", "", `{"resource":"/orders/7","owner":"A","token":`+itoa(token)+`}`, 200)
 
-	h := &harness{tel: tel}
 	for _, c := range []struct {
 		name      string
 		got, want float64
 	}{
 		{"tokens issued", counter(t, h, "fencegate_coordinator_tokens_issued_total", nil), 1},
+		{"active leases after the release", gauge(t, h, "fencegate_coordinator_active_leases"), 0},
 		{"renewed", counter(t, h, "fencegate_coordinator_renewals_total", map[string]string{"outcome": "renewed"}), 1},
 		{"renew lost", counter(t, h, "fencegate_coordinator_renewals_total", map[string]string{"outcome": "lost"}), 1},
 		{"leases lost", counter(t, h, "fencegate_coordinator_leases_lost_total", nil), 1},

@@ -232,3 +232,23 @@ func (ls *Leases) Issued(ctx context.Context, resource string) (int64, error) {
 	l, err := ls.Lease(ctx, resource)
 	return l.Token, err
 }
+
+// Active counts the leases live now (a released lease has expired). It
+// reads every lease record: it is meant for a metrics scrape, not for the
+// request path.
+func (ls *Leases) Active(ctx context.Context) (int, error) {
+	n, t := 0, now()
+	err := ls.st.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
+			var r leaseRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("corrupt lease record for %q: %w", k, err)
+			}
+			if r.ExpiresAt.After(t) {
+				n++
+			}
+			return nil
+		})
+	})
+	return n, err
+}

@@ -234,3 +234,17 @@ func (ls *Leases) listen(ctx context.Context, released func(string), connected f
 		released(n.Payload)
 	}
 }
+
+// Active counts the leases live now, by the database's clock (a released
+// lease has expired). It scans the lease table: it is meant for a metrics
+// scrape, not for the request path.
+func (ls *Leases) Active(ctx context.Context) (int, error) {
+	ctx, cancel := ls.timeout(ctx)
+	defer cancel()
+	var n int
+	err := ls.st.Pool.QueryRow(ctx, `SELECT count(*) FROM resource_fence WHERE lease_expires_at > clock_timestamp()`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count active leases: %w", err)
+	}
+	return n, nil
+}

@@ -153,3 +153,38 @@ func TestLeaseStoreDownAndBack(t *testing.T) {
 		t.Errorf("token after the outage %d; want above %d", l.Token, a.Token)
 	}
 }
+
+// TestLeaseActive counts live leases by the database's clock: held ones
+// count, released and expired ones do not.
+func TestLeaseActive(t *testing.T) {
+	ls := openTestLeases(t, testenv.Postgres(t).URL)
+	ctx := context.Background()
+	count := func() int {
+		t.Helper()
+		n, err := ls.Active(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("empty table: %d active", n)
+	}
+	a, _, err := ls.Acquire(ctx, "/a", "A", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ls.Acquire(ctx, "/b", "B", 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("two held: %d active", n)
+	}
+	if _, err := ls.Release(ctx, "/a", "A", a.Token); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond) // /b expires
+	if n := count(); n != 0 {
+		t.Fatalf("one released, one expired: %d active", n)
+	}
+}
