@@ -136,9 +136,7 @@ func TestJaegerStaleRefusalTrace(t *testing.T) {
 			acq.parent(), server.parent(), worker)
 	}
 	// The refusal log line names the same trace.
-	if !strings.Contains(p.Log(), `"trace_id":"`+traceID+`"`) {
-		t.Errorf("no log line with trace_id %s:\n%s", traceID, p.Log())
-	}
+	waitFor(t, func() bool { return strings.Contains(p.Log(), `"trace_id":"`+traceID+`"`) })
 }
 
 // tracedWrite PUTs body with token, carrying ctx's trace context.

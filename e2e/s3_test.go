@@ -483,9 +483,8 @@ func s3PreconditionBypass(t *testing.T, e *s3Env) {
 		t.Fatal(err)
 	}
 	wantRefusal(t, putObject(t, w, "pre-existing", "y"), "precondition_failed", http.StatusPreconditionFailed)
-	if !strings.Contains(e.Proc.Log(), `"msg":"precondition_failed"`) {
-		t.Errorf("no precondition_failed log line")
-	}
+	// The refusal is logged right after it is answered.
+	waitFor(t, func() bool { return strings.Contains(e.Proc.Log(), `"msg":"precondition_failed"`) })
 }
 
 // Bad input: unsigned, malformed, wrongly keyed and clock-skewed signatures
