@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/s3"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/server"
 )
 
@@ -24,12 +23,9 @@ func (e *doctorFailed) ExitCode() int { return 1 }
 
 func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("doctor", "-c FILE [-bucket NAME]")
-	path := fs.String("c", "fencegate.yaml", "configuration `file`")
+	path := configFlag(fs)
 	bucket := fs.String("bucket", "", "bucket for the probe object (default: each route's s3.check_bucket)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*path)
+	cfg, err := parseConfig(fs, path, args)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fencegate/fencegate/config"
 )
 
 // command is one subcommand.
@@ -118,4 +120,22 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return &usageError{err.Error()}
 	}
 	return nil
+}
+
+// configFlag adds the -c flag every command that reads the configuration
+// file takes.
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("c", "fencegate.yaml", "configuration `file`")
+}
+
+// parseConfig parses args (flags only: a stray argument is a usage error,
+// not silently ignored) and loads the configuration file named by path.
+func parseConfig(fs *flag.FlagSet, path *string, args []string) (*config.Config, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() != 0 {
+		return nil, usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return config.Load(*path)
 }

@@ -14,11 +14,8 @@ type serveCmd struct{}
 
 func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("serve", "-c FILE")
-	path := fs.String("c", "fencegate.yaml", "configuration `file`")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*path)
+	path := configFlag(fs)
+	cfg, err := parseConfig(fs, path, args)
 	if err != nil {
 		return err
 	}

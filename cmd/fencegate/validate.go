@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/server"
 )
 
@@ -14,11 +13,8 @@ type validateCmd struct{}
 
 func (c *validateCmd) Run(ctx context.Context, args []string) error {
 	fs := newFlags("validate", "-c FILE")
-	path := fs.String("c", "fencegate.yaml", "configuration `file`")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*path)
+	path := configFlag(fs)
+	cfg, err := parseConfig(fs, path, args)
 	if err != nil {
 		return err
 	}
