@@ -6,7 +6,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -27,6 +26,7 @@ type Gateway struct {
 	fence       Fence
 	tokenHeader string
 	log         *slog.Logger
+	logContext  func(ctx context.Context) []slog.Attr
 	routes      atomic.Pointer[[]*Route]
 	// Observer, if set, is told the outcome of every request (metrics,
 	// tracing). It must be set before serving.
@@ -40,6 +40,9 @@ type Options struct {
 	// Logger receives one line per refusal (and per forward at debug level).
 	// Nil means slog.Default().
 	Logger *slog.Logger
+	// LogContext, if set, adds attributes of the request's context (the
+	// trace_id and span_id) to refusal logs. Nil adds none.
+	LogContext func(ctx context.Context) []slog.Attr
 }
 
 // New returns a gateway over fence with no routes.
@@ -54,6 +57,7 @@ func New(fence Fence, opts Options) *Gateway {
 		fence:       fence,
 		tokenHeader: textproto.CanonicalMIMEHeaderKey(opts.TokenHeader),
 		log:         opts.Logger,
+		logContext:  opts.LogContext,
 	}
 	g.SetRoutes(nil)
 	return g
@@ -322,18 +326,10 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("cause", e.Err.Error()))
 	}
-	attrs = append(attrs, g.logContext(r.Context())...)
-	g.log.LogAttrs(r.Context(), level, e.Code, attrs...)
-}
-
-// LogContext, if set, adds attributes (trace_id, span_id) to refusal logs.
-var LogContext func(ctx context.Context) []slog.Attr
-
-func (g *Gateway) logContext(ctx context.Context) []slog.Attr {
-	if LogContext == nil {
-		return nil
+	if g.logContext != nil {
+		attrs = append(attrs, g.logContext(r.Context())...)
 	}
-	return LogContext(ctx)
+	g.log.LogAttrs(r.Context(), level, e.Code, attrs...)
 }
 
 func (g *Gateway) match(host, path, method string) *Route {
@@ -444,8 +440,4 @@ func withRequest(ctx context.Context, r *Request) context.Context {
 func RequestFrom(ctx context.Context) *Request {
 	r, _ := ctx.Value(requestKey{}).(*Request)
 	return r
-}
-
-func (r *Request) String() string {
-	return fmt.Sprintf("%s %v token=%d", r.Route.Name, r.Resources, r.Token)
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -152,6 +151,3 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
-
-// CanonicalHeader is textproto's canonical form of a header name.
-func CanonicalHeader(h string) string { return textproto.CanonicalMIMEHeaderKey(h) }

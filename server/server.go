@@ -89,6 +89,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 		s.gw = gateway.New(s.tel.TraceFence(s.fence), gateway.Options{
 			TokenHeader: cfg.Gateway.TokenHeader,
 			Logger:      log.With("component", "gateway"),
+			LogContext:  telemetry.LogAttrs,
 		})
 		routes, err := BuildRoutes(cfg, log, store)
 		if err != nil {

@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"net/url"
-	"sync"
 
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/telemetry"
 )
 
@@ -21,7 +19,6 @@ func (s *Server) setupTelemetry(ctx context.Context, cfg *config.Config) error {
 	s.tel = t
 	s.closers = append(s.closers, t)
 	s.admin.Handle("GET /metrics", t.Handler())
-	setLogContext.Do(func() { gateway.LogContext = telemetry.LogAttrs })
 	if t.Tracing() {
 		endpoint := cfg.Telemetry.OTLPEndpoint
 		if u, err := url.Parse(endpoint); err == nil {
@@ -31,7 +28,3 @@ func (s *Server) setupTelemetry(ctx context.Context, cfg *config.Config) error {
 	}
 	return nil
 }
-
-// gateway.LogContext is process-wide; it is set once, and LogAttrs finds
-// each server's spans through the request context.
-var setLogContext sync.Once

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,11 +28,6 @@ import (
 	"github.com/fencegate/fencegate/internal/recorder"
 	"github.com/fencegate/fencegate/telemetry"
 )
-
-func TestMain(m *testing.M) {
-	gateway.LogContext = telemetry.LogAttrs
-	os.Exit(m.Run())
-}
 
 // memStore is a Store in memory that can be made to fail.
 type memStore struct {
@@ -108,7 +102,8 @@ func newHarness(t *testing.T, tracing bool) *harness {
 
 	h.fence = gateway.NewLocalFence(tel.Store(h.store), gateway.LocalFenceOptions{OnDrain: tel.Drained})
 	gw := gateway.New(tel.TraceFence(h.fence), gateway.Options{
-		Logger: slog.New(slog.NewJSONHandler(h.logs, nil)),
+		Logger:     slog.New(slog.NewJSONHandler(h.logs, nil)),
+		LogContext: telemetry.LogAttrs,
 	})
 	hu, err := gateway.NewHTTPUpstream(&config.Upstream{URL: up.URL}, gateway.HTTPUpstreamOptions{
 		Transport: telemetry.Transport(gateway.NewTransport(nil)),
