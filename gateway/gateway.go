@@ -144,7 +144,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id.Owner != "" {
 		insp.Owner, o.Owner = id.Owner, id.Owner
 	}
-	req := &Request{Route: rt, Path: cpath, Segments: segs, Owner: insp.Owner}
+	req := &Request{Route: rt, Path: cpath, Owner: insp.Owner}
 
 	if !rt.fenceReads && !rt.fenced[r.Method] {
 		o.Decision = "passthrough"
@@ -424,7 +424,6 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type Request struct {
 	Route     *Route
 	Path      string   // canonical escaped path, forwarded upstream
-	Segments  []string // decoded path segments
 	Resources []string // fence keys (empty for unfenced requests)
 	Token     int64    // 0 for unfenced requests
 	Owner     string

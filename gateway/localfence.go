@@ -22,8 +22,7 @@ import (
 // recently used first out); an evicted resource is loaded again from the
 // Store on its next write.
 type LocalFence struct {
-	store      Store
-	maxEntries int
+	store Store
 	// DrainTimeout bounds how long a newer write waits for older in-flight
 	// writes; past it the newer write is refused with fence_draining. It
 	// should exceed the upstream timeout, after which every older write has
@@ -105,7 +104,6 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 	}
 	f := &LocalFence{
 		store:        store,
-		maxEntries:   opts.MaxEntries,
 		drainTimeout: opts.DrainTimeout,
 		storeTimeout: opts.StoreTimeout,
 		onDrain:      opts.OnDrain,
