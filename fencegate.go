@@ -46,7 +46,7 @@ const (
 )
 
 // Error is a refusal made by fencegate itself (not by an upstream). Its JSON
-// form is the error body of DESIGN.md section 3; zero fields are omitted.
+// form is the error body of docs/design.md §3; zero fields are omitted.
 type Error struct {
 	Code     string `json:"error"`
 	Message  string `json:"message"`

@@ -43,7 +43,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // LeaseResponse is the answer of acquire, renew and show. The first four
-// fields are the contract of DESIGN.md section 5.
+// fields are the contract of docs/design.md §5.
 type LeaseResponse struct {
 	Resource  string    `json:"resource"`
 	Owner     string    `json:"owner"`

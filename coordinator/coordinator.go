@@ -7,7 +7,7 @@
 // (adapters/postgres) for several processes and by the embedded store
 // (adapters/bolt) for one. Service adds what is the same for both: request
 // validation, waiting for a lease with prompt wake-ups, the OnIssue hook and
-// the HTTP JSON API of DESIGN.md section 5. The worker side is package
+// the HTTP JSON API of docs/design.md §5. The worker side is package
 // coordinator/client.
 package coordinator
 

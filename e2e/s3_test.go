@@ -401,7 +401,7 @@ func TestS3DeleteObjectsAllOrNothing(t *testing.T) {
 // delayed in the network (toxiproxy) past the gateway's timeout; B then
 // writes with a newer token. When A's request finally reaches S3 it carries
 // If-Match on the version B replaced, and S3 refuses it with 412. Without
-// the precondition the same timing lets A overwrite B: the window DESIGN.md
+// the precondition the same timing lets A overwrite B: the window docs/design.md
 // calls irreducible, closed by the conditional write.
 func TestS3PreconditionDelayedForward(t *testing.T) {
 	for _, tc := range []struct {

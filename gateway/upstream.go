@@ -55,7 +55,7 @@ func (h *HTTPUpstream) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = h.target.Scheme
 	pr.Out.URL.Host = h.target.Host
 	// Forward the canonical path the fence key was derived from, not the
-	// client's spelling of it (DESIGN.md section 3, step 4).
+	// client's spelling of it (docs/design.md §3, step 4).
 	path := req.Path
 	base := strings.TrimSuffix(h.target.Path, "/")
 	pr.Out.URL.Path = base + unescapePath(path)

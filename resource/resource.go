@@ -13,7 +13,7 @@ import (
 // CleanPath returns the one canonical spelling of an escaped request path, as
 // a slice of decoded segments. The gateway derives resource keys from this
 // form and forwards this form upstream, so two spellings of one upstream
-// object can never map to two fence keys (DESIGN.md section 3, step 4).
+// object can never map to two fence keys (docs/design.md §3, step 4).
 //
 // Empty segments ("//") and "." segments are dropped. Requests the gateway
 // cannot map to exactly one upstream object are refused: ".." segments (after

@@ -20,7 +20,7 @@ import (
 
 // SharedFence is the fence of several gateway replicas over one PostgreSQL
 // database (fence mode "shared"). It keeps no state in memory: every write
-// runs the protocol of DESIGN.md section 4 against the fence table.
+// runs the protocol of docs/design.md §4 against the fence table.
 //
 //   - In-flight marker: a transaction holding FOR KEY SHARE on the
 //     resource's row for the whole forward; Permit.Release commits it. The

@@ -185,7 +185,7 @@ func TestSharedFenceConcurrentSameToken(t *testing.T) {
 	}
 }
 
-// TestSharedFenceStaleStreamDoesNotStarveAdvance is the case DESIGN.md
+// TestSharedFenceStaleStreamDoesNotStarveAdvance is the case docs/design.md
 // section 4 warns about: with "SELECT .. FOR SHARE" + "UPDATE", a stream of
 // lockers is granted ahead of the waiting UPDATE and the advance starves.
 // Here sixteen writers keep token 1 in flight on both replicas without a

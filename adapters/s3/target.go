@@ -42,7 +42,7 @@ const maxKeyBytes = 1024
 // disagree about or that a file-system backend would fold together
 // (empty, "." and ".." segments, encoded slashes, backslashes, control
 // characters, invalid UTF-8), so that one object can never be reached
-// under two fence keys (DESIGN.md section 3, step 4).
+// under two fence keys (docs/design.md §3, step 4).
 func (u *Upstream) parseTarget(r *http.Request) (target, *s3Error) {
 	var t target
 	raw := strings.TrimPrefix(rawPath(r), "/")

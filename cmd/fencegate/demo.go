@@ -21,7 +21,7 @@ import (
 	"github.com/fencegate/fencegate/server"
 )
 
-// demoCmd plays the stale-owner story of DESIGN.md section 1 against a real
+// demoCmd plays the stale-owner story of docs/design.md §1 against a real
 // gateway and a real lease coordinator in one process on the embedded store,
 // in front of a sample upstream, and fails if the upstream ends up with the
 // zombie's write.
