@@ -116,6 +116,13 @@ type S3 struct {
 	// delete a probe object at start (and `fencegate doctor`) to verify
 	// that the upstream honours conditional writes.
 	CheckBucket string `yaml:"check_bucket"`
+	// Stamp writes each admitted write's token into the object's metadata
+	// (StampHeader), so that `fencegate fence rebuild` can raise lost fences
+	// again from the bucket itself (docs/recovery.md).
+	Stamp bool `yaml:"stamp"`
+	// StampHeader is the metadata header of the stamp. Default
+	// x-amz-meta-fencing-token.
+	StampHeader string `yaml:"stamp_header"`
 }
 
 // S3Client is a worker key the gateway verifies SigV4 signatures with.
@@ -128,6 +135,12 @@ type S3Client struct {
 type Store struct {
 	Embedded *Embedded `yaml:"embedded"`
 	Postgres *Postgres `yaml:"postgres"`
+	// Marker is the file recording which store this process serves from,
+	// so that a start on a lost (new, empty) store is refused until fences
+	// are imported, rebuilt or the loss is accepted (docs/recovery.md).
+	// Default: "<embedded.path>.marker"; none for postgres unless set;
+	// "none" turns the check off.
+	Marker string `yaml:"marker"`
 }
 
 // Embedded is the single-file store (bbolt).
@@ -234,6 +247,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Store.Embedded != nil && c.Store.Embedded.Path == "" {
 		c.Store.Embedded.Path = "./data/fencegate.db"
+	}
+	if c.Store.Marker == "" && c.Store.Embedded != nil {
+		c.Store.Marker = c.Store.Embedded.Path + ".marker"
 	}
 	if p := c.Store.Postgres; p != nil && p.Timeout == 0 {
 		p.Timeout = 5 * time.Second

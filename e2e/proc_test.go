@@ -31,6 +31,8 @@ type Proc struct {
 	cmd     *exec.Cmd
 	log     *logBuffer
 	exited  chan struct{}
+	// serveArgs are added to `fencegate serve -c FILE` on (re)start.
+	serveArgs []string
 }
 
 // startFencegate writes yaml to a config file and runs `fencegate serve` on
@@ -65,7 +67,7 @@ func startFencegate(t testing.TB, yaml string, env ...string) *Proc {
 func (p *Proc) start(env []string) {
 	p.t.Helper()
 	p.log = &logBuffer{}
-	p.cmd = exec.Command(p.bin, "serve", "-c", p.CfgPath)
+	p.cmd = exec.Command(p.bin, append([]string{"serve", "-c", p.CfgPath}, p.serveArgs...)...)
 	p.cmd.Dir = p.Dir
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.log

@@ -55,6 +55,9 @@ type Options struct {
 	// Logger is the process logger. Nil: a JSON logger on stderr at the
 	// configured level.
 	Logger *slog.Logger
+	// AcceptEmptyStore starts on a store other than the one the marker
+	// names (its fences lost) and adopts it (serve --accept-empty-store).
+	AcceptEmptyStore bool
 }
 
 // New builds the process from cfg: it opens the store (refusing to start if
@@ -76,6 +79,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 	}
 	store, err := s.openStore(ctx, cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkMarker(ctx, cfg, store, opts.AcceptEmptyStore); err != nil { // marker.go
 		return nil, err
 	}
 	if err := s.setupCoordinator(cfg, store); err != nil {

@@ -66,7 +66,7 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		return nil
+		return ensureID(tx)
 	})
 	if err != nil {
 		db.Close()
@@ -76,7 +76,7 @@ func Open(path string, opts Options) (*Store, error) {
 }
 
 // allBuckets lists every bucket the store creates at Open.
-var allBuckets = [][]byte{bucketFences, bucketLeases, bucketLeaseCounter}
+var allBuckets = [][]byte{bucketFences, bucketLeases, bucketLeaseCounter, bucketMeta}
 
 // DB exposes the bbolt handle to other parts of fencegate that keep their
 // records in the same file (the coordinator's leases).

@@ -18,12 +18,15 @@ import (
 type fenceCmd struct{}
 
 func (c *fenceCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("fence", "show|advance [-admin URL] RESOURCE [TOKEN]")
+	fs := newFlags("fence", "show|advance [-admin URL] RESOURCE [TOKEN] | export|import -c FILE ...")
 	admin := fs.String("admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
 	if len(args) == 0 {
 		return usagef("missing subcommand: show or advance")
 	}
 	sub := args[0]
+	if mk, ok := fenceStoreCmds[sub]; ok {
+		return mk().Run(ctx, args[1:])
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -59,6 +62,13 @@ func (c *fenceCmd) Run(ctx context.Context, args []string) error {
 	}
 	os.Stdout.Write(b)
 	return nil
+}
+
+// fenceStoreCmds are the fence subcommands that work on the store itself
+// rather than through the admin API (fence_export.go).
+var fenceStoreCmds = map[string]func() command{
+	"export": func() command { return &fenceExportCmd{} },
+	"import": func() command { return &fenceImportCmd{} },
 }
 
 func envOr(k, def string) string {

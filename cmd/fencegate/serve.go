@@ -13,14 +13,15 @@ import (
 type serveCmd struct{}
 
 func (c *serveCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("serve", "-c FILE")
+	fs := newFlags("serve", "-c FILE [--accept-empty-store]")
 	path := configFlag(fs)
+	acceptEmpty := fs.Bool("accept-empty-store", false, "start on a store that is not the one the gateway served from (its fences are lost; see docs/recovery.md)")
 	cfg, err := parseConfig(fs, path, args)
 	if err != nil {
 		return err
 	}
 	log := server.NewLogger(os.Stderr, cfg.Log)
-	srv, err := server.New(ctx, cfg, server.Options{Logger: log})
+	srv, err := server.New(ctx, cfg, server.Options{Logger: log, AcceptEmptyStore: *acceptEmpty})
 	if err != nil {
 		return err
 	}

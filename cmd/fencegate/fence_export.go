@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/postgres"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/server"
+)
+
+// fenceStore is what export, import and rebuild need of a store; bolt and
+// postgres implement it.
+type fenceStore interface {
+	ExportFences(ctx context.Context, fn func(fencegate.FenceRecord) error) error
+	ImportFences(ctx context.Context, recs []fencegate.FenceRecord) (int, error)
+	Close() error
+}
+
+// sequenceRaiser is the coordinator's token source on the same store.
+type sequenceRaiser interface {
+	RaiseSequence(ctx context.Context, token int64) error
+}
+
+// openFenceStore opens the store cfg names directly (not through a running
+// gateway): the embedded file must not be open in a gateway.
+func openFenceStore(ctx context.Context, cfg *config.Config) (fenceStore, sequenceRaiser, error) {
+	switch {
+	case cfg.Store.Embedded != nil:
+		st, err := bolt.Open(cfg.Store.Embedded.Path, bolt.Options{})
+		if errors.Is(err, bolt.ErrLocked) {
+			return nil, nil, fmt.Errorf("%w; stop the gateway first (the embedded store is opened by one process at a time)", err)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, bolt.NewLeases(st), nil
+	default:
+		p := cfg.Store.Postgres
+		st, err := postgres.Open(ctx, p.URL, postgres.Options{MaxConns: 4, Timeout: p.Timeout})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, postgres.NewLeases(st), nil
+	}
+}
+
+// fenceExportCmd writes every fence record as JSON lines.
+type fenceExportCmd struct{}
+
+func (c *fenceExportCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("fence export", "-c FILE [-o FILE]")
+	path := configFlag(fs)
+	out := fs.String("o", "-", "output `file` (- for stdout)")
+	cfg, err := parseConfig(fs, path, args)
+	if err != nil {
+		return err
+	}
+	st, _, err := openFenceStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var w io.Writer = os.Stdout
+	var f *os.File
+	if *out != "-" {
+		if f, err = os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	n := 0
+	if err := st.ExportFences(ctx, func(r fencegate.FenceRecord) error {
+		n++
+		return enc.Encode(r)
+	}); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if f != nil {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "exported %d fence(s)\n", n)
+	return nil
+}
+
+// importBatch is how many records one import transaction merges.
+const importBatch = 1000
+
+// fenceImportCmd max-merges an export into the store.
+type fenceImportCmd struct{}
+
+func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("fence import", "-c FILE [-keep-etags] [FILE|-]")
+	path := configFlag(fs)
+	keepETags := fs.Bool("keep-etags", false, "keep the exported ETags (only if the upstream was not written since the export); "+
+		"default: mark them unknown, so the next conditional write learns the current one")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return usagef("import takes at most one FILE")
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	var in io.Reader = os.Stdin
+	if fs.NArg() == 1 && fs.Arg(0) != "-" {
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	st, seq, err := openFenceStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	imp := &importer{st: st, seq: seq, keepETags: *keepETags}
+	if err := imp.run(ctx, in); err != nil {
+		return err
+	}
+	if err := server.AdoptStore(ctx, cfg, st); err != nil {
+		return fmt.Errorf("imported, but the store marker was not written: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "read %d record(s), raised or created %d fence(s); tokens issued from now on exceed %d\n", imp.read, imp.raised, imp.highest)
+	return nil
+}
+
+// importer merges fence records batch by batch: memory is bounded by one
+// batch, whatever the size of the export.
+type importer struct {
+	st        fenceStore
+	seq       sequenceRaiser
+	keepETags bool
+
+	batch   []fencegate.FenceRecord
+	read    int
+	raised  int
+	highest int64
+}
+
+func (imp *importer) run(ctx context.Context, in io.Reader) error {
+	dec := json.NewDecoder(bufio.NewReaderSize(in, 64<<10))
+	dec.DisallowUnknownFields()
+	for {
+		var r fencegate.FenceRecord
+		err := dec.Decode(&r)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("record %d: %w (nothing after the previous batch was imported)", imp.read+1, err)
+		}
+		imp.read++
+		if r.Resource == "" || r.Highest <= 0 {
+			return fmt.Errorf("record %d: resource and a positive highest are required", imp.read)
+		}
+		if !imp.keepETags {
+			r.ETag = fencegate.ETagUnknown
+		}
+		if err := imp.add(ctx, r); err != nil {
+			return err
+		}
+	}
+	return imp.flush(ctx)
+}
+
+func (imp *importer) add(ctx context.Context, r fencegate.FenceRecord) error {
+	imp.batch = append(imp.batch, r)
+	if len(imp.batch) >= importBatch {
+		return imp.flush(ctx)
+	}
+	return nil
+}
+
+// flush raises the coordinator's sequence above the batch, then merges the
+// batch. In this order an interrupted import leaves at worst a gap in the
+// tokens, never a fence above the next token issued.
+func (imp *importer) flush(ctx context.Context) error {
+	if len(imp.batch) == 0 {
+		return nil
+	}
+	var top int64
+	for _, r := range imp.batch {
+		top = max(top, r.Highest)
+	}
+	if imp.seq != nil {
+		if err := imp.seq.RaiseSequence(ctx, top); err != nil {
+			return err
+		}
+	}
+	n, err := imp.st.ImportFences(ctx, imp.batch)
+	if err != nil {
+		return err
+	}
+	imp.raised += n
+	imp.highest = max(imp.highest, top)
+	imp.batch = imp.batch[:0]
+	return nil
+}
