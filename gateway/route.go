@@ -149,3 +149,17 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
 }
+
+// ResourceOf derives the fence key of one object an upstream names by its
+// variables alone (S3: bucket, key, key.N), as a request writing it would:
+// `fencegate fence rebuild` maps scanned objects to fences with it. A
+// template naming request parts (path, host, headers) has no key here.
+func (rt *Route) ResourceOf(vars map[string]string) (string, error) {
+	return rt.tmpl.Expand(func(name string) (string, bool) {
+		v, ok := vars[name]
+		if ok && rt.fold {
+			v = strings.ToLower(v)
+		}
+		return v, ok
+	})
+}

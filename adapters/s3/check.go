@@ -21,10 +21,7 @@ import (
 // probe object under fencegate-doctor/ in bucket, with the gateway's
 // credentials.
 func (u *Upstream) CheckConditionalWrites(ctx context.Context, bucket string) error {
-	c := awss3.New(awss3.Options{
-		Region: u.region, BaseEndpoint: aws.String(u.endpoint.String()), UsePathStyle: true,
-		Credentials: u.creds, HTTPClient: &http.Client{Transport: u.transport}, RetryMaxAttempts: 1,
-	})
+	c := u.client(1)
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	key := aws.String("fencegate-doctor/probe-" + hex.EncodeToString(rnd[:]))

@@ -69,6 +69,7 @@ type Upstream struct {
 	keyPrefixes []int // N of every {key.N} in the resource template
 	etags       ETagStore
 	precondEtag bool
+	stampHeader string // "" unless s3.stamp: the metadata header carrying the token
 	transport   http.RoundTripper
 	proxy       *gateway.Proxy
 	log         *slog.Logger
@@ -169,6 +170,15 @@ func New(ctx context.Context, rc config.Route, opts Options) (*Upstream, error) 
 		n, _ := strconv.Atoi(m[1])
 		u.keyPrefixes = append(u.keyPrefixes, n)
 	}
+	if c.Stamp {
+		u.stampHeader = strings.ToLower(c.StampHeader)
+		if u.stampHeader == "" {
+			u.stampHeader = DefaultStampHeader
+		}
+		if !strings.HasPrefix(u.stampHeader, "x-amz-meta-") || len(u.stampHeader) == len("x-amz-meta-") {
+			return nil, fmt.Errorf("s3.stamp_header must be an object metadata header (x-amz-meta-NAME), got %q", c.StampHeader)
+		}
+	}
 	if u.precondEtag {
 		// The ETag is an object's; a resource spanning several objects
 		// (a bucket, a key prefix) has no one ETag to compare.
@@ -209,6 +219,10 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	}
 	return insp, nil
 }
+
+// ObjectVars are the template variables of one object (bucket, key, key.N),
+// as Inspect derives them for a request writing it.
+func (u *Upstream) ObjectVars(bucket, key string) map[string]string { return u.vars(bucket, key) }
 
 func (u *Upstream) vars(bucket, key string) map[string]string {
 	v := map[string]string{"bucket": bucket}
@@ -340,6 +354,32 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	if f.chunks != nil {
 		out.Body = f.chunks
 	}
+	if u.stampHeader != "" && f.token > 0 && stamps(pr.In, f.target.op) {
+		// Set, not added: a worker's own copy would forge the stamp
+		// `fence rebuild` trusts. The header is signed with the rest of the
+		// request by the signing transport.
+		h.Set(u.stampHeader, strconv.FormatInt(f.token, 10))
+	}
+}
+
+// DefaultStampHeader is the object metadata header of `stamp: true`.
+const DefaultStampHeader = "x-amz-meta-fencing-token"
+
+// stamps reports whether a write of op takes the metadata the request
+// carries: PutObject, CreateMultipartUpload (whose metadata the completed
+// object gets) and CopyObject with the REPLACE directive. A CopyObject
+// with the default COPY directive gets the source's metadata, stamp
+// included, and S3 refuses metadata on it (docs/recovery.md).
+func stamps(r *http.Request, o op) bool {
+	switch o {
+	case opPutObject:
+		return true
+	case opCopyObject:
+		return strings.EqualFold(r.Header.Get("X-Amz-Metadata-Directive"), "REPLACE")
+	case opOther:
+		return r.Method == http.MethodPost && r.URL.Query().Has("uploads")
+	}
+	return false
 }
 
 // upstreamQuery drops presigned-URL authentication parameters.

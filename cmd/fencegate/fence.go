@@ -18,7 +18,7 @@ import (
 type fenceCmd struct{}
 
 func (c *fenceCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("fence", "show|advance [-admin URL] RESOURCE [TOKEN] | export|import -c FILE ...")
+	fs := newFlags("fence", "show|advance [-admin URL] RESOURCE [TOKEN] | export|import|rebuild -c FILE ...")
 	admin := fs.String("admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
 	if len(args) == 0 {
 		return usagef("missing subcommand: show or advance")
@@ -67,8 +67,9 @@ func (c *fenceCmd) Run(ctx context.Context, args []string) error {
 // fenceStoreCmds are the fence subcommands that work on the store itself
 // rather than through the admin API (fence_export.go).
 var fenceStoreCmds = map[string]func() command{
-	"export": func() command { return &fenceExportCmd{} },
-	"import": func() command { return &fenceImportCmd{} },
+	"export":  func() command { return &fenceExportCmd{} },
+	"import":  func() command { return &fenceImportCmd{} },
+	"rebuild": func() command { return &fenceRebuildCmd{} },
 }
 
 func envOr(k, def string) string {

@@ -12,7 +12,9 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/postgres"
+	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/server"
 )
 
@@ -214,5 +216,79 @@ func (imp *importer) flush(ctx context.Context) error {
 	imp.raised += n
 	imp.highest = max(imp.highest, top)
 	imp.batch = imp.batch[:0]
+	return nil
+}
+
+// fenceRebuildCmd raises fences from the stamps `stamp: true` left on S3
+// objects: each object's fence becomes at least its stamped token.
+type fenceRebuildCmd struct{}
+
+func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
+	fs := newFlags("fence rebuild", "-c FILE -route NAME -bucket NAME [-prefix P]")
+	path := configFlag(fs)
+	routeName := fs.String("route", "", "S3 route whose objects are scanned (default: the only S3 route)")
+	bucket := fs.String("bucket", "", "bucket to scan (required)")
+	prefix := fs.String("prefix", "", "scan only keys starting with this prefix")
+	cfg, err := parseConfig(fs, path, args)
+	if err != nil {
+		return err
+	}
+	if *bucket == "" {
+		return usagef("-bucket is required")
+	}
+	var rc *config.Route
+	if cfg.Gateway != nil {
+		for i := range cfg.Gateway.Routes {
+			r := &cfg.Gateway.Routes[i]
+			if r.S3 == nil || (*routeName != "" && r.Name != *routeName) {
+				continue
+			}
+			if rc != nil {
+				return usagef("several S3 routes: choose one with -route")
+			}
+			rc = r
+		}
+	}
+	if rc == nil {
+		return usagef("no S3 route %q in %s", *routeName, *path)
+	}
+	if !rc.S3.Stamp {
+		fmt.Fprintf(os.Stderr, "warning: route %s has no s3.stamp: true; objects it wrote carry no stamp\n", rc.Name)
+	}
+	up, err := s3.New(ctx, *rc, s3.Options{TokenHeader: cfg.Gateway.TokenHeader, ETags: nopETags{}})
+	if err != nil {
+		return fmt.Errorf("route %s: %w", rc.Name, err)
+	}
+	rt, err := gateway.NewRoute(*rc, up)
+	if err != nil {
+		return fmt.Errorf("route %s: %w", rc.Name, err)
+	}
+	st, seq, err := openFenceStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// A rebuilt fence's ETag is unknown: the next conditional write learns
+	// it with a HEAD.
+	imp := &importer{st: st, seq: seq}
+	unstamped, err := up.ScanStamps(ctx, *bucket, *prefix, func(s s3.Stamp) error {
+		res, err := rt.ResourceOf(up.ObjectVars(s.Bucket, s.Key))
+		if err != nil {
+			return fmt.Errorf("object %s/%s: resource template %q: %w", s.Bucket, s.Key, rc.Resource, err)
+		}
+		imp.read++
+		return imp.add(ctx, fencegate.FenceRecord{Resource: res, Highest: s.Token, Owner: "rebuild", ETag: fencegate.ETagUnknown})
+	})
+	if err == nil {
+		err = imp.flush(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if err := server.AdoptStore(ctx, cfg, st); err != nil {
+		return fmt.Errorf("rebuilt, but the store marker was not written: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "scanned %d stamped object(s) (%d without a stamp), raised or created %d fence(s); tokens issued from now on exceed %d\n",
+		imp.read, unstamped, imp.raised, imp.highest)
 	return nil
 }

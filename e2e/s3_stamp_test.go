@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/coordinator/client/awsfence"
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+// `stamp: true` writes each admitted write's token into the object's
+// metadata (signed by the gateway with the rest of the request; a worker's
+// own copy of the header is replaced, not trusted). After the store is
+// lost, `fence rebuild` raises the fences from the stamps and the zombie's
+// write is refused again.
+func TestS3StampRebuildAfterStoreLoss(t *testing.T) {
+	srv := testenv.Versity(t)
+	srv.CreateBucket(t, s3Bucket)
+	route := strings.Replace(s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s"),
+		"        timeout: 30s\n", "        timeout: 30s\n        stamp: true\n", 1)
+	p := startFencegate(t, s3GatewayYAML(route))
+	e := &s3Env{S3: srv, Proc: p, GW: p.URL("gateway")}
+	zombie := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(41))
+	owner := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(42))
+	ctx := context.Background()
+
+	if err := putObject(t, zombie, "report", "A"); err != nil {
+		t.Fatal(err)
+	}
+	// The owner's write tries to forge a higher stamp; the gateway's wins.
+	if _, err := owner.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s3Bucket), Key: aws.String("report"),
+		Body: strings.NewReader("B"), Metadata: map[string]string{"fencing-token": "999999"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := putObject(t, owner, "other/7", "B"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.direct().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s3Bucket), Key: aws.String("report")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Metadata["fencing-token"]; got != "42" {
+		t.Fatalf("stamp of report = %q (metadata %v); want 42", got, h.Metadata)
+	}
+	// An object written around the gateway has no stamp and is skipped.
+	if err := putObject(t, e.direct(), "unstamped", "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.Stop()
+
+	if err := os.Remove(filepath.Join(p.Dir, "fencegate.db")); err != nil {
+		t.Fatal(err)
+	}
+	if out := serveRefused(t, p); !strings.Contains(out, "fence rebuild") {
+		t.Fatalf("serve on the lost store:\n%s", out)
+	}
+	out, err := fencegateCmd(t, p, "fence", "rebuild", "-c", p.CfgPath, "-bucket", s3Bucket)
+	if err != nil {
+		t.Fatalf("rebuild: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "scanned 2 stamped object(s) (1 without a stamp), raised or created 2 fence(s)") {
+		t.Fatalf("rebuild said:\n%s", out)
+	}
+	p.Restart()
+
+	wantRefusal(t, putObject(t, zombie, "report", "A2"), "stale_fencing_token", http.StatusConflict)
+	wantRefusal(t, putObject(t, zombie, "other/7", "A2"), "stale_fencing_token", http.StatusConflict)
+	if err := putObject(t, owner, "report", "B2"); err != nil {
+		t.Fatalf("owner after rebuild: %v", err)
+	}
+	if got := e.objectBody(t, "report"); got != "B2" {
+		t.Fatalf("report = %q; want B2", got)
+	}
+}
