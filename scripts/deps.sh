@@ -17,9 +17,12 @@ fi
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v ps >/dev/null 2>&1 || missing+=(procps)
 command -v ss >/dev/null 2>&1 || missing+=(iproute2)
+# Apache httpd with mod_dav: the real conditional-write HTTP server the
+# `precondition: etag` tests run against (internal/testenv/apache.go).
+[ -x /usr/sbin/apache2 ] || missing+=(apache2)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, wrk, procps, iproute2)"
+  echo "deps.sh: all present (postgresql, wrk, procps, iproute2, apache2)"
   exit 0
 fi
 
