@@ -222,3 +222,49 @@ func TestFreePortWait(t *testing.T) {
 		t.Errorf("FreePort = %d", p)
 	}
 }
+
+// The Apache quirks `precondition: etag` on HTTP routes must handle: no
+// ETag on a PUT's answer, a weak ETag right after the write, a strong one a
+// moment later; If-Match with the strong one is honoured, a wrong one and
+// If-None-Match: * on an existing resource are refused with 412.
+func TestApache(t *testing.T) {
+	a := testenv.Apache(t)
+	do := func(method, etag, noneMatch, body string) *http.Response {
+		req, _ := http.NewRequest(method, a.URL+"/doc.txt", strings.NewReader(body))
+		if etag != "" {
+			req.Header.Set("If-Match", etag)
+		}
+		if noneMatch != "" {
+			req.Header.Set("If-None-Match", noneMatch)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	put := do("PUT", "", "*", "v1")
+	if put.StatusCode != http.StatusCreated || put.Header.Get("ETag") != "" {
+		t.Fatalf("first PUT: %d ETag %q; want 201 without ETag", put.StatusCode, put.Header.Get("ETag"))
+	}
+	var strong string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		strong = do("HEAD", "", "", "").Header.Get("ETag")
+		if !strings.HasPrefix(strong, "W/") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if strong == "" || strings.HasPrefix(strong, "W/") {
+		t.Fatalf("ETag %q; want a strong ETag within 5s", strong)
+	}
+	if st := do("PUT", `"wrong"`, "", "v2").StatusCode; st != http.StatusPreconditionFailed {
+		t.Fatalf("PUT If-Match wrong: %d; want 412", st)
+	}
+	if st := do("PUT", "", "*", "v2").StatusCode; st != http.StatusPreconditionFailed {
+		t.Fatalf("PUT If-None-Match * on an existing resource: %d; want 412", st)
+	}
+	if st := do("PUT", strong, "", "v2").StatusCode; st != http.StatusNoContent {
+		t.Fatalf("PUT If-Match current: %d; want 204", st)
+	}
+}
