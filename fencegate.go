@@ -43,6 +43,11 @@ const (
 	CodeLeaseHeld           = "lease_held"
 	CodeLeaseLost           = "lease_lost"
 	CodePreconditionFailed  = "precondition_failed"
+	// CodeTokenOutOfRange: a token (a write's, where tokens are not
+	// verified, or a hand advance's) raises a fence further than
+	// fence.max_advance allows, or a fence reset asks for a value below the
+	// highest token issued. 409.
+	CodeTokenOutOfRange = "token_out_of_range"
 )
 
 // Error is a refusal made by fencegate itself (not by an upstream). Its JSON

@@ -43,7 +43,10 @@ type Gateway struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// ShutdownTimeout is how long SIGTERM waits for in-flight requests. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
-	Routes          []Route       `yaml:"routes"`
+	// MaxConnections caps the client connections held at once. Default:
+	// from the open-file limit, after the admin and coordinator caps.
+	MaxConnections int     `yaml:"max_connections"`
+	Routes         []Route `yaml:"routes"`
 }
 
 // Route maps matching requests to one upstream and one resource template.
@@ -169,6 +172,12 @@ type Fence struct {
 	// FenceOnIssue raises the fence when the coordinator issues a token.
 	// Default true when the coordinator shares the store.
 	FenceOnIssue *bool `yaml:"fence_on_issue"`
+	// MaxAdvance caps how far one write whose token is not verified, or
+	// one hand advance, may raise a fence: above the current highest (a
+	// write, an advance without verification) or above the highest token
+	// issued (an advance with verification). Default 1000000; negative:
+	// no ceiling. See listeners.go.
+	MaxAdvance int64 `yaml:"max_advance"`
 }
 
 // Coordinator is the lease service.
@@ -179,13 +188,15 @@ type Coordinator struct {
 	MaxTTL     time.Duration `yaml:"max_ttl"`     // default 10m
 	MaxWait    time.Duration `yaml:"max_wait"`    // default 1m
 	Auth       *Auth         `yaml:"auth"`
+	APIGuard   `yaml:",inline"`
 }
 
 // Admin is the operator listener: /healthz /readyz /metrics /v1/fences.
 type Admin struct {
 	Listen string `yaml:"listen"` // default 127.0.0.1:9090; "" disables
 	// Auth protects the admin API; /healthz and /readyz stay open for probes.
-	Auth *Auth `yaml:"auth"`
+	Auth     *Auth `yaml:"auth"`
+	APIGuard `yaml:",inline"`
 }
 
 // TLS configures the listeners' certificates.
@@ -242,6 +253,7 @@ func DefaultConfig() *Config {
 // Defaults that depend on what the file set.
 func (c *Config) applyDefaults() {
 	c.applyEdgeDefaults()
+	c.applyListenerDefaults()
 	if c.Store.Embedded == nil && c.Store.Postgres == nil {
 		c.Store.Embedded = &Embedded{}
 	}
@@ -501,6 +513,7 @@ func (c *Config) Validate() Errors {
 		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	errs = append(errs, c.validateEdges()...)
+	errs = append(errs, c.validateListeners()...)
 	if c.Store.Embedded != nil && c.Store.Postgres != nil {
 		add("store", "set either embedded or postgres, not both")
 	}

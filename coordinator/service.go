@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // Limits on names. A resource must fit a PostgreSQL NOTIFY payload (8000
@@ -159,7 +160,7 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Lease, error
 		ttl = s.defaultTTL()
 	}
 	wait := time.Duration(req.Wait)
-	if err := s.validate(req.Resource, req.Owner, -1, ttl); err != nil {
+	if err := s.validate(&req.Resource, req.Owner, -1, ttl); err != nil {
 		return Lease{}, err
 	}
 	if wait < 0 || wait > s.maxWait() {
@@ -232,7 +233,7 @@ func (s *Service) Renew(ctx context.Context, req RenewRequest) (Lease, error) {
 	if ttl == 0 {
 		ttl = s.defaultTTL()
 	}
-	if err := s.validate(req.Resource, req.Owner, req.Token, ttl); err != nil {
+	if err := s.validate(&req.Resource, req.Owner, req.Token, ttl); err != nil {
 		return Lease{}, err
 	}
 	l, err := s.Backend.Renew(ctx, req.Resource, req.Owner, req.Token, ttl)
@@ -248,7 +249,7 @@ func (s *Service) Renew(ctx context.Context, req RenewRequest) (Lease, error) {
 
 // Release ends the named lease if it is current and live; it is idempotent.
 func (s *Service) Release(ctx context.Context, req RenewRequest) (bool, error) {
-	if err := s.validate(req.Resource, req.Owner, req.Token, 0); err != nil {
+	if err := s.validate(&req.Resource, req.Owner, req.Token, 0); err != nil {
 		return false, err
 	}
 	ok, err := s.Backend.Release(ctx, req.Resource, req.Owner, req.Token)
@@ -265,7 +266,7 @@ func (s *Service) Release(ctx context.Context, req RenewRequest) (bool, error) {
 
 // Show returns the current record of resource.
 func (s *Service) Show(ctx context.Context, resource string) (Lease, error) {
-	if err := validName("resource", resource, MaxResourceBytes); err != nil {
+	if err := validResource(&resource); err != nil {
 		return Lease{}, err
 	}
 	l, err := s.Backend.Lease(ctx, resource)
@@ -277,9 +278,9 @@ func (s *Service) Show(ctx context.Context, resource string) (Lease, error) {
 }
 
 // validate checks names, token (-1: not part of the request) and ttl (0:
-// not part of the request).
-func (s *Service) validate(resource, owner string, token int64, ttl time.Duration) error {
-	if err := validName("resource", resource, MaxResourceBytes); err != nil {
+// not part of the request), and canonicalizes *resource.
+func (s *Service) validate(resource *string, owner string, token int64, ttl time.Duration) error {
+	if err := validResource(resource); err != nil {
 		return err
 	}
 	if err := validName("owner", owner, MaxOwnerBytes); err != nil {
@@ -292,6 +293,31 @@ func (s *Service) validate(resource, owner string, token int64, ttl time.Duratio
 		return invalid("ttl must be between 1ms and %v, got %v", s.maxTTL(), ttl)
 	}
 	return nil
+}
+
+// validResource checks a lease's resource and replaces it with its
+// canonical spelling, the one the gateway derives from requests
+// (resource.CanonicalName): "/orders/22" and "/orders//22" are one lease,
+// as they are one fence, and names the gateway refuses ("..", control
+// characters) are invalid_request.
+func validResource(name *string) error {
+	if err := validName("resource", *name, MaxResourceBytes); err != nil {
+		return err
+	}
+	c, err := resource.CanonicalName(*name)
+	if err != nil {
+		return invalid("resource %q: %v", clip(*name), err)
+	}
+	*name = c
+	return nil
+}
+
+// clip bounds client input echoed in a refusal.
+func clip(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }
 
 func validName(field, v string, maxBytes int) error {

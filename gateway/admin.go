@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // FenceAPI serves the operator's fence endpoints on the admin listener:
@@ -14,24 +16,84 @@ import (
 //	GET  /v1/fences?resource=R       the fence record of R
 //	POST /v1/fences/advance          {"resource":R,"token":T}: raise R's
 //	                                 highest token to T (never lowers it)
+//	POST /v1/fences/reset            {"resource":R,"to":T,"confirm":R}:
+//	                                 lower R's fence to T, only if no token
+//	                                 above T was ever issued for R
 //
 // The advance goes through the same Fence as writes, so older writes in
-// flight are superseded exactly as by a worker's newer token.
+// flight are superseded exactly as by a worker's newer token. Resource
+// names are canonicalized as the gateway's keys are
+// (resource.CanonicalName). Advances and resets are logged at WARN with the
+// authenticated operator.
 type FenceAPI struct {
 	Fence Fence
 	Log   *slog.Logger // nil: slog.Default()
+	// Limit, if set, is consulted before an advance: the cap of
+	// fence.max_advance (above the highest token issued when tokens are
+	// verified, above the fence's highest otherwise). A *fencegate.Error
+	// refuses the advance.
+	Limit func(ctx context.Context, resource string, token int64) error
+	// RaiseTokens, if set, is called before the fence is advanced: every
+	// token the coordinator issues afterwards is above the advanced value,
+	// so the next lease is not locked out by it.
+	RaiseTokens func(ctx context.Context, above int64) error
+	// Reset, if set, serves POST /v1/fences/reset (nil: 409, with
+	// ResetUnavailable as the reason).
+	Reset            func(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error)
+	ResetUnavailable string
+	// Operator names the authenticated caller of r for the audit log (""
+	// without auth).
+	Operator func(r *http.Request) string
 }
 
 // Register adds the endpoints to mux.
 func (a *FenceAPI) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/fences", a.show)
 	mux.HandleFunc("POST /v1/fences/advance", a.advance)
+	mux.HandleFunc("POST /v1/fences/reset", a.reset)
 }
 
+func (a *FenceAPI) log() *slog.Logger {
+	if a.Log != nil {
+		return a.Log
+	}
+	return slog.Default()
+}
+
+func (a *FenceAPI) operator(r *http.Request) string {
+	if a.Operator != nil {
+		if op := a.Operator(r); op != "" {
+			return op
+		}
+	}
+	return "(unauthenticated) " + r.RemoteAddr
+}
+
+// canonical validates and canonicalizes an operator-given resource name.
+func canonical(w http.ResponseWriter, name string) (string, bool) {
+	if name == "" {
+		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource is required").WriteJSON(w)
+		return "", false
+	}
+	if len(name) > maxOperatorResource {
+		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource is longer than %d bytes", maxOperatorResource).WriteJSON(w)
+		return "", false
+	}
+	c, err := resource.CanonicalName(name)
+	if err != nil {
+		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource: %v", err).WriteJSON(w)
+		return "", false
+	}
+	return c, true
+}
+
+// maxOperatorResource bounds operator-given resource names (the coordinator's
+// limit on lease names).
+const maxOperatorResource = 4000
+
 func (a *FenceAPI) show(w http.ResponseWriter, r *http.Request) {
-	res := r.URL.Query().Get("resource")
-	if res == "" {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "query parameter resource is required").WriteJSON(w)
+	res, ok := canonical(w, r.URL.Query().Get("resource"))
+	if !ok {
 		return
 	}
 	st, err := a.Fence.State(r.Context(), res)
@@ -48,38 +110,113 @@ type advanceRequest struct {
 	Owner    string `json:"owner,omitempty"`
 }
 
-func (a *FenceAPI) advance(w http.ResponseWriter, r *http.Request) {
-	var req advanceRequest
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "body: %v", err).WriteJSON(w)
+		return false
+	}
+	return true
+}
+
+func (a *FenceAPI) advance(w http.ResponseWriter, r *http.Request) {
+	var req advanceRequest
+	if !decodeStrict(w, r, &req) {
 		return
 	}
-	if req.Resource == "" || req.Token <= 0 {
+	if req.Token <= 0 {
 		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource and a positive token are required").WriteJSON(w)
+		return
+	}
+	res, ok := canonical(w, req.Resource)
+	if !ok {
 		return
 	}
 	if req.Owner == "" {
 		req.Owner = "admin"
 	}
-	st, err := a.Fence.Advance(r.Context(), req.Resource, req.Token, req.Owner)
+	op := a.operator(r)
+	ctx := r.Context()
+	if a.Limit != nil {
+		if err := a.Limit(ctx, res, req.Token); err != nil {
+			a.log().LogAttrs(ctx, slog.LevelWarn, "fence_advance_refused",
+				slog.String("resource", res), slog.Int64("token", req.Token), slog.String("operator", op), slog.String("err", err.Error()))
+			asRefusal(err).WriteJSON(w)
+			return
+		}
+	}
+	if a.RaiseTokens != nil {
+		if err := a.RaiseTokens(ctx, req.Token); err != nil {
+			fencegate.Unavailable(res, err).WriteJSON(w)
+			return
+		}
+	}
+	st, err := a.Fence.Advance(ctx, res, req.Token, req.Owner)
 	if err != nil {
 		asRefusal(err).WriteJSON(w)
 		return
 	}
-	log := a.Log
-	if log == nil {
-		log = slog.Default()
+	a.log().LogAttrs(ctx, slog.LevelWarn, "fence_advanced_by_hand",
+		slog.String("resource", res), slog.Int64("token", req.Token),
+		slog.Int64("highest", st.Highest), slog.String("owner", req.Owner), slog.String("operator", op))
+	writeJSON(w, http.StatusOK, st)
+}
+
+type resetRequest struct {
+	Resource string `json:"resource"`
+	To       int64  `json:"to"`
+	// Confirm must repeat the resource: a reset is never a typo away.
+	Confirm string `json:"confirm"`
+	Owner   string `json:"owner,omitempty"`
+}
+
+func (a *FenceAPI) reset(w http.ResponseWriter, r *http.Request) {
+	var req resetRequest
+	if !decodeStrict(w, r, &req) {
+		return
 	}
-	log.LogAttrs(r.Context(), slog.LevelWarn, "fence_advanced_by_hand",
-		slog.String("resource", req.Resource), slog.Int64("token", req.Token),
-		slog.Int64("highest", st.Highest), slog.String("owner", req.Owner))
+	if req.To <= 0 {
+		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource and a positive to are required").WriteJSON(w)
+		return
+	}
+	res, ok := canonical(w, req.Resource)
+	if !ok {
+		return
+	}
+	if req.Confirm != req.Resource && req.Confirm != res {
+		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+			`a reset lowers a fence: repeat the resource in "confirm" to do it`).WriteJSON(w)
+		return
+	}
+	if a.Reset == nil {
+		e := fencegate.Errorf(http.StatusConflict, fencegate.CodeInvalidRequest, "fence reset is not available here: %s", a.ResetUnavailable)
+		e.Resource = res
+		e.WriteJSON(w)
+		return
+	}
+	if req.Owner == "" {
+		req.Owner = "admin-reset"
+	}
+	op := a.operator(r)
+	ctx := r.Context()
+	before, _ := a.Fence.State(ctx, res)
+	st, err := a.Reset(ctx, res, req.To, req.Owner)
+	if err != nil {
+		a.log().LogAttrs(ctx, slog.LevelWarn, "fence_reset_refused",
+			slog.String("resource", res), slog.Int64("to", req.To), slog.String("operator", op), slog.String("err", err.Error()))
+		asRefusal(err).WriteJSON(w)
+		return
+	}
+	a.log().LogAttrs(ctx, slog.LevelWarn, "fence_reset_by_hand",
+		slog.String("resource", res), slog.Int64("from", before.Highest), slog.Int64("to", req.To),
+		slog.Int64("highest", st.Highest), slog.String("owner", req.Owner), slog.String("operator", op))
 	writeJSON(w, http.StatusOK, st)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	b, _ := json.Marshal(v)
 	w.Write(append(b, '\n'))

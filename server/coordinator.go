@@ -3,9 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net/http"
-	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/postgres"
@@ -55,12 +52,9 @@ func (s *Server) startCoordinator() error {
 	if s.coord == nil {
 		return nil
 	}
-	return s.listen("coordinator", s.cfg.Coordinator.Listen, &http.Server{
-		Handler:           s.tel.InstrumentCoordinator(s.protect("coordinator", s.coord.Handler())),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	})
+	c := s.cfg.Coordinator
+	h := s.guardAPI("coordinator", c.Listen, c.APIGuard, s.protect("coordinator", s.coord.Handler()))
+	return s.listen("coordinator", c.Listen, c.MaxConnections, s.apiServer(s.tel.InstrumentCoordinator(h), c.WriteTimeout()))
 }
 
 // openPostgres is the postgres branch of openStore: the pool (which

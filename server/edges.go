@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync/atomic"
-	"time"
 
 	"github.com/caddyserver/certmagic"
 
@@ -137,11 +136,7 @@ func (s *Server) startACME(ctx context.Context) error {
 	}
 	s.edges.tls.SetTLSALPNPort(httpsPort)
 	if a.HTTPListen != "" {
-		if err := s.listen("acme-http", a.HTTPListen, &http.Server{
-			Handler:           s.edges.tls.HTTPHandler(httpsPort),
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       time.Minute,
-		}); err != nil {
+		if err := s.listen("acme-http", a.HTTPListen, acmeMaxConnections, s.apiServer(s.edges.tls.HTTPHandler(httpsPort), apiWriteTimeout)); err != nil {
 			return err
 		}
 	}

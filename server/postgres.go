@@ -31,6 +31,18 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 		return nil, err
 	}
 	var fence gateway.Fence
+	if verify == nil {
+		// Tokens not verified: one write may raise the fence by at most
+		// fence.max_advance (gateway/ceiling.go). fence is set below,
+		// before any write can call this.
+		if m := cfg.Fence.MaxAdvanceOrDefault(); m >= 0 {
+			verify = gateway.Ceiling(func(ctx context.Context, resource string) (fencegate.FenceState, error) {
+				return fence.State(ctx, resource)
+			}, m)
+		}
+	} else {
+		s.verifying = true
+	}
 	switch cfg.Fence.Mode {
 	case "shared":
 		st, ok := store.(*postgres.Store)
@@ -76,11 +88,14 @@ type issuedReader interface {
 
 // tokenVerifier returns the Verify function of the fence: a token above the
 // highest issued for its resource is refused as unknown_fencing_token, so a
-// forged huge token cannot lock everyone out. On by default when the
-// coordinator runs in this process; verify_tokens: true turns it on for
-// replicas whose coordinator runs elsewhere on the same database.
+// forged huge token cannot lock everyone out. On by default wherever the
+// store holds the coordinator's records: when the coordinator runs in this
+// process, and in shared fence mode (every replica shares the database the
+// coordinator keeps its records in, whether or not it runs it itself).
+// verify_tokens: false is the explicit choice for tokens from an external
+// source; fence.max_advance then bounds each write instead.
 func (s *Server) tokenVerifier(cfg *config.Config, store gateway.Store) (func(context.Context, string, int64) error, error) {
-	if !enabled(cfg.Fence.VerifyTokens, s.coord != nil) {
+	if !enabled(cfg.Fence.VerifyTokens, s.coord != nil || cfg.Fence.Mode == "shared") {
 		return nil, nil
 	}
 	var issued issuedReader

@@ -40,6 +40,9 @@ type Server struct {
 	tel *telemetry.Telemetry // metrics and tracing (telemetry.go)
 
 	coord *coordinator.Service // lease service (coordinator.go)
+	// verifying: writes' tokens are checked against the coordinator's
+	// records (postgres.go); else fence.max_advance caps them.
+	verifying bool
 
 	listeners []*listener
 }
@@ -103,7 +106,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 		}
 		s.gw.SetRoutes(routes)
 		s.gw.Observer = s.tel
-		(&gateway.FenceAPI{Fence: s.fence, Log: log.With("component", "admin")}).Register(s.admin)
+		s.fenceAPI(cfg, store).Register(s.admin) // fenceapi.go
 	}
 	if err := s.setupEdges(ctx, cfg); err != nil {
 		return nil, err
@@ -181,7 +184,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.pinger.Ping(ctx); err != nil {
-			http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
+			// The error names the database user, host and name: it goes to
+			// the log only, never to whoever can reach the probe.
+			s.log.Warn("readyz: store unavailable", "err", err)
+			http.Error(w, "store unavailable (details in the log)", http.StatusServiceUnavailable)
 			return
 		}
 	}
@@ -197,7 +203,8 @@ func (s *Server) Start(ctx context.Context) error {
 	cfg := s.cfg
 	if cfg.Gateway != nil {
 		g := cfg.Gateway
-		if err := s.listen("gateway", g.Listen, &http.Server{
+		// No ReadTimeout/WriteTimeout: bodies stream; see listeners.go.
+		if err := s.listen("gateway", g.Listen, gatewayMaxConnections(cfg), &http.Server{
 			Handler:           s.tel.InstrumentHandler("gateway", s.gw),
 			ReadHeaderTimeout: g.ReadHeaderTimeout,
 			IdleTimeout:       g.IdleTimeout,
@@ -208,10 +215,8 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	if cfg.Admin.Listen != "" {
-		if err := s.listen("admin", cfg.Admin.Listen, &http.Server{
-			Handler:           s.protect("admin", s.admin),
-			ReadHeaderTimeout: 10 * time.Second,
-		}); err != nil {
+		h := s.guardAPI("admin", cfg.Admin.Listen, cfg.Admin.APIGuard, s.protect("admin", s.admin))
+		if err := s.listen("admin", cfg.Admin.Listen, cfg.Admin.MaxConnections, s.apiServer(h, apiWriteTimeout)); err != nil {
 			return err
 		}
 	}
@@ -232,7 +237,9 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) listen(name, addr string, srv *http.Server) error {
+// listen binds addr for srv, holding at most maxConns connections at once
+// (listeners.go).
+func (s *Server) listen(name, addr string, maxConns int, srv *http.Server) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		for _, l := range s.listeners {
@@ -241,6 +248,7 @@ func (s *Server) listen(name, addr string, srv *http.Server) error {
 		s.listeners = nil
 		return fmt.Errorf("%s listener: %w", name, err)
 	}
+	ln = limitListener(ln, maxConns, name, s.log)
 	ln = s.tlsListener(name, ln)
 	s.listeners = append(s.listeners, &listener{name: name, ln: ln, srv: srv})
 	return nil

@@ -51,6 +51,7 @@ func (c *leaseCmd) Run(ctx context.Context, args []string) error {
 	ttl := fs.Duration("ttl", 0, "lease time for acquire and renew (default: the coordinator's default_ttl)")
 	wait := fs.Duration("wait", 0, "acquire: how long to wait for a held lease")
 	out := fs.String("o", "token", "output: token or json (the whole record)")
+	key := fs.String("api-key", "", "coordinator API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
 	if len(args) == 0 {
 		return usagef("missing subcommand: acquire, renew, release or show")
 	}
@@ -82,7 +83,7 @@ func (c *leaseCmd) Run(ctx context.Context, args []string) error {
 		}
 		token = t
 	}
-	cl := &client.Client{URL: *url, Owner: *owner, HTTPClient: &http.Client{Timeout: *wait + 30*time.Second}}
+	cl := &client.Client{URL: *url, Owner: *owner, APIKey: apiKey(*key), HTTPClient: &http.Client{Timeout: *wait + 30*time.Second}}
 
 	var rec coordinator.LeaseResponse
 	var err error

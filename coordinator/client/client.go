@@ -57,6 +57,8 @@ var (
 type Client struct {
 	// URL is the coordinator's base URL, e.g. http://127.0.0.1:8081.
 	URL string
+	// APIKey, if set, is sent as Authorization: Bearer (coordinator.auth).
+	APIKey string
 	// Owner names this worker in its leases. Empty: hostname-pid.
 	Owner string
 	// HTTPClient makes the calls. Nil: http.DefaultClient. Each call is
@@ -145,6 +147,9 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
 	// W3C trace context, so the coordinator's spans join the worker's trace
 	// when the worker has set a propagator (the global one is a no-op

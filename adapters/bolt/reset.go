@@ -1,0 +1,72 @@
+package bolt
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	bbolt "go.etcd.io/bbolt"
+)
+
+// ResetFence lowers the fence of resource to `to`, the only path that
+// lowers a fence (docs/design.md I7), and only when the coordinator's
+// records agree: `to` must be at least the highest token ever issued for
+// resource, so every issued token is <= to and none that is older than the
+// current lease can pass; and the token counter is raised to `to` in the
+// same transaction, so every later lease is above it. One bbolt transaction
+// reads the lease record, raises the counter and writes the fence: no lease
+// can be issued in between. A fence already at or below `to` is left as it
+// is. Refusals are *fencegate.Error (token_out_of_range).
+func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error) {
+	if err := ctx.Err(); err != nil {
+		return fencegate.FenceState{}, err
+	}
+	if to <= 0 {
+		return fencegate.FenceState{}, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reset needs a positive token")
+	}
+	var (
+		r       fenceRecord
+		refused error
+	)
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		var err error
+		refused = nil
+		if r, err = getFence(tx, resource); err != nil {
+			return err
+		}
+		lr, _, err := getLease(tx, resource)
+		if err != nil {
+			return err
+		}
+		if to < lr.Token {
+			refused = resetRefused(resource, to, lr.Token)
+			return nil
+		}
+		if err := raiseCounter(tx, to); err != nil {
+			return err
+		}
+		if r.Highest <= to {
+			return nil
+		}
+		r = fenceRecord{Highest: to, Owner: owner, ETag: r.ETag, ETagToken: r.ETagToken, UpdatedAt: time.Now().UTC()}
+		return putFence(tx, resource, r)
+	})
+	if err != nil {
+		return fencegate.FenceState{}, fmt.Errorf("reset fence %q: %w", resource, err)
+	}
+	if refused != nil {
+		return fencegate.FenceState{}, refused
+	}
+	return r.state(resource), nil
+}
+
+func resetRefused(resource string, to, issued int64) *fencegate.Error {
+	return &fencegate.Error{
+		Status: http.StatusConflict, Code: fencegate.CodeTokenOutOfRange,
+		Message: fmt.Sprintf("the coordinator issued token %d for %s: a fence is never reset below the highest token issued (asked %d)",
+			issued, resource, to),
+		Resource: resource, Token: to,
+	}
+}
