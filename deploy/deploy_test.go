@@ -173,6 +173,14 @@ type serviceMonitor struct {
 			Port     string `yaml:"port"`
 			Path     string `yaml:"path"`
 			Interval string `yaml:"interval"`
+			// Authorization is the scrape's bearer key (admin.auth is on).
+			Authorization *struct {
+				Type        string `yaml:"type"`
+				Credentials struct {
+					Name string `yaml:"name"`
+					Key  string `yaml:"key"`
+				} `yaml:"credentials"`
+			} `yaml:"authorization"`
 		} `yaml:"endpoints"`
 	} `yaml:"spec"`
 }
@@ -217,10 +225,13 @@ func subset(sub, of map[string]string) bool {
 
 // kubeEnv is what the Secret provides in the cluster.
 var kubeEnv = map[string]string{
-	"DATABASE_URL":        "postgres://fencegate@db:5432/fencegate",
-	"BILLING_TOKEN":       "t",
-	"INVOICER_KEY_SHA256": auth.HashKey("k"),
-	"OTLP_ENDPOINT":       "http://collector:4318",
+	"DATABASE_URL":          "postgres://fencegate@db:5432/fencegate",
+	"BILLING_TOKEN":         "t",
+	"INVOICER_KEY_SHA256":   auth.HashKey("k"),
+	"WORKER_KEY_SHA256":     auth.HashKey("w"),
+	"OPERATOR_KEY_SHA256":   auth.HashKey("o"),
+	"PROMETHEUS_KEY_SHA256": auth.HashKey("p"),
+	"OTLP_ENDPOINT":         "http://collector:4318",
 }
 
 func TestKubernetes(t *testing.T) {
@@ -364,6 +375,12 @@ func TestKubernetes(t *testing.T) {
 			t.Errorf("ServiceMonitor scrapes port %q; want the Service's admin port", e.Port)
 		}
 		paths["metrics"] = e.Path
+		if a := e.Authorization; a == nil || a.Type != "Bearer" || a.Credentials.Name == "" {
+			t.Errorf("ServiceMonitor must send a bearer key: admin.auth is on")
+		}
+	}
+	if !cfg.Admin.Auth.Enabled() || !cfg.Coordinator.Auth.Enabled() {
+		t.Errorf("the shipped config must ask for credentials on the admin and coordinator APIs")
 	}
 
 	// Ask a real admin listener: the ConfigMap's config with a local store
@@ -390,13 +407,23 @@ func TestKubernetes(t *testing.T) {
 		srv.Shutdown(ctx)
 	}()
 	for what, p := range paths {
-		resp, err := http.Get("http://" + srv.Addr("admin") + p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s path %s answers %s on the admin listener; want 200", what, p, resp.Status)
+		for _, key := range []string{"", "p"} { // "p": the Prometheus key of kubeEnv
+			req, _ := http.NewRequest("GET", "http://"+srv.Addr("admin")+p, nil)
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := http.StatusOK
+			if what == "metrics" && key == "" {
+				want = http.StatusUnauthorized // probes are open, the rest is not
+			}
+			if resp.StatusCode != want {
+				t.Errorf("%s path %s (key %q) answers %s on the admin listener; want %d", what, p, key, resp.Status, want)
+			}
 		}
 	}
 }
