@@ -27,9 +27,9 @@ import (
 
 // sharedYAML is one replica in fence mode mode on the database dbURL.
 func sharedYAML(mode, dbURL, upstream string, coordinator bool) string {
-	coord := ""
+	coord, verify := "", ", verify_tokens: false" // external tokens: not the coordinator's
 	if coordinator {
-		coord = "coordinator: {enabled: true, listen: $COORDINATOR, default_ttl: 1s}\n"
+		coord, verify = "coordinator: {enabled: true, listen: $COORDINATOR, default_ttl: 1s}\n", ""
 	}
 	return fmt.Sprintf(`
 gateway:
@@ -41,9 +41,9 @@ gateway:
       resource: "{path}"
 store:
   postgres: {url: %q, timeout: 2s}
-fence: {mode: %s}
+fence: {mode: %s%s}
 admin: {listen: $ADMIN}
-%s`, upstream, dbURL, mode, coord)
+%s`, upstream, dbURL, mode, verify, coord)
 }
 
 // sharedUpstream is a recording upstream; hold, if set, sees each request

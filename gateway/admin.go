@@ -184,7 +184,7 @@ func (a *FenceAPI) reset(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if req.Confirm != req.Resource && req.Confirm != res {
+	if c, err := resource.CanonicalName(req.Confirm); err != nil || c != res {
 		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
 			`a reset lowers a fence: repeat the resource in "confirm" to do it`).WriteJSON(w)
 		return
