@@ -15,7 +15,7 @@ import (
 // tokenRaiser is the coordinator backends' raise of the token counter
 // (sequence) for hand advances.
 type tokenRaiser interface {
-	RaiseTokens(ctx context.Context, above int64) error
+	RaiseSequence(ctx context.Context, token int64) error
 }
 
 // fenceResetter is the stores' reset of a fence under the lease records'
@@ -57,7 +57,7 @@ func (s *Server) fenceAPI(cfg *config.Config, store gateway.Store) *gateway.Fenc
 		issued, raiser = l, l
 	}
 	if raiser != nil {
-		api.RaiseTokens = raiser.RaiseTokens
+		api.RaiseTokens = raiser.RaiseSequence
 	}
 	maxAdv := cfg.Fence.MaxAdvanceOrDefault()
 	fence := s.fence

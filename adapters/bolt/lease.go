@@ -253,25 +253,10 @@ func (ls *Leases) Active(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// RaiseTokens makes every token issued from now on greater than above:
-// the persisted counter is raised to above (never lowered), durably, in
-// the same serialized transactions as the draws. A hand advance of a fence
-// calls it first, so that the next lease is not refused by the fence it
-// raised.
-func (ls *Leases) RaiseTokens(ctx context.Context, above int64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	err := ls.st.db.Batch(func(tx *bbolt.Tx) error { return raiseCounter(tx, above) })
-	if err != nil {
-		return fmt.Errorf("raise the token counter to %d: %w", above, err)
-	}
-	return nil
-}
-
-// raiseCounter raises the persisted counter to above inside tx. draw takes
-// the maximum of it and the process's own drawings, so raising only the
-// persisted value is enough.
+// raiseCounter raises the persisted counter to above inside tx (fence
+// reset; RaiseSequence in its own transaction). draw takes the maximum of it
+// and the process's own drawings, so raising only the persisted value is
+// enough.
 func raiseCounter(tx *bbolt.Tx, above int64) error {
 	b := tx.Bucket(bucketLeaseCounter)
 	if v := b.Get(counterKey); len(v) == 8 && int64(binary.BigEndian.Uint64(v)) >= above {

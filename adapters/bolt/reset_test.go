@@ -35,10 +35,10 @@ func TestRaiseTokens(t *testing.T) {
 			}
 		}()
 	}
-	if err := ls.RaiseTokens(ctx, 1000); err != nil {
+	if err := ls.RaiseSequence(ctx, 1000); err != nil {
 		t.Fatal(err)
 	}
-	if err := ls.RaiseTokens(ctx, 10); err != nil { // lower: no effect
+	if err := ls.RaiseSequence(ctx, 10); err != nil { // lower: no effect
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -59,7 +59,7 @@ func TestResetFence(t *testing.T) {
 	ctx := context.Background()
 	ls := openLeases(t, filepath.Join(t.TempDir(), "fencegate.db"))
 	st := ls.st
-	if err := ls.RaiseTokens(ctx, 10); err != nil {
+	if err := ls.RaiseSequence(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
 	l, _, err := ls.Acquire(ctx, "/r", "A", time.Minute)

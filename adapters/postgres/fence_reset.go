@@ -59,7 +59,7 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 				Resource: resource, Token: to,
 			}
 		}
-		if _, err := tx.Exec(ctx, raiseTokensSQL, to); err != nil {
+		if _, err := tx.Exec(ctx, raiseSequenceSQL, to); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, resetAllowSQL, resource, to); err != nil {

@@ -249,35 +249,7 @@ func (ls *Leases) Active(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-const (
-	// lockIssuanceSQL holds off every acquisition until the transaction
-	// ends, and waits for those in progress: a takeover's INSERT takes ROW
-	// EXCLUSIVE on resource_fence before its nextval runs (the relation
-	// lock comes at parse/plan time, also for a cached plan), and SHARE
-	// ROW EXCLUSIVE conflicts with it. So the sequence cannot move while
-	// it is read and set.
-	lockIssuanceSQL = `LOCK TABLE resource_fence IN SHARE ROW EXCLUSIVE MODE`
-	// raiseTokensSQL sets the sequence to $1 if it stands below (or was
-	// never drawn): the next token is then $1 + 1. It never lowers it.
-	raiseTokensSQL = `SELECT setval('resource_fence_token_seq', greatest(last_value, $1::bigint), true)
-FROM resource_fence_token_seq WHERE last_value < $1::bigint OR NOT is_called`
-)
-
-// RaiseTokens makes every token issued from now on greater than above
-// (setval on the token sequence, never lowering it; see lockIssuanceSQL
-// for why a concurrent draw cannot be set back). A hand advance of a fence
-// calls it first, so that the next lease is not refused by the fence it
-// raised.
-func (ls *Leases) RaiseTokens(ctx context.Context, above int64) error {
-	ctx, cancel := ls.timeout(ctx)
-	defer cancel()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(lockIssuanceSQL)
-	b.Queue(raiseTokensSQL, above)
-	b.Queue("COMMIT")
-	if err := ls.st.Pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("raise the token sequence to %d: %w", above, err)
-	}
-	return nil
-}
+// lockIssuanceSQL holds off every acquisition until the transaction ends,
+// and waits for those in progress (see raiseSequenceSQL): fence reset runs
+// its check of the issued tokens and its raise of the sequence under it.
+const lockIssuanceSQL = `LOCK TABLE resource_fence IN SHARE ROW EXCLUSIVE MODE`

@@ -42,7 +42,7 @@ func TestRaiseTokensAndResetRacingAcquires(t *testing.T) {
 		}()
 	}
 	for i := range 20 {
-		if err := ls.RaiseTokens(ctx, int64(100*(i+1))); err != nil {
+		if err := ls.RaiseSequence(ctx, int64(100*(i+1))); err != nil {
 			t.Fatal(err)
 		}
 	}
