@@ -374,8 +374,11 @@ func TestLeaseNamesCanonical(t *testing.T) {
 	p := startFencegate(t, boltCoordYAML(up, ""))
 	coord := p.URL("coordinator")
 	a := acquire(t, coord, "/orders//22", "A")
+	for _, spelling := range []string{"/orders/./22", "/orders//22/", "/orders/22/"} {
+		st, body := call(t, "POST", coord+"/v1/leases/acquire", `{"resource":"`+spelling+`","owner":"B"}`, jsonCT)
+		wantCode(t, "B on "+spelling+", another spelling of A's lease", st, body, 409, fencegate.CodeLeaseHeld)
+	}
 	st, body := call(t, "POST", coord+"/v1/leases/acquire", `{"resource":"/orders/./22","owner":"B"}`, jsonCT)
-	wantCode(t, "B on another spelling of A's lease", st, body, 409, fencegate.CodeLeaseHeld)
 	if !strings.Contains(body, `"resource":"/orders/22"`) {
 		t.Errorf("refusal does not name the canonical resource: %s", body)
 	}

@@ -7,7 +7,7 @@ func TestCanonicalName(t *testing.T) {
 		{"/orders/22", "/orders/22"},
 		{"/orders//22", "/orders/22"},
 		{"//orders/./22", "/orders/22"},
-		{"/orders//22/", "/orders/22/"},
+		{"/orders//22/", "/orders/22"},
 		{"/orders/%32%32", "/orders/22"},
 		{"/orders/a b", "/orders/a%20b"},
 		{"photos/a.jpg", "photos/a.jpg"},
