@@ -56,8 +56,9 @@ type source struct {
 type envValue struct {
 	path  string // field path, e.g. store.postgres.url
 	line  int
-	ref   string // the scalar as written, e.g. postgres://app:${DB_PASSWORD}@db/app
-	value string // the expanded value: never printed
+	ref   string   // the scalar as written, e.g. postgres://app:${DB_PASSWORD}@db/app
+	value string   // the expanded value: never printed
+	empty []string // variables set to ""
 }
 
 // markRefs rewrites ${NAME} to its marker; $$ is left for the value pass.
@@ -92,9 +93,9 @@ func markRefs(data []byte) []byte {
 
 // expandValue expands the markers and $$ of one scalar value. It returns
 // the names of unset variables instead of expanding them.
-func expandValue(s string) (out string, used bool, unset []string) {
+func expandValue(s string) (out string, used bool, unset, empty []string) {
 	if !strings.Contains(s, "$") {
-		return s, false, nil
+		return s, false, nil, nil
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
@@ -113,6 +114,8 @@ func expandValue(s string) (out string, used bool, unset []string) {
 				v, ok := os.LookupEnv(name)
 				if !ok {
 					unset = append(unset, name)
+				} else if v == "" {
+					empty = append(empty, name)
 				}
 				b.WriteString(v)
 				used = true
@@ -122,7 +125,7 @@ func expandValue(s string) (out string, used bool, unset []string) {
 		}
 		b.WriteByte(s[i])
 	}
-	return b.String(), used, unset
+	return b.String(), used, unset, empty
 }
 
 // parseSource parses data and expands the environment into its values. It
@@ -213,7 +216,7 @@ func (src *source) expand(n ast.Node, errs *Errors) ast.Node {
 // expandScalar expands one scalar's value; ok is false when nothing
 // changed.
 func (src *source) expandScalar(n ast.Node, s string, errs *Errors) (string, bool) {
-	v, used, unset := expandValue(s)
+	v, used, unset, empty := expandValue(s)
 	line := n.GetToken().Position.Line
 	if lit, ok := n.(*ast.LiteralNode); ok {
 		line = lit.Start.Position.Line
@@ -223,7 +226,7 @@ func (src *source) expandScalar(n ast.Node, s string, errs *Errors) (string, boo
 			Msg: fmt.Sprintf("environment variable ${%s} is not set", name)})
 	}
 	if used {
-		src.env = append(src.env, envValue{path: fieldPath(n), line: line, ref: unmark.Replace(s), value: v})
+		src.env = append(src.env, envValue{path: fieldPath(n), line: line, ref: unmark.Replace(s), value: v, empty: empty})
 	}
 	return v, v != s
 }
@@ -252,14 +255,23 @@ func (src *source) redact(msg, field string) string {
 	if src == nil {
 		return msg
 	}
-	for _, e := range src.env {
+	// References already in msg, and values replaced, become numbered
+	// stand-ins first, so that no replacement reaches into a reference.
+	stand := func(i int) string { return "\x00" + strings.Repeat("\x01", i+1) + "\x00" }
+	for i, e := range src.env {
+		msg = strings.ReplaceAll(msg, e.ref, stand(i))
+	}
+	for i, e := range src.env {
 		if e.value == "" {
 			continue
 		}
-		msg = strings.ReplaceAll(msg, strconv.Quote(e.value), e.ref)
+		msg = strings.ReplaceAll(msg, strconv.Quote(e.value), stand(i))
 		if len(e.value) >= 4 || (field != "" && strings.HasPrefix(e.path, field)) {
-			msg = strings.ReplaceAll(msg, e.value, e.ref)
+			msg = strings.ReplaceAll(msg, e.value, stand(i))
 		}
+	}
+	for i, e := range src.env {
+		msg = strings.ReplaceAll(msg, stand(i), e.ref)
 	}
 	return msg
 }
@@ -310,12 +322,16 @@ func newDecodeError(src *source, err error) *DecodeError {
 		tk := ye.GetToken()
 		d.Line = tk.Position.Line
 		if e, ok := src.envAt(tk.Position.Line, ""); ok && strings.ContainsRune(tk.Origin, markOpen) {
-			what := "a value of another type"
+			what := "does not fit this field"
 			var te *yaml.TypeError
-			if errors.As(err, &te) {
-				what = "a " + kindName(te.DstType)
+			var ue *yaml.UnexpectedNodeTypeError
+			switch {
+			case errors.As(err, &te):
+				what = "is not a " + kindName(te.DstType)
+			case errors.As(err, &ue):
+				what = "is not a " + ue.Expected.YAMLName()
 			}
-			d.msg = fmt.Sprintf("%s:%d:%d: %s: %s from the environment is not %s", src.name, d.Line, tk.Position.Column, e.path, e.ref, what)
+			d.msg = fmt.Sprintf("%s:%d:%d: %s: %s from the environment %s", src.name, d.Line, tk.Position.Column, e.path, e.ref, what)
 			return d
 		}
 	}

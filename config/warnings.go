@@ -20,8 +20,8 @@ func (c *Config) Warnings() Warnings {
 	}
 	if c.src != nil {
 		for _, e := range c.src.env {
-			if e.value == "" {
-				add(e.path, "%s is empty in the environment", e.ref)
+			for _, name := range e.empty {
+				add(e.path, "${%s} is set but empty (in %s)", name, e.ref)
 			}
 		}
 	}
