@@ -8,14 +8,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/resource"
 	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/parser"
 )
 
 // Config is the whole file. Field names are a public contract.
@@ -29,6 +28,10 @@ type Config struct {
 	TLS         TLS         `yaml:"tls"`
 	Telemetry   Telemetry   `yaml:"telemetry"`
 	Log         Log         `yaml:"log"`
+
+	// src is where Parse read the values from (file, lines, environment
+	// references); nil for a Config built in code.
+	src *source
 }
 
 // Gateway configures the fencing proxy listener and its routes.
@@ -83,6 +86,11 @@ type Route struct {
 	// MaxInflightWrites caps the fenced writes this route forwards at once;
 	// beyond it writes are refused 503 too_many_writes. Default 0: no cap.
 	MaxInflightWrites int `yaml:"max_inflight_writes"`
+	// KeyVersion confirms a change of how the route builds resource keys
+	// (resource, case_insensitive, match, or routes in front of it): a
+	// reload that changes them is refused unless key_version changes too,
+	// because every resource would move to a fresh, empty fence. Default 0.
+	KeyVersion int `yaml:"key_version"`
 }
 
 // Match selects requests; every set field must match.
@@ -354,90 +362,32 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse is Load for bytes already read; name is used in error messages.
+// The environment is expanded into parsed values (see env.go); every error
+// names the file and line, and none prints a value taken from the
+// environment.
 func Parse(name string, data []byte) (*Config, error) {
-	expanded, err := expandEnv(name, data)
+	src, body, err := parseSource(name, data)
 	if err != nil {
 		return nil, err
 	}
 	cfg := DefaultConfig()
-	if err := yaml.UnmarshalWithOptions(expanded, cfg, yaml.Strict()); err != nil {
-		return nil, &DecodeError{File: name, Err: err, src: expanded}
+	if body != nil {
+		var errs Errors
+		src.checkScalars(body, reflect.TypeOf(cfg), &errs)
+		if len(errs) > 0 {
+			return nil, errs
+		}
+		if err := yaml.NodeToValue(body, cfg, yaml.Strict()); err != nil {
+			return nil, newDecodeError(src, err)
+		}
 	}
+	cfg.src = src
 	cfg.applyDefaults()
 	if errs := cfg.Validate(); len(errs) > 0 {
-		locate(name, expanded, errs)
+		src.locate(errs)
 		return nil, errs
 	}
 	return cfg, nil
-}
-
-// DecodeError is a YAML syntax, type or unknown-field error.
-type DecodeError struct {
-	File string
-	Err  error
-	src  []byte
-}
-
-func (e *DecodeError) Error() string {
-	// goccy's message starts with "[line:col] ..." followed by the source
-	// excerpt; put the file name in front so editors can jump to it.
-	msg := yaml.FormatError(e.Err, false, true)
-	if m := lineCol.FindStringSubmatch(msg); m != nil {
-		return fmt.Sprintf("%s:%s:%s: %s", e.File, m[1], m[2], strings.TrimSpace(msg[len(m[0]):]))
-	}
-	// Some decode errors (bad durations) carry no position; find the line
-	// holding the offending quoted value.
-	if m := quotedValue.FindStringSubmatch(msg); m != nil {
-		for i, line := range strings.Split(string(e.src), "\n") {
-			if strings.Contains(line, m[1]) {
-				return fmt.Sprintf("%s:%d: %s", e.File, i+1, msg)
-			}
-		}
-	}
-	return e.File + ": " + msg
-}
-
-func (e *DecodeError) Unwrap() error { return e.Err }
-
-var (
-	lineCol     = regexp.MustCompile(`^\[(\d+):(\d+)\]`)
-	quotedValue = regexp.MustCompile(`in duration "([^"]+)"`)
-)
-
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// expandEnv replaces ${NAME} with the environment variable NAME. An unset
-// variable is an error: silently empty secrets are worse than a failed start.
-// $$ escapes a literal dollar sign. Comments are expanded too, harmlessly.
-func expandEnv(name string, data []byte) ([]byte, error) {
-	var errs Errors
-	lines := strings.Split(string(data), "\n")
-	for i, line := range lines {
-		if !strings.Contains(line, "$") {
-			continue
-		}
-		line = strings.ReplaceAll(line, "$$", "\x00")
-		line = envRef.ReplaceAllStringFunc(line, func(ref string) string {
-			k := ref[2 : len(ref)-1]
-			v, ok := os.LookupEnv(k)
-			if !ok {
-				errs = append(errs, &FieldError{File: name, Line: i + 1, Msg: fmt.Sprintf("environment variable %s is not set", k)})
-				return ""
-			}
-			// Quote-safe: a value with a newline would shift every later
-			// line number and could inject YAML.
-			if strings.ContainsAny(v, "\n\r") {
-				errs = append(errs, &FieldError{File: name, Line: i + 1, Msg: fmt.Sprintf("environment variable %s contains a newline", k)})
-				return ""
-			}
-			return v
-		})
-		lines[i] = strings.ReplaceAll(line, "\x00", "$")
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return []byte(strings.Join(lines, "\n")), nil
 }
 
 // FieldError is one validation problem.
@@ -475,14 +425,15 @@ func (es Errors) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// locate fills in file and line for each field error from the YAML AST.
-func locate(name string, data []byte, errs Errors) {
-	f, err := parser.ParseBytes(data, 0)
-	if err != nil {
-		return
-	}
+// locate fills in file and line for each problem from the YAML AST and
+// replaces values from the environment in its message by their reference.
+func (src *source) locate(errs []*FieldError) {
 	for _, e := range errs {
-		e.File = name
+		e.File = src.name
+		e.Msg = src.redact(e.Msg, e.Field)
+		if src.file == nil {
+			continue
+		}
 		// Walk up the field path until a node exists (a missing field is
 		// reported at its parent).
 		for p := e.Field; p != "" && e.Line == 0; p = parentPath(p) {
@@ -490,7 +441,7 @@ func locate(name string, data []byte, errs Errors) {
 			if err != nil {
 				continue
 			}
-			if n, err := yp.FilterFile(f); err == nil && n != nil {
+			if n, err := yp.FilterFile(src.file); err == nil && n != nil {
 				e.Line = n.GetToken().Position.Line
 			}
 		}
@@ -514,6 +465,7 @@ func (c *Config) Validate() Errors {
 	}
 	errs = append(errs, c.validateEdges()...)
 	errs = append(errs, c.validateListeners()...)
+	errs = append(errs, c.validateListenAddrs()...)
 	if c.Store.Embedded != nil && c.Store.Postgres != nil {
 		add("store", "set either embedded or postgres, not both")
 	}
@@ -627,7 +579,7 @@ func (c *Config) Validate() Errors {
 			if r.S3.Endpoint == "" {
 				add(f+".s3.endpoint", "required")
 			}
-
+			errs = append(errs, validateS3(f, r.S3)...)
 		}
 		switch r.Precondition {
 		case "", "none":
@@ -648,6 +600,9 @@ func (c *Config) Validate() Errors {
 		}
 		if r.DrainTimeout < 0 {
 			add(f+".drain_timeout", "must not be negative")
+		}
+		if r.KeyVersion < 0 {
+			add(f+".key_version", "must not be negative")
 		}
 	}
 	return errs

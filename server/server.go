@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -274,6 +275,12 @@ func (s *Server) Reload(cfg *config.Config) error {
 	if (cfg.Gateway == nil) != (s.cfg.Gateway == nil) {
 		return errors.New("adding or removing the gateway section needs a restart")
 	}
+	// A change of how routes build resource keys moves resources to fresh,
+	// empty fences: refused unless confirmed by the route's key_version.
+	changes := config.KeyChanges(s.cfg, cfg)
+	if refused := slices.DeleteFunc(slices.Clone(changes), func(k config.KeyChange) bool { return k.Confirmed }); len(refused) > 0 {
+		return &config.KeyChangeError{Changes: refused}
+	}
 	if s.gw != nil {
 		routes, err := BuildRoutes(cfg, s.log, s.store)
 		if err != nil {
@@ -289,6 +296,10 @@ func (s *Server) Reload(cfg *config.Config) error {
 	}
 	if err := s.reloadEdges(cfg); err != nil {
 		return err
+	}
+	for _, k := range changes {
+		s.log.Warn("reload changed how resource keys are built (key_version confirms it): the route's resources start on fresh fences",
+			"route", k.Route, "field", k.Field, "change", k.Msg)
 	}
 	s.cfg = cfg
 	return nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,13 +23,14 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	log := server.NewLogger(os.Stderr, cfg.Log)
+	logWarnings(log, cfg)
 	srv, err := server.New(ctx, cfg, server.Options{Logger: log, AcceptEmptyStore: *acceptEmpty})
 	if err != nil {
-		return err
+		return cfg.Redact(err)
 	}
 	if err := srv.Start(ctx); err != nil {
 		srv.Close()
-		return err
+		return cfg.Redact(err)
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -37,16 +40,35 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 		case <-hup:
 			next, err := config.Load(*path)
 			if err == nil {
-				err = srv.Reload(next)
+				logWarnings(log, next)
+				err = next.Redact(srv.Reload(next))
 			}
-			if err != nil {
+			var kc *config.KeyChangeError
+			switch {
+			case errors.As(err, &kc):
+				changes := make([]string, len(kc.Changes))
+				for i, k := range kc.Changes {
+					changes[i] = k.String()
+				}
+				log.Warn("reload refused: the new configuration changes how resource keys are built; still serving the previous configuration (change the route's key_version to confirm)",
+					"file", *path, "changes", changes)
+				continue
+			case err != nil:
 				log.Error("reload failed; still serving the previous configuration", "file", *path, "err", err.Error())
 				continue
 			}
+			cfg = next
 			log.Info("configuration reloaded", "file", *path)
 		case <-ctx.Done():
 			log.Info("shutting down: draining in-flight requests")
-			return srv.Shutdown(context.Background())
+			return cfg.Redact(srv.Shutdown(context.Background()))
 		}
+	}
+}
+
+// logWarnings logs the legal but surprising settings of cfg.
+func logWarnings(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration warning", "file", w.File, "line", w.Line, "field", w.Field, "warning", w.Msg)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
+	tlsconf "github.com/fencegate/fencegate/adapters/tls"
 	"github.com/fencegate/fencegate/server"
 )
 
@@ -18,10 +20,28 @@ func (c *validateCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// Compile the routes too: it catches what only the upstream adapters
-	// can check, without opening the store or listening.
-	if _, err := server.BuildRoutes(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		return fmt.Errorf("%s: %w", *path, err)
+	// can check (upstream TLS files), without opening the store or
+	// listening.
+	if _, err := server.BuildRoutes(cfg, discard); err != nil {
+		return cfg.Redact(fmt.Errorf("%s: %w", *path, err))
+	}
+	// Load the listeners' certificate and client CA files as serve would
+	// (ACME certificates are obtained only when serving).
+	if cfg.TLS.Mode == "files" {
+		m, err := tlsconf.New(cfg.TLS, tlsconf.Options{Logger: discard})
+		if err != nil {
+			return cfg.Redact(fmt.Errorf("%s: tls: %w", *path, err))
+		}
+		m.Close()
+	} else if cfg.TLS.ClientCAFile != "" {
+		if _, err := tlsconf.LoadPool(cfg.TLS.ClientCAFile); err != nil {
+			return cfg.Redact(fmt.Errorf("%s: tls.client_ca_file: %w", *path, err))
+		}
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(os.Stderr, "warning: %v\n", w)
 	}
 	n := 0
 	if cfg.Gateway != nil {
