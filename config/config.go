@@ -205,6 +205,12 @@ type Admin struct {
 	// Auth protects the admin API; /healthz and /readyz stay open for probes.
 	Auth     *Auth `yaml:"auth"`
 	APIGuard `yaml:",inline"`
+	// JaegerUI, if set (e.g. http://127.0.0.1:16686), makes the console link
+	// each recent refusal to its trace in that Jaeger UI.
+	JaegerUI string `yaml:"jaeger_ui"`
+	// RecentRefusals is how many refusals the console keeps in memory.
+	// Default 200; at most 100000.
+	RecentRefusals int `yaml:"recent_refusals"`
 }
 
 // TLS configures the listeners' certificates.
@@ -243,6 +249,9 @@ type Telemetry struct {
 type Log struct {
 	Level  string `yaml:"level"`  // debug | info (default) | warn | error
 	Format string `yaml:"format"` // json (default) | text
+	// Access logs one line per request (method, path, route, status,
+	// bytes, duration, token, decision, trace_id). Default false.
+	Access bool `yaml:"access"`
 }
 
 // DefaultConfig is the configuration before the file is applied.
@@ -510,6 +519,14 @@ func (c *Config) Validate() Errors {
 		}
 	default:
 		add("tls.mode", "must be off, files or acme, not %q", c.TLS.Mode)
+	}
+	if u := c.Admin.JaegerUI; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.User != nil {
+			add("admin.jaeger_ui", "must be an http(s) URL of a Jaeger UI without credentials, e.g. http://127.0.0.1:16686")
+		}
+	}
+	if n := c.Admin.RecentRefusals; n < 0 || n > 100000 {
+		add("admin.recent_refusals", "must be between 0 (default 200) and 100000")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -44,6 +44,9 @@ type FenceAPI struct {
 	// Operator names the authenticated caller of r for the audit log (""
 	// without auth).
 	Operator func(r *http.Request) string
+	// List, if set, serves GET /v1/fences without a resource parameter
+	// (the console's paginated listing). Nil: resource is required.
+	List http.Handler
 }
 
 // Register adds the endpoints to mux.
@@ -92,6 +95,10 @@ func canonical(w http.ResponseWriter, name string) (string, bool) {
 const maxOperatorResource = 4000
 
 func (a *FenceAPI) show(w http.ResponseWriter, r *http.Request) {
+	if a.List != nil && !r.URL.Query().Has("resource") {
+		a.List.ServeHTTP(w, r)
+		return
+	}
 	res, ok := canonical(w, r.URL.Query().Get("resource"))
 	if !ok {
 		return

@@ -180,6 +180,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer rt.writes.release()
+	rt.inflight.Add(1)
+	defer rt.inflight.Add(-1)
 
 	// Admit every resource the request writes, in sorted order so that two
 	// multi-resource requests cannot wait on each other.

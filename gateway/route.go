@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -65,7 +66,8 @@ type Route struct {
 	upstream  Upstream
 	inspector Inspector
 	errWriter ErrorWriter
-	writes    *writeLimit // max_inflight_writes; nil: no cap
+	writes    *writeLimit  // max_inflight_writes; nil: no cap
+	inflight  atomic.Int64 // fenced writes being forwarded now
 
 	// Auth, if set, authenticates every request and limits each identity
 	// to its resource prefixes. Set it before the route serves.
@@ -112,6 +114,11 @@ func NewRoute(c config.Route, up Upstream) (*Route, error) {
 	rt.errWriter, _ = up.(ErrorWriter)
 	return rt, nil
 }
+
+// InFlight is the number of fenced writes this route is forwarding now
+// (admitted or waiting in the fence), for the in-flight gauge and the
+// console.
+func (rt *Route) InFlight() int64 { return rt.inflight.Load() }
 
 func (rt *Route) matches(host, path, method string) bool {
 	if rt.host != "" && rt.host != host {

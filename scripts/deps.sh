@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests need, when missing: PostgreSQL (the
 # server binaries, run by internal/testenv as the postgres user), wrk (load
-# tests), procps (ps/pkill in scripts) and iproute2 (ss). Idempotent: when
+# tests), procps (ps/pkill in scripts), iproute2 (ss) and chromium (the
+# console's browser tests, driven headless through chromedp). Idempotent: when
 # everything is present it does nothing, not even apt-get update.
 # Needs root (or sudo) on Debian/Ubuntu.
 set -euo pipefail
@@ -20,9 +21,10 @@ command -v ss >/dev/null 2>&1 || missing+=(iproute2)
 # Apache httpd with mod_dav: the real conditional-write HTTP server the
 # `precondition: etag` tests run against (internal/testenv/apache.go).
 [ -x /usr/sbin/apache2 ] || missing+=(apache2)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, wrk, procps, iproute2, apache2)"
+  echo "deps.sh: all present (postgresql, wrk, procps, iproute2, apache2, chromium)"
   exit 0
 fi
 

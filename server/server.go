@@ -45,6 +45,8 @@ type Server struct {
 	// records (postgres.go); else fence.max_advance caps them.
 	verifying bool
 
+	consoleState consoleState // operator console (console.go)
+
 	listeners []*listener
 }
 
@@ -62,6 +64,8 @@ type Options struct {
 	// AcceptEmptyStore starts on a store other than the one the marker
 	// names (its fences lost) and adopts it (serve --accept-empty-store).
 	AcceptEmptyStore bool
+	// ConfigFile is the file cfg was loaded from, shown by the console.
+	ConfigFile string
 }
 
 // New builds the process from cfg: it opens the store (refusing to start if
@@ -107,9 +111,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 		}
 		s.gw.SetRoutes(routes)
 		s.gw.Observer = s.tel
-		s.fenceAPI(cfg, store).Register(s.admin) // fenceapi.go
+		api := s.fenceAPI(cfg, store) // fenceapi.go
+		api.List = s.fenceList()      // console.go
+		api.Register(s.admin)
 	}
 	if err := s.setupEdges(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if err := s.setupConsole(cfg, opts); err != nil { // console.go
 		return nil, err
 	}
 	s.admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -206,7 +215,7 @@ func (s *Server) Start(ctx context.Context) error {
 		g := cfg.Gateway
 		// No ReadTimeout/WriteTimeout: bodies stream; see listeners.go.
 		if err := s.listen("gateway", g.Listen, gatewayMaxConnections(cfg), &http.Server{
-			Handler:           s.tel.InstrumentHandler("gateway", s.gw),
+			Handler:           s.accessLog("gateway", s.tel.InstrumentHandler("gateway", s.gw)),
 			ReadHeaderTimeout: g.ReadHeaderTimeout,
 			IdleTimeout:       g.IdleTimeout,
 			MaxHeaderBytes:    g.MaxHeaderBytes,
@@ -217,7 +226,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	if cfg.Admin.Listen != "" {
 		h := s.guardAPI("admin", cfg.Admin.Listen, cfg.Admin.APIGuard, s.protect("admin", s.admin))
-		if err := s.listen("admin", cfg.Admin.Listen, cfg.Admin.MaxConnections, s.apiServer(h, apiWriteTimeout)); err != nil {
+		if err := s.listen("admin", cfg.Admin.Listen, cfg.Admin.MaxConnections, s.apiServer(s.accessLog("admin", h), apiWriteTimeout)); err != nil {
 			return err
 		}
 	}
@@ -269,7 +278,8 @@ func (s *Server) Addr(name string) string {
 // Reload applies a new configuration's routes. Settings that need a restart
 // (listeners, store, fence mode) are left as they are, with a warning. On
 // any error the old configuration keeps serving.
-func (s *Server) Reload(cfg *config.Config) error {
+func (s *Server) Reload(cfg *config.Config) (err error) {
+	defer func() { s.reloaded(err) }() // console.go
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if (cfg.Gateway == nil) != (s.cfg.Gateway == nil) {

@@ -45,6 +45,8 @@ type Telemetry struct {
 	Registry *prometheus.Registry
 	// Metrics are the collectors the instrumentation updates.
 	Metrics *Metrics
+	// Ops are build info, reload results and in-flight writes (ops.go).
+	Ops *OpsMetrics
 
 	tp         trace.TracerProvider
 	sdk        *sdktrace.TracerProvider // nil when tracing is off
@@ -78,6 +80,7 @@ func New(ctx context.Context, cfg config.Telemetry, opts Options) (*Telemetry, e
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	t.Metrics = newMetrics(t.Registry)
+	t.Ops = newOpsMetrics(t.Registry)
 
 	exp := opts.SpanExporter
 	if exp == nil && cfg.OTLPEndpoint != "" {

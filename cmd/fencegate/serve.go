@@ -24,7 +24,7 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	log := server.NewLogger(os.Stderr, cfg.Log)
 	logWarnings(log, cfg)
-	srv, err := server.New(ctx, cfg, server.Options{Logger: log, AcceptEmptyStore: *acceptEmpty})
+	srv, err := server.New(ctx, cfg, server.Options{Logger: log, AcceptEmptyStore: *acceptEmpty, ConfigFile: *path})
 	if err != nil {
 		return cfg.Redact(err)
 	}
@@ -42,6 +42,8 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 			if err == nil {
 				logWarnings(log, next)
 				err = next.Redact(srv.Reload(next))
+			} else {
+				srv.ReloadFailed(err)
 			}
 			var kc *config.KeyChangeError
 			switch {

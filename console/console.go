@@ -1,0 +1,567 @@
+// Package console is the operator console of the admin listener: server
+// rendered HTML pages (html/template, no JavaScript needed, no CDN) and the
+// JSON API behind the CLI's list commands, over small interfaces the
+// process implements (fence and lease listings, recent refusals, routes,
+// status).
+//
+// The console only reads: every handler is a GET, and advancing a fence
+// stays the explicit POST /v1/fences/advance of the fence API. It is served
+// behind the admin listener's authentication like every admin endpoint.
+//
+// Keys and owners are user input: templates escape every value by context
+// (html/template), and a Content-Security-Policy allows only this
+// package's own script and stylesheet, so markup that slipped through
+// could not run script anyway.
+package console
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/coordinator"
+	"github.com/fencegate/fencegate/telemetry"
+)
+
+// FenceLister pages through fence records: up to limit records whose
+// resource starts with prefix and sorts after after, in the store's order.
+type FenceLister interface {
+	ListFences(ctx context.Context, prefix, after string, limit int) ([]fencegate.FenceState, error)
+}
+
+// FenceReader reads one fence (the gateway's Fence).
+type FenceReader interface {
+	State(ctx context.Context, resource string) (fencegate.FenceState, error)
+}
+
+// LeaseLister pages through lease records like FenceLister.
+type LeaseLister interface {
+	ListLeases(ctx context.Context, prefix, after string, limit int) ([]coordinator.Lease, error)
+}
+
+// leaseReader is the optional ability of a LeaseLister to read one lease
+// (both lease backends have it), for the fence page.
+type leaseReader interface {
+	Lease(ctx context.Context, resource string) (coordinator.Lease, error)
+}
+
+// RefusalLog is the recent-refusals buffer (telemetry.Refusals).
+type RefusalLog interface {
+	Recent() []telemetry.Refusal // newest first
+	Cap() int
+	Total() uint64
+}
+
+// RouteInfo lists the gateway's routes as they serve now.
+type RouteInfo interface {
+	Routes() []Route
+}
+
+// StatusProvider reports the process's state for the overview.
+type StatusProvider interface {
+	Status(ctx context.Context) Status
+}
+
+// Route is one route as the console shows it. Upstream never carries
+// credentials.
+type Route struct {
+	Name          string   `json:"name"`
+	Host          string   `json:"host,omitempty"`
+	PathPrefix    string   `json:"path_prefix,omitempty"`
+	Methods       []string `json:"methods,omitempty"`
+	FencedMethods []string `json:"fenced_methods"`
+	FenceReads    bool     `json:"fence_reads,omitempty"`
+	Resource      string   `json:"resource"`
+	UpstreamKind  string   `json:"upstream_kind"` // http or s3
+	Upstream      string   `json:"upstream"`
+	Precondition  string   `json:"precondition,omitempty"`
+	Forwarded     uint64   `json:"forwarded"` // fenced writes forwarded since start
+	Refused       uint64   `json:"refused"`   // requests refused since start
+	InFlight      int64    `json:"inflight_writes"`
+}
+
+// Status is the overview.
+type Status struct {
+	Build       telemetry.BuildInfo `json:"build"`
+	Started     time.Time           `json:"started"`
+	Uptime      string              `json:"uptime"`
+	Ready       bool                `json:"ready"`
+	NotReady    string              `json:"not_ready,omitempty"` // why, when not ready
+	FenceMode   string              `json:"fence_mode"`
+	Store       string              `json:"store"` // kind and location, without credentials
+	ConfigFile  string              `json:"config_file,omitempty"`
+	LastReload  Reload              `json:"last_reload"`
+	Routes      int                 `json:"routes"`
+	Coordinator bool                `json:"coordinator"`
+	Refusals    uint64              `json:"refusals"`      // since start
+	RefusalCap  int                 `json:"refusals_kept"` // the buffer's size
+	Listeners   map[string]string   `json:"listeners,omitempty"`
+}
+
+// Reload is the result of the last configuration reload (zero Time: none).
+type Reload struct {
+	Time  time.Time `json:"time,omitzero"`
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
+}
+
+// Lease is a lease record in the console's JSON; its fields are those of
+// the coordinator's GET /v1/leases?resource=R answer.
+type Lease struct {
+	Resource  string               `json:"resource"`
+	Owner     string               `json:"owner"`
+	Token     int64                `json:"token"`
+	ExpiresAt time.Time            `json:"expires_at,omitzero"`
+	TTL       coordinator.Duration `json:"ttl"`
+	Held      bool                 `json:"held"`
+}
+
+func leaseOf(l coordinator.Lease) Lease {
+	out := Lease{Resource: l.Resource, Owner: l.Owner, Token: l.Token, ExpiresAt: l.ExpiresAt, Held: l.Held()}
+	if out.Held {
+		out.TTL = coordinator.Duration(l.Remaining.Round(time.Second))
+	}
+	return out
+}
+
+// FencePage is the JSON answer of GET /v1/fences?prefix=&after=&limit=.
+// Next, when set, is the after of the next page; empty on the last page.
+type FencePage struct {
+	Fences []fencegate.FenceState `json:"fences"`
+	Next   string                 `json:"next,omitempty"`
+}
+
+// LeasePage is the JSON answer of GET /v1/leases?prefix=&after=&limit=.
+type LeasePage struct {
+	Leases []Lease `json:"leases"`
+	Next   string  `json:"next,omitempty"`
+}
+
+// RefusalPage is the JSON answer of GET /v1/refusals.
+type RefusalPage struct {
+	Refusals []telemetry.Refusal `json:"refusals"`
+	Kept     int                 `json:"kept"`  // the buffer's size
+	Total    uint64              `json:"total"` // refusals since start
+}
+
+// Paging limits: one page never holds more than MaxLimit records.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// Console serves the pages and the JSON API. Nil fields switch their part
+// off (the page says so; the JSON endpoint answers 404).
+type Console struct {
+	Fences   FenceLister    // nil: no gateway, no fences page
+	Fence    FenceReader    // the fence page's record; nil: no fence page
+	Leases   LeaseLister    // nil: the coordinator does not share this store
+	Refusals RefusalLog     // nil: nothing recorded
+	Routes   RouteInfo      // nil: no routes
+	Status   StatusProvider // required
+	// JaegerUI, if set, links each refusal's trace id to
+	// JaegerUI/trace/<id>.
+	JaegerUI string
+	Log      *slog.Logger // nil: slog.Default()
+
+	pages map[string]*template.Template
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+var funcs = template.FuncMap{
+	"fmtTime": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"join": strings.Join,
+	"dur":  func(d coordinator.Duration) string { return time.Duration(d).String() },
+	"short": func(id string) string {
+		if len(id) > 16 {
+			return id[:16] + "…"
+		}
+		return id
+	},
+	"traceURL": func(base, id string) string {
+		return strings.TrimRight(base, "/") + "/trace/" + url.PathEscape(id)
+	},
+}
+
+var pageNames = []string{"overview", "routes", "fences", "fence", "leases", "refusals"}
+
+// Register adds the pages and the JSON endpoints (except GET /v1/fences,
+// which the fence API serves: see FenceList) to mux.
+func (c *Console) Register(mux *http.ServeMux) error {
+	c.pages = make(map[string]*template.Template, len(pageNames))
+	for _, name := range pageNames {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS,
+			"templates/layout.html", "templates/partials.html", "templates/"+name+".html")
+		if err != nil {
+			return err
+		}
+		c.pages[name] = t
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return err
+	}
+	h := func(pattern string, f http.HandlerFunc) { mux.Handle(pattern, secure(f)) }
+	mux.Handle("GET /console/static/", secure(http.StripPrefix("/console/static/", http.FileServerFS(static))))
+	h("GET /{$}", c.overview)
+	h("GET /routes", c.routesPage)
+	h("GET /fences", c.fencesPage)
+	h("GET /fence", c.fencePage)
+	h("GET /leases", c.leasesPage)
+	h("GET /refusals", c.refusalsPage)
+	h("GET /v1/leases", c.leasesJSON)
+	h("GET /v1/refusals", c.refusalsJSON)
+	h("GET /v1/routes", c.routesJSON)
+	h("GET /v1/status", c.statusJSON)
+	return nil
+}
+
+// FenceList is the handler of GET /v1/fences without ?resource= (the fence
+// API keeps answering ?resource=R with one record).
+func (c *Console) FenceList() http.Handler { return secure(http.HandlerFunc(c.fencesJSON)) }
+
+// csp allows this package's own script and stylesheet and nothing else:
+// no inline script or style, no other origin, no framing, no plugins.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+func secure(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", csp)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// query is a listing's parameters.
+type query struct {
+	Prefix, After string
+	Limit         int
+}
+
+func parseQuery(r *http.Request) (query, *fencegate.Error) {
+	v := r.URL.Query()
+	q := query{Prefix: v.Get("prefix"), After: v.Get("after"), Limit: DefaultLimit}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxLimit {
+			return q, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+				"limit must be an integer from 1 to %d", MaxLimit)
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+// next is the cursor after a page: its last key when the page is full.
+func next(n, limit int, last func() string) string {
+	if n < limit || n == 0 {
+		return ""
+	}
+	return last()
+}
+
+func (c *Console) listFences(ctx context.Context, q query) (FencePage, error) {
+	items, err := c.Fences.ListFences(ctx, q.Prefix, q.After, q.Limit)
+	if err != nil {
+		return FencePage{}, err
+	}
+	if items == nil {
+		items = []fencegate.FenceState{}
+	}
+	return FencePage{Fences: items, Next: next(len(items), q.Limit, func() string { return items[len(items)-1].Resource })}, nil
+}
+
+func (c *Console) listLeases(ctx context.Context, q query) (LeasePage, error) {
+	ls, err := c.Leases.ListLeases(ctx, q.Prefix, q.After, q.Limit)
+	if err != nil {
+		return LeasePage{}, err
+	}
+	items := make([]Lease, len(ls))
+	for i, l := range ls {
+		items[i] = leaseOf(l)
+	}
+	return LeasePage{Leases: items, Next: next(len(items), q.Limit, func() string { return items[len(items)-1].Resource })}, nil
+}
+
+func (c *Console) recent() []telemetry.Refusal {
+	if c.Refusals == nil {
+		return nil
+	}
+	return c.Refusals.Recent()
+}
+
+func (c *Console) refusalCap() int {
+	if c.Refusals == nil {
+		return 0
+	}
+	return c.Refusals.Cap()
+}
+
+func (c *Console) status(ctx context.Context) Status {
+	st := c.Status.Status(ctx)
+	if !st.Started.IsZero() {
+		st.Uptime = time.Since(st.Started).Round(time.Second).String()
+	}
+	if c.Refusals != nil {
+		st.Refusals, st.RefusalCap = c.Refusals.Total(), c.Refusals.Cap()
+	}
+	return st
+}
+
+func (c *Console) routes() []Route {
+	if c.Routes == nil {
+		return []Route{}
+	}
+	rs := c.Routes.Routes()
+	if rs == nil {
+		rs = []Route{}
+	}
+	return rs
+}
+
+// JSON endpoints.
+
+func (c *Console) fencesJSON(w http.ResponseWriter, r *http.Request) {
+	if c.Fences == nil {
+		notFound(w, "this process keeps no fences")
+		return
+	}
+	q, e := parseQuery(r)
+	if e != nil {
+		e.WriteJSON(w)
+		return
+	}
+	p, err := c.listFences(r.Context(), q)
+	if err != nil {
+		c.storeError(w, r, "list fences", err)
+		return
+	}
+	writeJSON(w, p)
+}
+
+func (c *Console) leasesJSON(w http.ResponseWriter, r *http.Request) {
+	if c.Leases == nil {
+		notFound(w, "the coordinator does not run on this process's store")
+		return
+	}
+	q, e := parseQuery(r)
+	if e != nil {
+		e.WriteJSON(w)
+		return
+	}
+	p, err := c.listLeases(r.Context(), q)
+	if err != nil {
+		c.storeError(w, r, "list leases", err)
+		return
+	}
+	writeJSON(w, p)
+}
+
+func (c *Console) refusalsJSON(w http.ResponseWriter, r *http.Request) {
+	p := RefusalPage{Refusals: c.recent(), Kept: c.refusalCap()}
+	if p.Refusals == nil {
+		p.Refusals = []telemetry.Refusal{}
+	}
+	if c.Refusals != nil {
+		p.Total = c.Refusals.Total()
+	}
+	writeJSON(w, p)
+}
+
+func (c *Console) routesJSON(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, struct {
+		Routes []Route `json:"routes"`
+	}{c.routes()})
+}
+
+func (c *Console) statusJSON(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, c.status(r.Context()))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encoding failed", http.StatusInternalServerError)
+		return
+	}
+	w.Write(append(b, '\n'))
+}
+
+func notFound(w http.ResponseWriter, why string) {
+	fencegate.Errorf(http.StatusNotFound, "not_found", "%s", why).WriteJSON(w)
+}
+
+// storeError answers a failed store read 503 (the store's message stays in
+// the log: it may name hosts).
+func (c *Console) storeError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	c.logger().LogAttrs(r.Context(), slog.LevelWarn, "console_store_error", slog.String("op", what), slog.String("err", err.Error()))
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	e := fencegate.Errorf(http.StatusServiceUnavailable, fencegate.CodeFenceUnavailable, "%s: the store cannot be read now", what)
+	e.RetryAfter = time.Second
+	e.WriteJSON(w)
+}
+
+func (c *Console) logger() *slog.Logger {
+	if c.Log != nil {
+		return c.Log
+	}
+	return slog.Default()
+}
+
+// Pages.
+
+type navItem struct {
+	Name, Href string
+	Active     bool
+}
+
+type page struct {
+	Title      string
+	Nav        []navItem
+	Data       any
+	Refusals   []telemetry.Refusal
+	RefusalCap int
+	Jaeger     string
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, name, title string, status int, p page) {
+	p.Title = title
+	p.Jaeger = c.JaegerUI
+	for _, n := range []navItem{{"Overview", "/", false}, {"Routes", "/routes", false}, {"Fences", "/fences", false},
+		{"Leases", "/leases", false}, {"Refusals", "/refusals", false}} {
+		if (n.Href == "/fences" && c.Fences == nil) || (n.Href == "/leases" && c.Leases == nil) {
+			continue
+		}
+		n.Active = n.Href == r.URL.Path || (n.Href == "/fences" && r.URL.Path == "/fence")
+		p.Nav = append(p.Nav, n)
+	}
+	var b strings.Builder
+	if err := c.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
+		c.logger().Error("console template", "page", name, "err", err)
+		http.Error(w, "console: page failed to render", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write([]byte(b.String()))
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, "overview", "Overview", http.StatusOK, page{Data: c.status(r.Context())})
+}
+
+func (c *Console) routesPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, "routes", "Routes", http.StatusOK, page{Data: c.routes()})
+}
+
+// listView is the data of the fences and leases pages.
+type listView struct {
+	query
+	Items any
+	Next  string
+}
+
+func (c *Console) fencesPage(w http.ResponseWriter, r *http.Request) {
+	if c.Fences == nil {
+		http.NotFound(w, r)
+		return
+	}
+	q, e := parseQuery(r)
+	if e != nil {
+		http.Error(w, e.Message, e.Status)
+		return
+	}
+	p, err := c.listFences(r.Context(), q)
+	if err != nil {
+		c.logger().Warn("console_store_error", "op", "list fences", "err", err.Error())
+		http.Error(w, "the store cannot be read now", http.StatusServiceUnavailable)
+		return
+	}
+	c.render(w, r, "fences", "Fences", http.StatusOK, page{Data: listView{query: q, Items: p.Fences, Next: p.Next}})
+}
+
+func (c *Console) leasesPage(w http.ResponseWriter, r *http.Request) {
+	if c.Leases == nil {
+		http.NotFound(w, r)
+		return
+	}
+	q, e := parseQuery(r)
+	if e != nil {
+		http.Error(w, e.Message, e.Status)
+		return
+	}
+	p, err := c.listLeases(r.Context(), q)
+	if err != nil {
+		c.logger().Warn("console_store_error", "op", "list leases", "err", err.Error())
+		http.Error(w, "the store cannot be read now", http.StatusServiceUnavailable)
+		return
+	}
+	c.render(w, r, "leases", "Leases", http.StatusOK, page{Data: listView{query: q, Items: p.Leases, Next: p.Next}})
+}
+
+type fenceView struct {
+	State fencegate.FenceState
+	Lease *Lease
+}
+
+func (c *Console) fencePage(w http.ResponseWriter, r *http.Request) {
+	res := r.URL.Query().Get("resource")
+	if c.Fence == nil || res == "" {
+		http.Error(w, "query parameter resource is required", http.StatusBadRequest)
+		return
+	}
+	st, err := c.Fence.State(r.Context(), res)
+	if err != nil {
+		c.logger().Warn("console_store_error", "op", "fence state", "err", err.Error())
+		http.Error(w, "the fence cannot be read now", http.StatusServiceUnavailable)
+		return
+	}
+	st.Resource = res
+	v := fenceView{State: st}
+	if lr, ok := c.Leases.(leaseReader); ok {
+		if l, err := lr.Lease(r.Context(), res); err == nil && l.Token != 0 {
+			lv := leaseOf(l)
+			v.Lease = &lv
+		}
+	}
+	var mine []telemetry.Refusal
+	for _, rf := range c.recent() {
+		if rf.Resource == res || slices.Contains(strings.Split(rf.Resource, ","), res) {
+			mine = append(mine, rf)
+		}
+	}
+	c.render(w, r, "fence", "Fence", http.StatusOK, page{Data: v, Refusals: mine, RefusalCap: c.refusalCap()})
+}
+
+func (c *Console) refusalsPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, "refusals", "Recent refusals", http.StatusOK, page{Refusals: c.recent(), RefusalCap: c.refusalCap()})
+}

@@ -1,0 +1,101 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// accessLog wraps a listener's handler with the access log (log.access):
+// one line per request with method, path, route, status, bytes, duration,
+// token, decision and trace_id. Off, it returns h itself. The path is
+// logged without its query, which may carry credentials (S3 presigned
+// URLs); headers and bodies are never logged.
+func (s *Server) accessLog(listener string, h http.Handler) http.Handler {
+	if !s.cfg.Log.Access {
+		return h
+	}
+	log := s.log.With("component", "access", "listener", listener)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		e := &accessEntry{}
+		aw := &accessWriter{ResponseWriter: w}
+		h.ServeHTTP(aw, r.WithContext(context.WithValue(r.Context(), accessKey{}, e)))
+		e.mu.Lock()
+		attrs := []slog.Attr{
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("route", e.route), slog.Int("status", aw.status()),
+			slog.Int64("bytes", aw.n), slog.Duration("duration", time.Since(start)),
+			slog.Int64("token", e.token), slog.String("decision", e.decision),
+			slog.String("trace_id", e.traceID),
+		}
+		e.mu.Unlock()
+		log.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs...)
+	})
+}
+
+type accessKey struct{}
+
+// accessEntry is filled in by the gateway's observer, which runs inside
+// the handler and sees the gateway's decision and the server span.
+type accessEntry struct {
+	mu       sync.Mutex
+	route    string
+	decision string
+	token    int64
+	traceID  string
+}
+
+func accessEntryFrom(ctx context.Context) *accessEntry {
+	e, _ := ctx.Value(accessKey{}).(*accessEntry)
+	return e
+}
+
+func (e *accessEntry) observed(ctx context.Context, o *gateway.Outcome) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.route, e.decision, e.token = o.Route, o.Decision, o.Token
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		e.traceID = sc.TraceID().String()
+	}
+}
+
+// accessWriter counts the status and body bytes sent.
+type accessWriter struct {
+	http.ResponseWriter
+	code int
+	n    int64
+}
+
+func (w *accessWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *accessWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *accessWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// Unwrap lets http.ResponseController reach the connection (flush,
+// deadlines), which the gateway's streaming relies on.
+func (w *accessWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
