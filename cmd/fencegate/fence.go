@@ -26,6 +26,7 @@ const fenceSynopsis = `show|advance|reset [flags] RESOURCE [TOKEN] | export|impo
   reset -to T -confirm RESOURCE      lower a fence raised by mistake to T;
                                      refused unless no token above T was
                                      ever issued for RESOURCE
+  list [-prefix P] [-o json]         list fences (every page; list.go)
 
 Flags come before RESOURCE. The admin API key is read from
 FENCEGATE_API_KEY (or -api-key).`
@@ -37,7 +38,10 @@ func (c *fenceCmd) Run(ctx context.Context, args []string) error {
 	to := fs.Int64("to", 0, "reset: the new highest token")
 	confirm := fs.Bool("confirm", false, "reset: yes, lower this fence")
 	if len(args) == 0 {
-		return usagef("missing subcommand: show, advance or reset")
+		return usagef("missing subcommand: show, advance, reset or list")
+	}
+	if ok, err := listSub(ctx, "fences", args); ok { // list.go
+		return err
 	}
 	sub := args[0]
 	if mk, ok := fenceStoreCmds[sub]; ok {

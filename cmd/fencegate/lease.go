@@ -55,6 +55,9 @@ func (c *leaseCmd) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return usagef("missing subcommand: acquire, renew, release or show")
 	}
+	if ok, err := listSub(ctx, "leases", args); ok { // list.go (admin API)
+		return err
+	}
 	sub := args[0]
 	if sub == "-h" || sub == "--help" {
 		fs.Usage()

@@ -3,7 +3,8 @@
 //
 //	fencegate serve    -c FILE          run what FILE configures
 //	fencegate validate -c FILE          check FILE and exit
-//	fencegate fence    show|advance     inspect or raise a fence (admin API)
+//	fencegate fence    show|advance|list inspect, raise or list fences (admin API)
+//	fencegate refusals                  the gateway's recent refusals (admin API)
 //	fencegate demo                      play the stale-owner story locally
 //	fencegate version
 package main
@@ -36,6 +37,7 @@ var commands = map[string]func() command{
 	"migrate":  func() command { return &migrateCmd{} },
 	"version":  func() command { return &versionCmd{} },
 	"doctor":   func() command { return &doctorCmd{} },
+	"refusals": func() command { return &listCmd{what: "refusals"} },
 }
 
 // usageError is a mistake in the command line; main prints it with a hint.
@@ -54,7 +56,8 @@ commands:
   serve     -c FILE    run the gateway, coordinator and admin listeners FILE configures
   validate  -c FILE    check a configuration file and exit
   lease     ...        acquire, renew, release or show leases (coordinator API)
-  fence     ...        show or advance a resource's fence (admin API)
+  fence     ...        show, advance or list fences (admin API)
+  refusals             print the gateway's recent refusals (admin API)
   migrate   -c FILE    apply database migrations
   doctor    -c FILE    check that upstreams behave as the configuration needs
   demo                 run the stale-owner story on the embedded store

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencegate/fencegate/console"
+)
+
+// listCmd prints one of the admin listener's listings (the operator
+// console's JSON API) as an aligned table, or as JSON with -o json:
+//
+//	fencegate fence list [--prefix P]   GET /v1/fences, every page
+//	fencegate lease list [--prefix P]   GET /v1/leases, every page
+//	fencegate refusals                  GET /v1/refusals
+//
+// With admin.auth configured, the key comes from FENCEGATE_API_KEY (or
+// -api-key), as for fence show and advance.
+type listCmd struct {
+	what string    // fences, leases, refusals
+	out  io.Writer // nil: os.Stdout
+}
+
+func (c *listCmd) Run(ctx context.Context, args []string) error {
+	name := map[string]string{"fences": "fence list", "leases": "lease list", "refusals": "refusals"}[c.what]
+	fs := newFlags(name, "[-admin URL] [-prefix P] [-o table|json]")
+	admin := fs.String("admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
+	key := fs.String("api-key", "", "admin API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+	prefix := new(string)
+	if c.what != "refusals" {
+		prefix = fs.String("prefix", "", "only resources starting with `P`")
+	}
+	format := fs.String("o", "table", "output: table or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *format != "table" && *format != "json" {
+		return usagef("-o must be table or json, got %q", *format)
+	}
+	out := c.out
+	if out == nil {
+		out = os.Stdout
+	}
+	cl := &adminClient{base: *admin, key: apiKey(*key), http: &http.Client{Timeout: 30 * time.Second}}
+	if c.what == "refusals" {
+		var p console.RefusalPage
+		if err := cl.get(ctx, "/v1/refusals", &p); err != nil {
+			return err
+		}
+		if *format == "json" {
+			return json.NewEncoder(out).Encode(p.Refusals)
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tROUTE\tRESOURCE\tTOKEN\tHIGHEST\tCODE\tOWNER\tTRACE")
+		for _, r := range p.Refusals {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.UTC().Format(time.RFC3339), dash(r.Route), dash(r.Resource),
+				num(r.Token), num(r.Highest), r.Code, dash(r.Owner), dash(r.TraceID))
+		}
+		return tw.Flush()
+	}
+	return c.pages(ctx, cl, out, *prefix, *format == "json")
+}
+
+// pages walks every page of a listing: memory stays one page; the table is
+// aligned per page (a page is up to console.MaxLimit rows). JSON output is
+// one array, written as the pages arrive.
+func (c *listCmd) pages(ctx context.Context, cl *adminClient, out io.Writer, prefix string, asJSON bool) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if asJSON {
+		io.WriteString(out, "[")
+	} else if c.what == "fences" {
+		fmt.Fprintln(tw, "RESOURCE\tHIGHEST\tOWNER\tUPDATED\tDRAINED\tETAG")
+	} else {
+		fmt.Fprintln(tw, "RESOURCE\tOWNER\tTOKEN\tHELD\tEXPIRES")
+	}
+	first, after := true, ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(console.MaxLimit)}}
+		if prefix != "" {
+			q.Set("prefix", prefix)
+		}
+		if after != "" {
+			q.Set("after", after)
+		}
+		var rows []any
+		var next string
+		if c.what == "fences" {
+			var p console.FencePage
+			if err := cl.get(ctx, "/v1/fences?"+q.Encode(), &p); err != nil {
+				return err
+			}
+			for _, f := range p.Fences {
+				rows = append(rows, f)
+				if !asJSON {
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", f.Resource, f.Highest, dash(f.Owner),
+						stamp(f.UpdatedAt), yesNo(f.Ready), dash(f.ETag))
+				}
+			}
+			next = p.Next
+		} else {
+			var p console.LeasePage
+			if err := cl.get(ctx, "/v1/leases?"+q.Encode(), &p); err != nil {
+				return err
+			}
+			for _, l := range p.Leases {
+				rows = append(rows, l)
+				if !asJSON {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Resource, dash(l.Owner), l.Token, yesNo(l.Held), stamp(l.ExpiresAt))
+				}
+			}
+			next = p.Next
+		}
+		if asJSON {
+			for _, r := range rows {
+				b, _ := json.Marshal(r)
+				if !first {
+					io.WriteString(out, ",")
+				}
+				first = false
+				io.WriteString(out, "\n")
+				out.Write(b)
+			}
+		} else if err := tw.Flush(); err != nil {
+			return err
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if asJSON {
+		io.WriteString(out, "\n]\n")
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func num(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// adminClient reads the admin listener's JSON API.
+type adminClient struct {
+	base, key string
+	http      *http.Client
+}
+
+func (c *adminClient) get(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("admin API answered %s: %s", resp.Status, b)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// listSub runs "list" of fence and lease; ok is false for other words.
+func listSub(ctx context.Context, what string, args []string) (ok bool, err error) {
+	if len(args) == 0 || args[0] != "list" {
+		return false, nil
+	}
+	return true, (&listCmd{what: what}).Run(ctx, args[1:])
+}
