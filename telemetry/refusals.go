@@ -2,14 +2,12 @@ package telemetry
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -100,10 +98,6 @@ func (b *Refusals) Observe(ctx context.Context, o *gateway.Outcome) {
 	r := Refusal{
 		Time: time.Now(), Route: o.Route, Method: o.Method, Resource: o.Resource,
 		Token: o.Token, Highest: o.Highest, Code: o.Decision, Status: o.Status, Owner: o.Owner,
-	}
-	var e *fencegate.Error
-	if errors.As(o.Err, &e) && r.Status == 0 {
-		r.Status = e.Status
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.TraceID = sc.TraceID().String()
