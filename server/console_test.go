@@ -476,3 +476,54 @@ func clickAndLoad(ctx context.Context, sel string) error {
 	_, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(sel)))
 	return err
 }
+
+// TestOpsMetrics: build info, reload results and in-flight writes are
+// there from the first scrape, and every counter of a known route starts
+// at zero.
+func TestOpsMetrics(t *testing.T) {
+	e := startConsole(t)
+	scrape := func() string {
+		t.Helper()
+		r := do(t, &http.Client{}, "GET", e.admin+"/metrics", nil, map[string]string{"Authorization": "Bearer " + consoleKey})
+		if r.Status != 200 {
+			t.Fatalf("metrics: %d", r.Status)
+		}
+		return r.Body
+	}
+	m := scrape()
+	for _, want := range []string{
+		`fencegate_build_info{commit="`,
+		`fencegate_config_reloads_total{result="failure"} 0`,
+		`fencegate_config_reloads_total{result="success"} 0`,
+		`fencegate_config_last_reload_successful 1`,
+		`fencegate_config_last_reload_success_timestamp_seconds `,
+		`fencegate_inflight_writes{route="orders"} 0`,
+		`fencegate_requests_total{decision="too_many_writes",route="orders"} 0`,
+		`fencegate_requests_total{decision="forwarded",route="orders"} 1`,
+		`fencegate_stale_refusals_total{route="orders"} 1`,
+		`fencegate_store_errors_total{op="load"} 0`,
+		`fencegate_coordinator_renewals_total{outcome="lost"} 0`,
+		`fencegate_coordinator_releases_total{released="false"} 0`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("first scrape lacks %s", want)
+		}
+	}
+	// A failed reload (the gateway section cannot be removed live), then
+	// a good one.
+	bad := parse(t, "coordinator: {enabled: true, listen: 127.0.0.1:0}\nadmin: {listen: 127.0.0.1:0}\n", "", t.TempDir())
+	if err := e.srv.Reload(bad); err == nil {
+		t.Fatal("reload without the gateway section succeeded")
+	}
+	m = scrape()
+	for _, want := range []string{`fencegate_config_reloads_total{result="failure"} 1`, `fencegate_config_last_reload_successful 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("after a failed reload, no %s", want)
+		}
+	}
+	var st console.Status
+	e.getJSON(t, "/v1/status", &st)
+	if st.LastReload.OK || st.LastReload.Error == "" || st.LastReload.Time.IsZero() {
+		t.Errorf("status after a failed reload: %+v", st.LastReload)
+	}
+}
