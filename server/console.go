@@ -95,8 +95,15 @@ func (s *Server) reloaded(err error) {
 }
 
 // ReloadFailed records a reload that failed before Reload ran (the file
-// did not load or validate): the previous configuration keeps serving.
-func (s *Server) ReloadFailed(err error) { s.reloaded(err) }
+// did not load or validate): the previous configuration keeps serving. The
+// message is redacted of the running configuration's secrets, as the
+// console shows it.
+func (s *Server) ReloadFailed(err error) {
+	s.mu.Lock()
+	cur := s.cfg
+	s.mu.Unlock()
+	s.reloaded(cur.Redact(err))
+}
 
 func routeNames(cfg *config.Config) []string {
 	if cfg.Gateway == nil {

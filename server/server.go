@@ -279,7 +279,7 @@ func (s *Server) Addr(name string) string {
 // (listeners, store, fence mode) are left as they are, with a warning. On
 // any error the old configuration keeps serving.
 func (s *Server) Reload(cfg *config.Config) (err error) {
-	defer func() { s.reloaded(err) }() // console.go
+	defer func() { s.reloaded(cfg.Redact(err)) }() // console.go
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if (cfg.Gateway == nil) != (s.cfg.Gateway == nil) {

@@ -47,7 +47,7 @@ admin:
 	}
 	admin := "http://" + s.Addr("admin")
 	t.Setenv("FENCEGATE_ADMIN", admin)
-	t.Setenv("FENCEGATE_ADMIN_KEY", "k")
+	t.Setenv("FENCEGATE_API_KEY", "k")
 	// 1,205 fences: more than one page of the CLI's walk.
 	want := map[string]int64{}
 	for i := range 1205 {
