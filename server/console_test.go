@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -121,10 +122,10 @@ func startConsole(t *testing.T) *consoleEnv {
 	gw := "http://" + s.Addr("gateway")
 	coord := "http://" + s.Addr("coordinator")
 	c := &http.Client{}
-	bearer := map[string]string{"Authorization": "Bearer " + consoleKey}
+	bearer := map[string]string{"Authorization": "Bearer " + consoleKey, "Content-Type": "application/json"}
 
 	// A lease, and writes under its token: one forwarded, then refusals.
-	a := do(t, c, "POST", coord+"/v1/leases/acquire", strings.NewReader(`{"resource":"/orders/1","owner":"worker-1","ttl":"5m"}`), nil)
+	a := do(t, c, "POST", coord+"/v1/leases/acquire", strings.NewReader(`{"resource":"/orders/1","owner":"worker-1","ttl":"5m"}`), map[string]string{"Content-Type": "application/json"})
 	if a.Status != 200 {
 		t.Fatalf("acquire: %d %s", a.Status, a.Body)
 	}
@@ -351,9 +352,13 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	shoot(t, ctx, "refusals.png")
 
-	// The hostile key and owner are text, never markup.
+	// The hostile key and owner are text, never markup. The fence API
+	// stores the canonical form of the key (its quotes and brackets
+	// percent-encoded, its & as is); the owner is stored as sent.
+	var stored struct{ Resource string }
+	e.getJSON(t, "/v1/fences?resource="+url.QueryEscape(evilKey), &stored)
 	nav("/fences?prefix=/evil/")
-	if got := texts(t, ctx, "#fences td.resource"); !slices.Equal(got, []string{evilKey}) {
+	if got := texts(t, ctx, "#fences td.resource"); !slices.Equal(got, []string{stored.Resource}) {
 		t.Errorf("hostile resource shown as %q; want the literal key", got)
 	}
 	if got := texts(t, ctx, "#fences td.owner"); !slices.Equal(got, []string{evilOwner}) {
@@ -367,7 +372,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if err := clickAndLoad(ctx, "#fences td.resource a"); err != nil {
 		t.Fatal(err)
 	}
-	if got := text(t, ctx, "#fence .resource"); got != evilKey {
+	if got := text(t, ctx, "#fence .resource"); got != stored.Resource {
 		t.Errorf("fence page of the hostile key shows %q", got)
 	}
 	if title := eval[string](t, ctx, `document.title`); title == "pwned" {
@@ -421,7 +426,7 @@ func TestConsoleJSON(t *testing.T) {
 		t.Errorf("routes = %+v", rt.Routes)
 	}
 	// Bad parameters are refused; the old ?resource= contract stays.
-	bearer := map[string]string{"Authorization": "Bearer " + consoleKey}
+	bearer := map[string]string{"Authorization": "Bearer " + consoleKey, "Content-Type": "application/json"}
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "resource="} {
 		if r := do(t, &http.Client{}, "GET", e.admin+"/v1/fences?"+q, nil, bearer); r.Status != 400 {
 			t.Errorf("GET /v1/fences?%s = %d; want 400", q, r.Status)

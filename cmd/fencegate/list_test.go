@@ -56,6 +56,7 @@ admin:
 		body := fmt.Sprintf(`{"resource":%q,"token":%d,"owner":"cli test"}`, k, i+1)
 		req, _ := http.NewRequest("POST", admin+"/v1/fences/advance", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer k")
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("advance %s: %v %v", k, resp, err)
