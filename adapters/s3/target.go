@@ -2,13 +2,11 @@ package s3
 
 import (
 	"bytes"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -176,10 +174,11 @@ func classify(r *http.Request, t target) op {
 const maxDeleteBody = 2 << 20
 
 // deleteObjectKeys reads and parses a DeleteObjects body and puts the bytes
-// back on r so they are forwarded unchanged. The keys are validated like
-// path keys.
+// back on r so they are forwarded unchanged. The body is parsed strictly
+// (parseDeleteObjects) so that no store can read other keys from the same
+// bytes; the keys are validated like path keys.
 func deleteObjectKeys(r *http.Request) ([]string, *s3Error) {
-	if strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") {
+	if strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Content-Encoding"), ",")), "aws-chunked") {
 		return nil, errNotImplemented("DeleteObjects with an aws-chunked body is not supported by the gateway")
 	}
 	if r.ContentLength > maxDeleteBody {
@@ -196,25 +195,14 @@ func deleteObjectKeys(r *http.Request) ([]string, *s3Error) {
 	// inbound body is the one mutation of the request the adapter makes:
 	// the gateway streams r.Body on after Inspect.
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	var doc struct {
-		XMLName xml.Name `xml:"Delete"`
-		Objects []struct {
-			Key string `xml:"Key"`
-		} `xml:"Object"`
+	raw, perr := parseDeleteObjects(body)
+	if perr != nil {
+		return nil, perr
 	}
-	if err := xml.Unmarshal(body, &doc); err != nil {
-		return nil, errMalformedXML("DeleteObjects body is not valid XML: " + err.Error())
-	}
-	if len(doc.Objects) == 0 || len(doc.Objects) > 1000 {
-		return nil, errMalformedXML("DeleteObjects needs 1 to 1000 objects, got " + strconv.Itoa(len(doc.Objects)))
-	}
-	keys := make([]string, len(doc.Objects))
-	for i, o := range doc.Objects {
-		if o.Key == "" {
-			return nil, errMalformedXML("DeleteObjects object without a key")
-		}
+	keys := make([]string, len(raw))
+	for i, rk := range raw {
 		// The XML key is already decoded; check it like a decoded path key.
-		k, err := decodeKey(strings.ReplaceAll(url.PathEscape(o.Key), "%2F", "/"))
+		k, err := decodeKey(strings.ReplaceAll(url.PathEscape(rk), "%2F", "/"))
 		if err != nil {
 			return nil, err
 		}
