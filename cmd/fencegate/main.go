@@ -61,7 +61,7 @@ commands:
   migrate   -c FILE    apply database migrations
   doctor    -c FILE    check that upstreams behave as the configuration needs
   demo                 run the stale-owner story on the embedded store
-  version              print the version
+  version              print the version and commit (also: --version)
 
 Run 'fencegate <command> -h' for a command's flags.
 `
@@ -72,6 +72,9 @@ func main() {
 		os.Exit(2)
 	}
 	name := os.Args[1]
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
 	if name == "-h" || name == "--help" || name == "help" {
 		fmt.Print(usage)
 		return

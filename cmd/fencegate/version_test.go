@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+func TestBuildVersion(t *testing.T) {
+	bi := func(mainVersion string, settings ...string) *debug.BuildInfo {
+		b := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: mainVersion}}
+		for i := 0; i+1 < len(settings); i += 2 {
+			b.Settings = append(b.Settings, debug.BuildSetting{Key: settings[i], Value: settings[i+1]})
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		ld   ldValues
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"nothing", ldValues{}, nil, "fencegate dev (commit unknown, unknown)"},
+		{"devel checkout", ldValues{}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "false"),
+			"fencegate dev (commit abc123, go1.26.8)"},
+		{"modified checkout", ldValues{}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "true"),
+			"fencegate dev (commit abc123, modified, go1.26.8)"},
+		{"go install module@version", ldValues{}, bi("v0.1.0"), "fencegate v0.1.0 (commit unknown, go1.26.8)"},
+		{"ldflags win", ldValues{"v0.2.0", "def456", "false"}, bi("v0.1.0", "vcs.revision", "abc123", "vcs.modified", "true"),
+			"fencegate v0.2.0 (commit def456, go1.26.8)"},
+		{"ldflags modified", ldValues{"v0.2.0", "def456", "true"}, nil, "fencegate v0.2.0 (commit def456, modified, unknown)"},
+		{"ldflags version only", ldValues{version: "v0.2.0"}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "true"),
+			"fencegate v0.2.0 (commit abc123, modified, go1.26.8)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := buildVersion(tc.ld, tc.bi).String(); got != tc.want {
+				t.Fatalf("got %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestVersionCmd(t *testing.T) {
+	var out bytes.Buffer
+	if err := (&versionCmd{out: &out}).Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "fencegate ") || !strings.Contains(out.String(), "(commit ") {
+		t.Fatalf("got %q", out.String())
+	}
+	if err := (&versionCmd{out: &out}).Run(context.Background(), []string{"extra"}); err == nil {
+		t.Fatal("stray argument accepted")
+	}
+}
+
+func gitOutput(t *testing.T, root string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = root
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// The release build stamps version and commit through -ldflags; a plain
+// `go build` in the checkout gets the commit from the build information
+// (-buildvcs=true: GOFLAGS may turn VCS stamping off).
+// Both binaries are run, as a user would.
+func TestVersionStamped(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := gitOutput(t, root, "rev-parse", "HEAD")
+	dir := t.TempDir()
+	run := func(bin string, args ...string) string {
+		t.Helper()
+		b, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", bin, args, err, b)
+		}
+		return strings.TrimSpace(string(b))
+	}
+
+	rel := filepath.Join(dir, "fencegate-release")
+	cmd := exec.Command("bash", filepath.Join(root, "scripts/build.sh"), rel)
+	cmd.Env = append(os.Environ(), "VERSION=v9.9.9-test")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build.sh: %v\n%s", err, b)
+	}
+	for _, arg := range []string{"version", "--version"} {
+		got := run(rel, arg)
+		if !strings.HasPrefix(got, "fencegate v9.9.9-test (commit "+head) {
+			t.Fatalf("%s: %q; want version v9.9.9-test and commit %s", arg, got, head)
+		}
+	}
+
+	dev := filepath.Join(dir, "fencegate-dev")
+	cmd = exec.Command("go", "build", "-buildvcs=true", "-o", dev, "./cmd/fencegate")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	// Go stamps VCS information (and, since Go 1.24, a pseudo-version
+	// from it) only where .git is a directory: a git worktree (.git is a
+	// file) gets none, and the version says so.
+	got := run(dev, "version")
+	if fi, err := os.Stat(filepath.Join(root, ".git")); err == nil && fi.IsDir() {
+		if !strings.HasPrefix(got, "fencegate ") || !strings.Contains(got, "(commit "+head) {
+			t.Fatalf("plain build: %q; want commit %s from the build information", got, head)
+		}
+	} else if !strings.HasPrefix(got, "fencegate dev (commit unknown") {
+		t.Fatalf("plain build in a worktree: %q; want dev and commit unknown", got)
+	}
+}
