@@ -32,6 +32,10 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	if _, err := server.BuildRoutes(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
+	if cfg.Gateway == nil {
+		// A coordinator-only configuration has no upstream to check.
+		return usagef("%s configures no gateway: doctor checks the S3 routes of a gateway", *path)
+	}
 	failed, checked := 0, 0
 	for _, rc := range cfg.Gateway.Routes {
 		if rc.S3 == nil {

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A configuration with only a coordinator used to panic on the nil
+// gateway; now it is a usage error that says why there is nothing to check.
+func TestDoctorCoordinatorOnly(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "coordinator.yaml")
+	cfg := "store:\n  embedded: {path: " + filepath.Join(dir, "fencegate.db") + "}\n" +
+		"coordinator: {enabled: true, listen: 127.0.0.1:0}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := (&doctorCmd{}).Run(context.Background(), []string{"-c", path})
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "no gateway") {
+		t.Fatalf("got %v; want a usage error naming the missing gateway", err)
+	}
+}
