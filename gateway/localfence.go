@@ -67,9 +67,8 @@ type fenceEntry struct {
 	state    fencegate.FenceState
 
 	// loading is non-nil while the record is read from the Store; it is
-	// closed when the read finished (loadErr tells how).
+	// closed when the read finished.
 	loading chan struct{}
-	loadErr error
 	// advancing is non-nil while an advance is being made durable; writes
 	// for this resource wait for it and then decide again.
 	advancing chan struct{}

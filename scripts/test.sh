@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs missing Debian packages, builds the pinned test
-# servers, vets, and runs every test tier of the main module with the race
-# detector. With CI unset, a test whose component is missing is skipped; with
+# servers and linter, runs the lint steps (scripts/lint.sh: gofmt -l, go vet,
+# staticcheck, go mod tidy -diff; govulncheck is not run, as it needs
+# vuln.go.dev, which is not reachable here), and runs every test tier of the
+# main module with the race detector. With CI unset, a test whose component is missing is skipped; with
 # CI=true it fails (internal/testenv decides).
 #
 # Usage: scripts/test.sh [extra go test args, e.g. -run TestFence]
@@ -24,6 +26,6 @@ phase() {
 total=$SECONDS
 phase deps scripts/deps.sh
 phase tools scripts/tools.sh
-phase vet go vet ./...
+phase lint scripts/lint.sh
 phase test go test -race -count=1 -timeout 40m "$@" ./...
 echo "=== all ok in $((SECONDS - total))s"

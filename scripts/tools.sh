@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the pinned test servers (versitygw, toxiproxy, pebble, jaeger, benchstat)
-# from the tools module into .cache/bin/. A binary is rebuilt only when it is
+# and the linter (staticcheck) from the tools module into .cache/bin/. A binary is rebuilt only when it is
 # missing or when the go.mod/go.sum pinning it (or the Go version) changed; the
 # hash is kept in .cache/bin/.<name>.stamp.
 #
 # Usage: scripts/tools.sh            # every tool (jaeger last: ~8 min on 2 cores)
-#        scripts/tools.sh versitygw pebble
+#        scripts/tools.sh versitygw pebble staticcheck
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,6 +15,7 @@ mkdir -p "$bin"
 # name|module dir (relative to repo root)|package. Order matters: jaeger is the
 # slow one, so it comes last.
 tools=(
+  "staticcheck|tools|honnef.co/go/tools/cmd/staticcheck"
   "versitygw|tools|github.com/versity/versitygw/cmd/versitygw"
   "toxiproxy-server|tools|github.com/Shopify/toxiproxy/v2/cmd/server"
   "pebble|tools|github.com/letsencrypt/pebble/v2/cmd/pebble"

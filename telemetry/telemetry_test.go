@@ -230,11 +230,11 @@ func TestStaleRefusalSpan(t *testing.T) {
 	got := attrs(server.Attributes)
 	for k, v := range want {
 		if got[k] != v {
-			t.Errorf("server span %s = %v; want %v", k, got[k].Emit(), v.Emit())
+			t.Errorf("server span %s = %v; want %v", k, got[k].String(), v.String())
 		}
 	}
 	if got["http.response.status_code"].AsInt64() != http.StatusConflict {
-		t.Errorf("server span http.response.status_code = %v; want 409", got["http.response.status_code"].Emit())
+		t.Errorf("server span http.response.status_code = %v; want 409", got["http.response.status_code"].String())
 	}
 	if server.Status.Code != codes.Unset {
 		t.Errorf("server span status %v; want Unset for a 4xx refusal", server.Status.Code)
@@ -280,7 +280,7 @@ func TestStaleRefusalSpan(t *testing.T) {
 	}
 	if got := attrs(fwd[len(fwd)-1].Attributes); got[telemetry.AttrDecision].AsString() != "forwarded" {
 		// The server span ends last.
-		t.Errorf("last span of the forwarded trace %q decision %v; want forwarded", fwd[len(fwd)-1].Name, got[telemetry.AttrDecision].Emit())
+		t.Errorf("last span of the forwarded trace %q decision %v; want forwarded", fwd[len(fwd)-1].Name, got[telemetry.AttrDecision].String())
 	}
 
 	// The refusal's log line carries the server span's ids.

@@ -289,7 +289,6 @@ func TestKeyShareReturnsSupersededRow(t *testing.T) {
 // that no resource ever applies a token lower than one applied before.
 func TestSharedFenceRandomized(t *testing.T) {
 	fs, _ := replicas(t, 3, SharedFenceOptions{})
-	type applied struct{ token int64 }
 	var mu sync.Mutex
 	hist := map[string][]int64{}
 	deadline := time.Now().Add(3 * time.Second)
