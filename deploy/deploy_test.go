@@ -548,9 +548,21 @@ func TestDockerfileAndUnit(t *testing.T) {
 	}
 	d := string(df)
 	froms := strings.Count(d, "\nFROM ") + map[bool]int{true: 1}[strings.HasPrefix(d, "FROM ")]
-	for _, want := range []string{"CGO_ENABLED=0", "USER 65532", "distroless/static", "./cmd/fencegate"} {
+	for _, want := range []string{"CGO_ENABLED=0", "USER 65532", "distroless/static", "./cmd/fencegate",
+		"ARG VERSION", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", `org.opencontainers.image.version="${VERSION}"`} {
 		if !strings.Contains(d, want) {
 			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	// The build context leaves out the repository metadata and caches (the
+	// version comes from the build arguments).
+	ignore, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{".git", ".cache"} {
+		if !slices.Contains(strings.Fields(string(ignore)), want) {
+			t.Errorf(".dockerignore lacks %q", want)
 		}
 	}
 	if froms < 2 {

@@ -28,4 +28,7 @@ phase deps scripts/deps.sh
 phase tools scripts/tools.sh
 phase lint scripts/lint.sh
 phase test go test -race -count=1 -timeout 40m "$@" ./...
+# The container image, built without a container engine, and its test
+# (tools/ociimage: config, contents, `fencegate version` run from it).
+phase image scripts/image.sh --check
 echo "=== all ok in $((SECONDS - total))s"
