@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs missing Debian packages, builds the pinned test
 # servers and linter, runs the lint steps (scripts/lint.sh: gofmt -l, go vet,
-# staticcheck, go mod tidy -diff; govulncheck is not run, as it needs
-# vuln.go.dev, which is not reachable here), and runs every test tier of the
+# staticcheck, go mod tidy -diff, govulncheck against a pinned offline copy of
+# the vulnerability database), and runs every test tier of the
 # main module with the race detector. With CI unset, a test whose component is missing is skipped; with
 # CI=true it fails (internal/testenv decides).
 #

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned test servers (versitygw, toxiproxy, pebble, jaeger, benchstat)
-# and the linter (staticcheck) from the tools module into .cache/bin/. A binary is rebuilt only when it is
+# and the linters (staticcheck, govulncheck) from the tools module into
+# .cache/bin/. A binary is rebuilt only when it is
 # missing or when the go.mod/go.sum pinning it (or the Go version) changed; the
 # hash is kept in .cache/bin/.<name>.stamp.
 #
@@ -16,6 +17,7 @@ mkdir -p "$bin"
 # slow one, so it comes last.
 tools=(
   "staticcheck|tools|honnef.co/go/tools/cmd/staticcheck"
+  "govulncheck|tools|golang.org/x/vuln/cmd/govulncheck"
   "versitygw|tools|github.com/versity/versitygw/cmd/versitygw"
   "toxiproxy-server|tools|github.com/Shopify/toxiproxy/v2/cmd/server"
   "pebble|tools|github.com/letsencrypt/pebble/v2/cmd/pebble"
