@@ -379,8 +379,8 @@ func TestLeaseNamesCanonical(t *testing.T) {
 		wantCode(t, "B on "+spelling+", another spelling of A's lease", st, body, 409, fencegate.CodeLeaseHeld)
 	}
 	st, body := call(t, "POST", coord+"/v1/leases/acquire", `{"resource":"/orders/./22","owner":"B"}`, jsonCT)
-	if !strings.Contains(body, `"resource":"/orders/22"`) {
-		t.Errorf("refusal does not name the canonical resource: %s", body)
+	if st != 409 || !strings.Contains(body, `"resource":"/orders/22"`) {
+		t.Errorf("refusal does not name the canonical resource: %d %s", st, body)
 	}
 	st, body = call(t, "GET", coord+"/v1/leases?resource=/orders/22", "")
 	if st != 200 || !strings.Contains(body, fmt.Sprintf(`"token":%d`, a)) {

@@ -111,7 +111,10 @@ func WriteMarker(path string, cfg *config.Config, id string) error {
 		return fmt.Errorf("store marker: %w", err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(append(b, '\n')); err == nil {
+	// One err for write, sync and close: a failed write must not be
+	// renamed into place.
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
