@@ -77,8 +77,9 @@ type Route struct {
 	// ForwardToken sends the Fencing-Token header on to the upstream.
 	// Default true: upstreams that can compare tokens should see them.
 	ForwardToken *bool `yaml:"forward_token"`
-	// Precondition "etag" (S3 routes) makes writes conditional on the ETag
-	// the gateway last wrote for the object; see adapters/s3.
+	// Precondition "etag" makes writes conditional on the ETag the gateway
+	// last wrote for the object (S3 routes, and upstream routes whose
+	// resource has {path}); see package precondition.
 	Precondition string `yaml:"precondition"`
 	// Auth, if set, requires credentials and may limit each identity to
 	// resource prefixes (see production.go).
@@ -601,8 +602,13 @@ func (c *Config) Validate() Errors {
 		switch r.Precondition {
 		case "", "none":
 		case "etag":
-			if r.S3 == nil {
-				add(f+".precondition", "etag needs an s3 upstream")
+			switch {
+			case r.S3 == nil && r.Upstream == nil:
+				add(f+".precondition", "etag needs an upstream or s3 section")
+			case r.Upstream != nil && !strings.Contains(r.Resource, "{path}"):
+				// One fence must be one upstream object: a key spanning
+				// several paths ({path.1}, a header) has no one ETag.
+				add(f+".precondition", "etag on an upstream route needs a resource naming one object, with {path}")
 			}
 		default:
 			add(f+".precondition", "must be etag or none")

@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/precondition"
 )
 
 // newS3Upstream builds the upstream of an `s3:` route. ETags are recorded in
@@ -21,15 +22,8 @@ func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transp
 		TokenHeader: cfg.Gateway.TokenHeader,
 		Logger:      log.With("component", "s3", "route", rc.Name),
 	}
-	for _, st := range stores {
-		if e, ok := st.(s3.ETagStore); ok {
-			opts.ETags = e
-		}
-	}
-	if opts.ETags == nil && rc.Precondition == "etag" {
-		// `fencegate validate` builds routes without a store; the
-		// upstream only needs one to serve.
-		opts.ETags = noETags{}
+	if rc.Precondition == "etag" {
+		opts.ETags = etagStore(stores)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -46,6 +40,19 @@ func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transp
 		}
 	}
 	return up, nil
+}
+
+// etagStore returns the process's store as the ETag record of
+// `precondition: etag` routes (bolt and postgres keep ETags on their fence
+// records). `fencegate validate` builds routes without a store; the
+// upstream only needs one to serve.
+func etagStore(stores []gateway.Store) precondition.Store {
+	for _, st := range stores {
+		if e, ok := st.(precondition.Store); ok {
+			return e
+		}
+	}
+	return noETags{}
 }
 
 // noETags stands in for the store where routes are only compiled.
