@@ -111,6 +111,11 @@ type Upstream struct {
 	Headers map[string]string `yaml:"headers"`
 	// TLS configures the connection to an https upstream.
 	TLS *UpstreamTLS `yaml:"tls"`
+	// CheckPath, if set on a route with `precondition: etag`, is a path
+	// prefix under which the gateway may write and delete a probe object at
+	// start (and `fencegate doctor`) to verify that the upstream honours
+	// conditional writes, racing ones included.
+	CheckPath string `yaml:"check_path"`
 }
 
 // S3 is an S3 upstream; see adapters/s3.
@@ -592,6 +597,9 @@ func (c *Config) Validate() Errors {
 			}
 			if r.Upstream.Timeout < 0 {
 				add(f+".upstream.timeout", "must not be negative")
+			}
+			if cp := r.Upstream.CheckPath; cp != "" && (!strings.HasPrefix(cp, "/") || strings.ContainsAny(cp, "?#") || strings.Contains(cp, "..")) {
+				add(f+".upstream.check_path", "must be an absolute path without query, fragment or .., got %q", cp)
 			}
 		case r.S3 != nil:
 			if r.S3.Endpoint == "" {

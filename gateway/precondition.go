@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -125,3 +127,57 @@ func (h *HTTPUpstream) headETag(ctx context.Context, path, auth string) (string,
 	}
 	return "", fmt.Errorf("HEAD %s: %s", path, resp.Status)
 }
+
+// CheckConditionalWrites runs the racing probe (precondition.Probe) against
+// this upstream on a fresh probe object under dir (a path prefix where the
+// gateway may write, e.g. "/fencegate-probe/"), with the route's injected
+// headers, and deletes the object afterwards.
+func (h *HTTPUpstream) CheckConditionalWrites(ctx context.Context, dir string, n int) error {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	path := "/" + strings.Trim(dir, "/") + "/fencegate-probe-" + hex.EncodeToString(rnd[:])
+	path = strings.Replace(path, "//", "/", 1)
+	p := &httpProbe{h: h, path: path}
+	defer p.do(context.WithoutCancel(ctx), http.MethodDelete, "", "")
+	return precondition.Probe(ctx, p, n)
+}
+
+type httpProbe struct {
+	h    *HTTPUpstream
+	path string
+}
+
+func (p *httpProbe) do(ctx context.Context, method, body, ifMatch string) (*http.Response, error) {
+	base := strings.TrimSuffix(p.h.target.Path, "/")
+	req, err := http.NewRequestWithContext(ctx, method, p.h.target.Scheme+"://"+p.h.target.Host+base+p.path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range p.h.inject {
+		req.Header[k] = vs
+	}
+	if method == http.MethodPut {
+		if ifMatch != "" {
+			req.Header.Set("If-Match", ifMatch)
+		} else {
+			req.Header.Set("If-None-Match", "*")
+		}
+	}
+	resp, err := p.h.transport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	return resp, nil
+}
+
+func (p *httpProbe) Put(ctx context.Context, body, ifMatch string) (int, string, error) {
+	resp, err := p.do(ctx, http.MethodPut, body, ifMatch)
+	if err != nil {
+		return 0, "", fmt.Errorf("probe PUT %s: %w", p.path, err)
+	}
+	return resp.StatusCode, resp.Header.Get("ETag"), nil
+}
+
+func (p *httpProbe) Head(ctx context.Context) (string, error) { return p.h.headETag(ctx, p.path, "") }

@@ -38,8 +38,27 @@ func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transp
 		if err := up.CheckConditionalWrites(ctx, rc.S3.CheckBucket); err != nil {
 			return nil, fmt.Errorf("precondition etag: %w", err)
 		}
+		if err := up.ProbeRace(ctx, rc.S3.CheckBucket, 0); err != nil {
+			return nil, fmt.Errorf("precondition etag: %w", err)
+		}
 	}
 	return up, nil
+}
+
+// checkHTTPUpstream runs the racing probe at start (a store was given:
+// serving) on an HTTP route with precondition etag and upstream.check_path:
+// an upstream that ignores or races conditional writes would turn the
+// guarantee into a silent no-op.
+func checkHTTPUpstream(rc config.Route, h *gateway.HTTPUpstream, stores []gateway.Store) error {
+	if len(stores) == 0 || rc.Precondition != "etag" || rc.Upstream.CheckPath == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.CheckConditionalWrites(ctx, rc.Upstream.CheckPath, 0); err != nil {
+		return fmt.Errorf("precondition etag: %w", err)
+	}
+	return nil
 }
 
 // etagStore returns the process's store as the ETag record of

@@ -173,6 +173,9 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
+			if err := checkHTTPUpstream(rc, h, store); err != nil {
+				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+			}
 			up = h
 		default:
 			s3up, err := newS3Upstream(cfg, rc, log, telemetry.Transport(transport), store)
