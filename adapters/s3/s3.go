@@ -186,7 +186,7 @@ func New(ctx context.Context, rc config.Route, opts Options) (*Upstream, error) 
 // Inspect implements gateway.Inspector: it authenticates the worker and
 // names the object (or, for DeleteObjects, every object) the request writes.
 func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
-	a, _, err := u.authenticate(r)
+	a, key, err := u.authenticate(r)
 	if err != nil {
 		return gateway.Inspection{}, err.refusal()
 	}
@@ -194,7 +194,7 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	if err != nil {
 		return gateway.Inspection{}, err.refusal()
 	}
-	insp := gateway.Inspection{Owner: a.accessKey}
+	insp := gateway.Inspection{Owner: a.accessKey, State: &inspected{auth: a, key: key, target: t}}
 	if t.bucket != "" {
 		insp.Vars = u.vars(t.bucket, t.key)
 	}
@@ -273,18 +273,40 @@ type forward struct {
 
 type forwardKey struct{}
 
+// inspected is what Inspect verified, handed to Forward by the gateway: the
+// signature is verified once per request, at one reading of the clock.
+type inspected struct {
+	auth   *authRequest
+	key    []byte
+	target target
+}
+
 // Forward implements gateway.Upstream.
 func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
-	a, key, serr := u.authenticate(r)
-	if serr != nil {
-		return serr.refusal()
+	req := gateway.RequestFrom(r.Context())
+	in, _ := func() (*inspected, bool) {
+		if req == nil {
+			return nil, false
+		}
+		in, ok := req.Inspected.(*inspected)
+		return in, ok
+	}()
+	if in == nil {
+		// Not inspected by this upstream (a caller other than the
+		// gateway): verify here.
+		a, key, serr := u.authenticate(r)
+		if serr != nil {
+			return serr.refusal()
+		}
+		t, serr := u.parseTarget(r)
+		if serr != nil {
+			return serr.refusal()
+		}
+		in = &inspected{auth: a, key: key, target: t}
 	}
-	t, serr := u.parseTarget(r)
-	if serr != nil {
-		return serr.refusal()
-	}
+	a, key, t := in.auth, in.key, in.target
 	f := &forward{target: t, auth: a, payloadHash: a.payloadHash}
-	if req := gateway.RequestFrom(r.Context()); req != nil {
+	if req != nil {
 		f.token = req.Token
 		if len(req.Resources) == 1 {
 			f.resource = req.Resources[0]
