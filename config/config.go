@@ -77,8 +77,9 @@ type Route struct {
 	// ForwardToken sends the Fencing-Token header on to the upstream.
 	// Default true: upstreams that can compare tokens should see them.
 	ForwardToken *bool `yaml:"forward_token"`
-	// Precondition "etag" (S3 routes) makes writes conditional on the ETag
-	// the gateway last wrote for the object; see adapters/s3.
+	// Precondition "etag" makes writes conditional on the ETag the gateway
+	// last wrote for the object (S3 routes, and upstream routes whose
+	// resource has {path}); see package precondition.
 	Precondition string `yaml:"precondition"`
 	// Auth, if set, requires credentials and may limit each identity to
 	// resource prefixes (see production.go).
@@ -110,6 +111,11 @@ type Upstream struct {
 	Headers map[string]string `yaml:"headers"`
 	// TLS configures the connection to an https upstream.
 	TLS *UpstreamTLS `yaml:"tls"`
+	// CheckPath, if set on a route with `precondition: etag`, is a path
+	// prefix under which the gateway may write and delete a probe object at
+	// start (and `fencegate doctor`) to verify that the upstream honours
+	// conditional writes, racing ones included.
+	CheckPath string `yaml:"check_path"`
 }
 
 // S3 is an S3 upstream; see adapters/s3.
@@ -592,6 +598,9 @@ func (c *Config) Validate() Errors {
 			if r.Upstream.Timeout < 0 {
 				add(f+".upstream.timeout", "must not be negative")
 			}
+			if cp := r.Upstream.CheckPath; cp != "" && (!strings.HasPrefix(cp, "/") || strings.ContainsAny(cp, "?#") || strings.Contains(cp, "..")) {
+				add(f+".upstream.check_path", "must be an absolute path without query, fragment or .., got %q", cp)
+			}
 		case r.S3 != nil:
 			if r.S3.Endpoint == "" {
 				add(f+".s3.endpoint", "required")
@@ -601,8 +610,13 @@ func (c *Config) Validate() Errors {
 		switch r.Precondition {
 		case "", "none":
 		case "etag":
-			if r.S3 == nil {
-				add(f+".precondition", "etag needs an s3 upstream")
+			switch {
+			case r.S3 == nil && r.Upstream == nil:
+				add(f+".precondition", "etag needs an upstream or s3 section")
+			case r.Upstream != nil && !strings.Contains(r.Resource, "{path}"):
+				// One fence must be one upstream object: a key spanning
+				// several paths ({path.1}, a header) has no one ETag.
+				add(f+".precondition", "etag on an upstream route needs a resource naming one object, with {path}")
 			}
 		default:
 			add(f+".precondition", "must be etag or none")

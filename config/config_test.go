@@ -62,6 +62,9 @@ func TestParseErrors(t *testing.T) {
 `, []string{"gateway.routes[1].name: duplicate route name"}},
 		{"two problems at once", strings.Replace(strings.Replace(good, `"{path}"`, `""`, 1), "http://127.0.0.1:9000", "ftp://x", 1),
 			[]string{"routes[0].upstream.url", "routes[0].resource: required"}},
+		{"precondition etag spanning paths", strings.Replace(good, `"{path}"`, `"{path.1}"`, 1) + "      precondition: etag\n",
+			[]string{"precondition: etag on an upstream route needs a resource naming one object, with {path}"}},
+		{"precondition bogus", good + "      precondition: mtime\n", []string{"precondition: must be etag or none"}},
 		{"unset env", strings.Replace(good, "127.0.0.1:9000", "${FENCEGATE_TEST_UNSET_VAR}", 1),
 			[]string{"bad.yaml:7: gateway.routes[0].upstream.url: environment variable ${FENCEGATE_TEST_UNSET_VAR} is not set"}},
 	}

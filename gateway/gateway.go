@@ -144,7 +144,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id.Owner != "" {
 		insp.Owner, o.Owner = id.Owner, id.Owner
 	}
-	req := &Request{Route: rt, Path: cpath, Owner: insp.Owner}
+	req := &Request{Route: rt, Path: cpath, Owner: insp.Owner, Inspected: insp.State}
 
 	if !rt.fenceReads && !rt.fenced[r.Method] {
 		o.Decision = "passthrough"
@@ -429,6 +429,8 @@ type Request struct {
 	Resources []string // fence keys (empty for unfenced requests)
 	Token     int64    // 0 for unfenced requests
 	Owner     string
+	// Inspected is the Inspection's State for this request (nil if none).
+	Inspected any
 }
 
 type requestKey struct{}

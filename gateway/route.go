@@ -39,6 +39,10 @@ type Inspection struct {
 	Objects []map[string]string
 	// Owner is the authenticated identity, for logs and fence bookkeeping.
 	Owner string
+	// State, if set, is handed back to the upstream's Forward (in
+	// Request.Inspected), so that what Inspect verified (S3: the worker's
+	// signature, at one clock reading) is not verified again.
+	State any
 }
 
 // ErrorWriter is implemented by upstreams whose clients expect refusals in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/precondition"
 )
 
 // HTTPUpstream forwards to a plain HTTP(S) upstream with
@@ -23,6 +25,8 @@ type HTTPUpstream struct {
 	inject      http.Header // set on every forwarded request
 	tokenHeader string      // removed before forwarding unless forwardToken
 	proxy       *Proxy
+	transport   http.RoundTripper     // the proxy's, without the ETag bookkeeping
+	tracker     *precondition.Tracker // precondition: etag; nil: none
 }
 
 // HTTPUpstreamOptions configure NewHTTPUpstream.
@@ -32,6 +36,14 @@ type HTTPUpstreamOptions struct {
 	Transport http.RoundTripper
 	// TokenHeader, if set, is removed from forwarded requests.
 	TokenHeader string
+	// ETags, if set, makes every fenced write conditional on the ETag the
+	// gateway last wrote to its object (`precondition: etag`; see
+	// precondition.go).
+	ETags precondition.Store
+	// Route names the route in logs.
+	Route string
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 var _ Upstream = (*HTTPUpstream)(nil)
@@ -46,7 +58,16 @@ func NewHTTPUpstream(c *config.Upstream, opts HTTPUpstreamOptions) (*HTTPUpstrea
 	for k, v := range c.Headers {
 		h.inject.Set(k, v)
 	}
-	h.proxy = NewProxy(opts.Transport, h.rewrite)
+	h.transport = opts.Transport
+	if h.transport == nil {
+		h.transport = NewTransport(nil)
+	}
+	if opts.ETags != nil {
+		h.tracker = &precondition.Tracker{Store: opts.ETags, Route: opts.Route, Log: opts.Logger}
+		h.proxy = NewProxy(&etagTransport{h.transport}, h.rewrite)
+		return h, nil
+	}
+	h.proxy = NewProxy(h.transport, h.rewrite)
 	return h, nil
 }
 
@@ -71,10 +92,16 @@ func (h *HTTPUpstream) rewrite(pr *httputil.ProxyRequest) {
 	for k, vs := range h.inject {
 		pr.Out.Header[k] = vs
 	}
+	if ew := etagWriteFrom(pr.In.Context()); ew != nil {
+		ew.Apply(pr.Out.Header)
+	}
 }
 
 // Forward implements Upstream.
 func (h *HTTPUpstream) Forward(w http.ResponseWriter, r *http.Request) error {
+	if h.tracker != nil {
+		return h.forwardConditional(w, r)
+	}
 	return h.proxy.Forward(w, r)
 }
 

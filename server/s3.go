@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/precondition"
 )
 
 // newS3Upstream builds the upstream of an `s3:` route. ETags are recorded in
@@ -21,15 +22,8 @@ func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transp
 		TokenHeader: cfg.Gateway.TokenHeader,
 		Logger:      log.With("component", "s3", "route", rc.Name),
 	}
-	for _, st := range stores {
-		if e, ok := st.(s3.ETagStore); ok {
-			opts.ETags = e
-		}
-	}
-	if opts.ETags == nil && rc.Precondition == "etag" {
-		// `fencegate validate` builds routes without a store; the
-		// upstream only needs one to serve.
-		opts.ETags = noETags{}
+	if rc.Precondition == "etag" {
+		opts.ETags = etagStore(stores)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -44,8 +38,40 @@ func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transp
 		if err := up.CheckConditionalWrites(ctx, rc.S3.CheckBucket); err != nil {
 			return nil, fmt.Errorf("precondition etag: %w", err)
 		}
+		if err := up.ProbeRace(ctx, rc.S3.CheckBucket, 0); err != nil {
+			return nil, fmt.Errorf("precondition etag: %w", err)
+		}
 	}
 	return up, nil
+}
+
+// checkHTTPUpstream runs the racing probe at start (a store was given:
+// serving) on an HTTP route with precondition etag and upstream.check_path:
+// an upstream that ignores or races conditional writes would turn the
+// guarantee into a silent no-op.
+func checkHTTPUpstream(rc config.Route, h *gateway.HTTPUpstream, stores []gateway.Store) error {
+	if len(stores) == 0 || rc.Precondition != "etag" || rc.Upstream.CheckPath == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.CheckConditionalWrites(ctx, rc.Upstream.CheckPath, 0); err != nil {
+		return fmt.Errorf("precondition etag: %w", err)
+	}
+	return nil
+}
+
+// etagStore returns the process's store as the ETag record of
+// `precondition: etag` routes (bolt and postgres keep ETags on their fence
+// records). `fencegate validate` builds routes without a store; the
+// upstream only needs one to serve.
+func etagStore(stores []gateway.Store) precondition.Store {
+	for _, st := range stores {
+		if e, ok := st.(precondition.Store); ok {
+			return e
+		}
+	}
+	return noETags{}
 }
 
 // noETags stands in for the store where routes are only compiled.

@@ -161,12 +161,19 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
-			opts := gateway.HTTPUpstreamOptions{Transport: telemetry.Transport(tr)}
+			opts := gateway.HTTPUpstreamOptions{Transport: telemetry.Transport(tr), Route: rc.Name,
+				Logger: log.With("component", "upstream", "route", rc.Name)}
 			if rc.ForwardToken != nil && !*rc.ForwardToken {
 				opts.TokenHeader = cfg.Gateway.TokenHeader
 			}
+			if rc.Precondition == "etag" {
+				opts.ETags = etagStore(store)
+			}
 			h, err := gateway.NewHTTPUpstream(rc.Upstream, opts)
 			if err != nil {
+				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+			}
+			if err := checkHTTPUpstream(rc, h, store); err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
 			up = h

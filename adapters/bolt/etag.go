@@ -7,7 +7,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-// The S3 adapter's ETag bookkeeping (adapters/s3.ETagStore) lives on the
+// The S3 adapter's ETag bookkeeping (precondition.Store, used by the S3 adapter and HTTP routes) lives on the
 // object's fence record: the record exists once a write was admitted, and
 // the ETag is written after that write's answer.
 

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The S3 adapter's ETag bookkeeping (adapters/s3.ETagStore) lives in the
+// The S3 adapter's ETag bookkeeping (precondition.Store, used by the S3 adapter and HTTP routes) lives in the
 // fence table's etag and etag_token columns: the row exists once a write
 // was admitted, and the ETag is written after that write's answer. The
 // etag path never touches highest, ready or owner.

@@ -34,26 +34,12 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/precondition"
 )
 
 // ETagStore keeps, per fenced object, the ETag of the last write the gateway
-// made to it. The bolt and postgres stores implement it on their fence
-// records.
-type ETagStore interface {
-	// LastETag returns the recorded ETag of resource: "" if the gateway has
-	// not written the object (or deleted it), ETagUnknown if the outcome of
-	// its last write is not known.
-	LastETag(ctx context.Context, resource string) (string, error)
-	// RecordETag stores etag as resource's current version, unless a write
-	// with a newer token already recorded one. It must be durable.
-	RecordETag(ctx context.Context, resource string, token int64, etag string) error
-}
-
-// ETagUnknown marks an object whose last write through the gateway may or
-// may not have been applied (timeout, connection lost, 5xx). The next write
-// learns the current ETag with a HEAD first: a delayed request still
-// carries the older precondition, so it fails either way.
-const ETagUnknown = "?"
+// made to it (precondition.Store; the bolt and postgres stores implement it).
+type ETagStore = precondition.Store
 
 // Upstream forwards S3 requests. It implements gateway.Upstream,
 // gateway.Inspector and gateway.ErrorWriter.
@@ -69,6 +55,7 @@ type Upstream struct {
 	keyPrefixes []int // N of every {key.N} in the resource template
 	etags       ETagStore
 	precondEtag bool
+	tracker     *precondition.Tracker
 	stampHeader string // "" unless s3.stamp: the metadata header carrying the token
 	transport   http.RoundTripper
 	proxy       *gateway.Proxy
@@ -189,6 +176,9 @@ func New(ctx context.Context, rc config.Route, opts Options) (*Upstream, error) 
 			return nil, errors.New("precondition: etag needs a store that records ETags")
 		}
 	}
+	if u.precondEtag {
+		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: rc.Name, Upstream: "S3", Log: u.log}
+	}
 	u.proxy = gateway.NewProxy(&signingTransport{u: u}, u.rewrite)
 	return u, nil
 }
@@ -196,7 +186,7 @@ func New(ctx context.Context, rc config.Route, opts Options) (*Upstream, error) 
 // Inspect implements gateway.Inspector: it authenticates the worker and
 // names the object (or, for DeleteObjects, every object) the request writes.
 func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
-	a, _, err := u.authenticate(r)
+	a, key, err := u.authenticate(r)
 	if err != nil {
 		return gateway.Inspection{}, err.refusal()
 	}
@@ -204,7 +194,7 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	if err != nil {
 		return gateway.Inspection{}, err.refusal()
 	}
-	insp := gateway.Inspection{Owner: a.accessKey}
+	insp := gateway.Inspection{Owner: a.accessKey, State: &inspected{auth: a, key: key, target: t}}
 	if t.bucket != "" {
 		insp.Vars = u.vars(t.bucket, t.key)
 	}
@@ -276,30 +266,47 @@ type forward struct {
 	chunks      *chunkSigner // signed aws-chunked bodies, re-signed per chunk
 	resource    string
 	token       int64
-	conditional bool   // the gateway added If-Match / If-None-Match
-	ifMatch     string // the precondition the gateway adds, if any
-	ifNoneMatch bool
-	trackETag   bool // record the outcome's ETag
-	// before is the object's ETag as recorded (or learnt with a HEAD)
-	// before the write was marked unknown: restored when S3 answers that it
-	// did not apply the write.
-	before string
+	// etag is the write's ETag bookkeeping (precondition: etag); nil if
+	// the write is not tracked.
+	etag *precondition.Write
 }
 
 type forwardKey struct{}
 
+// inspected is what Inspect verified, handed to Forward by the gateway: the
+// signature is verified once per request, at one reading of the clock.
+type inspected struct {
+	auth   *authRequest
+	key    []byte
+	target target
+}
+
 // Forward implements gateway.Upstream.
 func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
-	a, key, serr := u.authenticate(r)
-	if serr != nil {
-		return serr.refusal()
+	req := gateway.RequestFrom(r.Context())
+	in, _ := func() (*inspected, bool) {
+		if req == nil {
+			return nil, false
+		}
+		in, ok := req.Inspected.(*inspected)
+		return in, ok
+	}()
+	if in == nil {
+		// Not inspected by this upstream (a caller other than the
+		// gateway): verify here.
+		a, key, serr := u.authenticate(r)
+		if serr != nil {
+			return serr.refusal()
+		}
+		t, serr := u.parseTarget(r)
+		if serr != nil {
+			return serr.refusal()
+		}
+		in = &inspected{auth: a, key: key, target: t}
 	}
-	t, serr := u.parseTarget(r)
-	if serr != nil {
-		return serr.refusal()
-	}
+	a, key, t := in.auth, in.key, in.target
 	f := &forward{target: t, auth: a, payloadHash: a.payloadHash}
-	if req := gateway.RequestFrom(r.Context()); req != nil {
+	if req != nil {
 		f.token = req.Token
 		if len(req.Resources) == 1 {
 			f.resource = req.Resources[0]
@@ -320,11 +327,11 @@ func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 	if err != nil && f.chunks != nil && f.chunks.err != nil {
 		return f.chunks.err.refusal()
 	}
-	if err != nil && f.trackETag {
+	if err != nil && f.etag != nil {
 		var ref *fencegate.Error
 		if !errors.As(err, &ref) {
 			// The request may or may not have reached S3.
-			u.record(r.Context(), f, ETagUnknown)
+			f.etag.Failed(r.Context())
 		}
 	}
 	return err
@@ -345,11 +352,8 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 		h.Del(k)
 	}
 	h.Set("X-Amz-Content-Sha256", f.payloadHash)
-	if f.ifMatch != "" {
-		h.Set("If-Match", f.ifMatch)
-	}
-	if f.ifNoneMatch {
-		h.Set("If-None-Match", "*")
+	if f.etag != nil {
+		f.etag.Apply(h)
 	}
 	if f.chunks != nil {
 		out.Body = f.chunks
@@ -439,128 +443,54 @@ func (st *signingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // response does the ETag bookkeeping of a write's answer. A 412 to a
 // precondition the gateway added becomes the precondition_failed refusal.
 func (u *Upstream) response(ctx context.Context, f *forward, resp *http.Response) (*http.Response, error) {
-	if !f.trackETag {
+	if f.etag == nil {
 		return resp, nil
 	}
-	switch {
-	case resp.StatusCode == http.StatusPreconditionFailed && f.conditional:
-		// Not applied: the record names the version the gateway wrote
-		// again, so the next write is refused too rather than learning
-		// (and overwriting) a bypassing version.
-		u.record(ctx, f, f.before)
+	if err := f.etag.Answered(ctx, resp.StatusCode, resp.Header.Get("ETag")); err != nil {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
-		u.log.LogAttrs(ctx, slog.LevelError, fencegate.CodePreconditionFailed,
-			slog.String("route", u.route), slog.String("resource", f.resource),
-			slog.Int64("token", f.token),
-			slog.String("cause", "S3 refused the write's ETag precondition: the object was changed by a write that bypassed the gateway, or a delayed older write"))
-		return nil, &fencegate.Error{
-			Status: http.StatusPreconditionFailed, Code: fencegate.CodePreconditionFailed,
-			Message: "the object is not the version this gateway last wrote (a write bypassed the gateway, or a delayed one landed); " +
-				"nothing was written",
-			Resource: f.resource, Token: f.token,
-		}
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		switch f.target.op {
-		case opPutObject:
-			if etag := strings.Trim(resp.Header.Get("ETag"), `"`); etag != "" {
-				u.record(ctx, f, etag)
-			} else {
-				u.record(ctx, f, ETagUnknown)
-			}
-		case opDeleteObject:
-			u.record(ctx, f, "")
-		default:
-			// CopyObject and CompleteMultipartUpload answer the ETag in
-			// the body (and may still fail inside a 200); the next write
-			// learns it with a HEAD.
-			u.record(ctx, f, ETagUnknown)
-		}
-	case resp.StatusCode >= 500:
-		// The record stays unknown (marked before the write).
-	default:
-		// A 3xx or 4xx: S3 did not apply the write.
-		u.record(ctx, f, f.before)
+		return nil, err
 	}
 	return resp, nil
 }
 
-func (u *Upstream) record(ctx context.Context, f *forward, etag string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := u.etags.RecordETag(ctx, f.resource, f.token, etag); err != nil {
-		// The write is done; a stale record makes the next write fail
-		// with precondition_failed, never succeed wrongly.
-		u.log.LogAttrs(ctx, slog.LevelError, "record etag failed",
-			slog.String("route", u.route), slog.String("resource", f.resource),
-			slog.Int64("token", f.token), slog.String("cause", err.Error()))
-	}
-}
-
 // addPrecondition makes the write conditional on the ETag the gateway last
-// wrote. A worker's own If-Match / If-None-Match is kept instead: it is a
+// wrote (package precondition: write-ahead unknown mark, HEAD re-learning).
+// A worker's own If-Match / If-None-Match is kept instead: it is a
 // precondition on a version the worker saw, which a delayed request cannot
 // satisfy after a newer write either.
-//
-// Before the write is forwarded, its object is marked ETagUnknown in the
-// store (write-ahead): if the gateway dies, or the store fails, after S3
-// applied the write but before its ETag was recorded, the record does not
-// keep naming the version this write replaced, which would make every
-// later write fail its precondition; the next write learns the ETag with a
-// HEAD instead. A failed mark refuses the write, unforwarded.
 func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
+	var kind precondition.Kind
+	conditional := true
 	switch f.target.op {
-	case opPutObject, opCompleteMultipart, opDeleteObject, opCopyObject:
+	case opPutObject:
+		kind = precondition.Replace
+	case opDeleteObject:
+		kind = precondition.Delete
+	case opCompleteMultipart:
+		kind = precondition.Opaque
+	case opCopyObject:
+		// S3-compatible stores differ on destination preconditions; the
+		// copy is fenced and its ETag re-learnt.
+		kind, conditional = precondition.Opaque, false
 	default:
 		return nil
 	}
-	f.trackETag = true
-	etag, err := u.etags.LastETag(r.Context(), f.resource)
+	if r.Header.Get("If-Match") != "" || r.Header.Get("If-None-Match") != "" {
+		conditional = false
+	}
+	t := f.target
+	w, err := u.tracker.Begin(r.Context(), f.resource, f.token, kind, conditional,
+		func(ctx context.Context) (string, error) { return u.headETag(ctx, t) })
 	if err != nil {
-		return fencegate.Unavailable(f.resource, fmt.Errorf("load etag: %w", err))
-	}
-	f.before = etag
-	own := r.Header.Get("If-Match") != "" || r.Header.Get("If-None-Match") != ""
-	if own || f.target.op == opCopyObject {
-		// CopyObject: S3-compatible stores differ on destination
-		// preconditions; the copy is fenced and its ETag re-learnt.
-		return u.markUnknown(r.Context(), f, etag)
-	}
-	if etag == ETagUnknown {
-		if etag, err = u.headETag(r.Context(), f.target); err != nil {
-			return &fencegate.Error{Status: http.StatusBadGateway, Code: fencegate.CodeUpstreamUnavailable,
-				Message: "cannot learn the object's current ETag from the upstream", Resource: f.resource, Err: err}
-		}
-		// The record stays unknown (nothing to mark) until the outcome.
-		f.before = etag
-	} else if err := u.markUnknown(r.Context(), f, etag); err != nil {
 		return err
 	}
-	switch {
-	case etag != "":
-		f.ifMatch = `"` + etag + `"`
-	case f.target.op == opDeleteObject:
-		return nil // deleting what is not there needs no guard
-	default:
-		f.ifNoneMatch = true
-	}
-	f.conditional = true
+	f.etag = w
 	return nil
 }
 
-// markUnknown records the object's ETag as unknown before the write is
-// forwarded, unless it is already.
-func (u *Upstream) markUnknown(ctx context.Context, f *forward, current string) error {
-	if current == ETagUnknown {
-		return nil
-	}
-	if err := u.etags.RecordETag(ctx, f.resource, f.token, ETagUnknown); err != nil {
-		return fencegate.Unavailable(f.resource, fmt.Errorf("mark etag unknown before the write: %w", err))
-	}
-	return nil
-}
-
-// headETag asks the upstream for an object's ETag ("" if it does not exist).
+// headETag asks the upstream for an object's ETag header ("" if it does
+// not exist).
 func (u *Upstream) headETag(ctx context.Context, t target) (string, error) {
 	p, rp := upstreamPath(u.endpoint.Path, t)
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.endpoint.Scheme+"://"+u.endpoint.Host+rp, nil)
@@ -578,7 +508,7 @@ func (u *Upstream) headETag(ctx context.Context, t target) (string, error) {
 	case resp.StatusCode == http.StatusNotFound:
 		return "", nil
 	case resp.StatusCode == http.StatusOK:
-		return strings.Trim(resp.Header.Get("ETag"), `"`), nil
+		return resp.Header.Get("ETag"), nil
 	}
 	return "", fmt.Errorf("HEAD %s/%s: %s", t.bucket, t.key, resp.Status)
 }

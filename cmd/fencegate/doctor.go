@@ -22,9 +22,10 @@ func (e *doctorFailed) Error() string { return fmt.Sprintf("%d check(s) failed",
 func (e *doctorFailed) ExitCode() int { return 1 }
 
 func (c *doctorCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("doctor", "-c FILE [-bucket NAME]")
+	fs := newFlags("doctor", "-c FILE [-bucket NAME] [-path PREFIX]")
 	path := configFlag(fs)
 	bucket := fs.String("bucket", "", "bucket for the probe object (default: each route's s3.check_bucket)")
+	probePath := fs.String("path", "", "path prefix for the probe object of HTTP routes with precondition: etag (default: each route's upstream.check_path)")
 	cfg, err := parseConfig(fs, path, args)
 	if err != nil {
 		return err
@@ -55,16 +56,21 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 		if err == nil {
 			err = up.CheckConditionalWrites(cctx, b)
 		}
+		if err == nil {
+			err = up.ProbeRace(cctx, b, 0)
+		}
 		cancel()
 		if err != nil {
 			failed++
 			fmt.Printf("route %s: FAIL: %v\n", rc.Name, err)
 			continue
 		}
-		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PutObject (bucket %s)\n", rc.Name, rc.S3.Endpoint, b)
+		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PutObject, racing writes included (bucket %s)\n", rc.Name, rc.S3.Endpoint, b)
 	}
+	hc, hf := doctorHTTPRoutes(ctx, cfg, *probePath)
+	checked, failed = checked+hc, failed+hf
 	if checked == 0 {
-		return usagef("no S3 route to check: pass -bucket or set s3.check_bucket")
+		return usagef("no route to check: pass -bucket or set s3.check_bucket (S3), -path or set upstream.check_path (HTTP routes with precondition: etag)")
 	}
 	if failed > 0 {
 		return &doctorFailed{failed}

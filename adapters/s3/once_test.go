@@ -1,0 +1,80 @@
+package s3_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/s3"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// The worker's SigV4 signature is verified once per request: Inspect's
+// verification is handed to Forward, so one clock reading decides it (the
+// other reading signs the upstream request).
+func TestSignatureVerifiedOnce(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("ETag", `"e"`)
+	}))
+	t.Cleanup(up.Close)
+	var reads atomic.Int64
+	rc := config.Route{Name: "objects", Resource: "{bucket}/{key}", S3: &config.S3{
+		Endpoint: up.URL, AccessKeyID: "gw", SecretAccessKey: "gw-secret",
+		Clients: []config.S3Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
+	}}
+	u, err := s3.New(context.Background(), rc, s3.Options{Now: func() time.Time { reads.Add(1); return time.Now() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+	rt, err := gateway.NewRoute(rc, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetRoutes([]*gateway.Route{rt})
+	gw := httptest.NewServer(g)
+	t.Cleanup(gw.Close)
+
+	body := "hello"
+	sum := sha256.Sum256([]byte(body))
+	req, _ := http.NewRequest(http.MethodPut, gw.URL+"/bucket/k", strings.NewReader(body))
+	req.Header.Set("X-Amz-Content-Sha256", hex.EncodeToString(sum[:]))
+	req.Header.Set("Fencing-Token", "1")
+	err = v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: "worker", SecretAccessKey: "worker-secret"},
+		req, hex.EncodeToString(sum[:]), "s3", "us-east-1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PutObject: %d %s", resp.StatusCode, b)
+	}
+	if n := reads.Load(); n != 2 {
+		t.Fatalf("%d clock readings for one request; want 2 (one verification, one upstream signature)", n)
+	}
+}

@@ -1,0 +1,183 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/precondition"
+)
+
+// `precondition: etag` on a plain HTTP route: every fenced write to one
+// object (the route's resource names one upstream path) is made
+// conditional on the ETag the gateway's last accepted write produced, with
+// RFC 9110 If-Match, or If-None-Match: * when the gateway knows the object
+// absent. The bookkeeping is package precondition's, shared with the S3
+// adapter; docs/http-precondition.md has the details and Apache's quirks.
+
+type etagWriteKey struct{}
+
+func etagWriteFrom(ctx context.Context) *precondition.Write {
+	w, _ := ctx.Value(etagWriteKey{}).(*precondition.Write)
+	return w
+}
+
+// forwardConditional forwards a fenced write with the gateway's
+// precondition and records its outcome.
+func (h *HTTPUpstream) forwardConditional(w http.ResponseWriter, r *http.Request) error {
+	req := RequestFrom(r.Context())
+	if req == nil || req.Token == 0 || len(req.Resources) != 1 {
+		return h.proxy.Forward(w, r) // not a fenced write
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return h.proxy.Forward(w, r) // a read fenced by fence_reads
+	}
+	kind, conditional := precondition.Opaque, false
+	switch r.Method {
+	case http.MethodPut, http.MethodPatch:
+		kind, conditional = precondition.Replace, true
+	case http.MethodDelete:
+		kind, conditional = precondition.Delete, true
+	}
+	// POST (and other fenced methods) may change the object or create
+	// another: fenced, tracked as unknown, not made conditional. A worker's
+	// own precondition is kept: it names a version the worker saw, which a
+	// delayed request cannot satisfy after a newer write either.
+	for _, k := range []string{"If-Match", "If-None-Match", "If-Unmodified-Since"} {
+		if r.Header.Get(k) != "" {
+			conditional = false
+		}
+	}
+	path := req.Path
+	auth := r.Header.Get("Authorization")
+	ew, err := h.tracker.Begin(r.Context(), req.Resources[0], req.Token, kind, conditional,
+		func(ctx context.Context) (string, error) { return h.headETag(ctx, path, auth) })
+	if err != nil {
+		return err
+	}
+	err = h.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), etagWriteKey{}, ew)))
+	if err != nil {
+		var ref *fencegate.Error
+		if !errors.As(err, &ref) {
+			// The request may or may not have reached the upstream.
+			ew.Failed(r.Context())
+		}
+	}
+	return err
+}
+
+// etagTransport records the outcome of each tracked write from the
+// upstream's answer; a 412 to the gateway's precondition becomes the
+// precondition_failed refusal (the answer is discarded).
+type etagTransport struct{ base http.RoundTripper }
+
+func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	ew := etagWriteFrom(req.Context())
+	if err != nil || ew == nil {
+		return resp, err
+	}
+	if err := ew.Answered(req.Context(), resp.StatusCode, resp.Header.Get("ETag")); err != nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// headETag asks the upstream for the ETag header of the object at path ("" if
+// it does not exist), with the route's injected headers and the worker's
+// Authorization, as the write itself would be sent.
+func (h *HTTPUpstream) headETag(ctx context.Context, path, auth string) (string, error) {
+	base := strings.TrimSuffix(h.target.Path, "/")
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, h.target.Scheme+"://"+h.target.Host, nil)
+	if err != nil {
+		return "", err
+	}
+	req.URL.Path, req.URL.RawPath = base+unescapePath(path), base+path
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	for k, vs := range h.inject {
+		req.Header[k] = vs
+	}
+	resp, err := h.transport.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusNoContent:
+		if e := resp.Header.Get("ETag"); e != "" {
+			return e, nil
+		}
+		// Without an ETag there is nothing to make a write conditional on;
+		// "" would mean absent (If-None-Match: *).
+		return "", fmt.Errorf("HEAD %s: the upstream answers no ETag", path)
+	case http.StatusNotFound, http.StatusGone:
+		return "", nil
+	}
+	return "", fmt.Errorf("HEAD %s: %s", path, resp.Status)
+}
+
+// CheckConditionalWrites runs the racing probe (precondition.Probe) against
+// this upstream on a fresh probe object under dir (a path prefix where the
+// gateway may write, e.g. "/fencegate-probe/"), with the route's injected
+// headers, and deletes the object afterwards.
+func (h *HTTPUpstream) CheckConditionalWrites(ctx context.Context, dir string, n int) error {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	path := "/" + strings.Trim(dir, "/") + "/fencegate-probe-" + hex.EncodeToString(rnd[:])
+	path = strings.Replace(path, "//", "/", 1)
+	p := &httpProbe{h: h, path: path}
+	defer p.do(context.WithoutCancel(ctx), http.MethodDelete, "", "")
+	return precondition.Probe(ctx, p, n)
+}
+
+type httpProbe struct {
+	h    *HTTPUpstream
+	path string
+}
+
+func (p *httpProbe) do(ctx context.Context, method, body, ifMatch string) (*http.Response, error) {
+	base := strings.TrimSuffix(p.h.target.Path, "/")
+	req, err := http.NewRequestWithContext(ctx, method, p.h.target.Scheme+"://"+p.h.target.Host+base+p.path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range p.h.inject {
+		req.Header[k] = vs
+	}
+	if method == http.MethodPut {
+		if ifMatch != "" {
+			req.Header.Set("If-Match", ifMatch)
+		} else {
+			req.Header.Set("If-None-Match", "*")
+		}
+	}
+	resp, err := p.h.transport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	return resp, nil
+}
+
+func (p *httpProbe) Put(ctx context.Context, body, ifMatch string) (int, string, error) {
+	resp, err := p.do(ctx, http.MethodPut, body, ifMatch)
+	if err != nil {
+		return 0, "", fmt.Errorf("probe PUT %s: %w", p.path, err)
+	}
+	return resp.StatusCode, resp.Header.Get("ETag"), nil
+}
+
+func (p *httpProbe) Head(ctx context.Context) (string, error) { return p.h.headETag(ctx, p.path, "") }
