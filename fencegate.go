@@ -33,6 +33,7 @@ const (
 	CodeFenceDraining       = "fence_draining"
 	CodeNoRoute             = "no_route"
 	CodeInvalidResource     = "invalid_resource"
+	CodeInvalidMethod       = "invalid_method"
 	CodeUnauthorized        = "unauthorized"
 	CodeForbidden           = "forbidden"
 	CodeBodyTooLarge        = "body_too_large"

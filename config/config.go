@@ -5,7 +5,6 @@ package config
 
 import (
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"reflect"
@@ -61,8 +60,14 @@ type Route struct {
 	// Resource is the template of the resource key: {path}, {path.N},
 	// {host}, {header.Name}; S3 routes also {bucket} and {key}.
 	Resource string `yaml:"resource"`
-	// FencedMethods are the write methods. Default PUT, POST, PATCH, DELETE.
+	// FencedMethods, if set, narrows the fenced methods to these names;
+	// the default fences every method except GET, HEAD, OPTIONS and TRACE.
+	// Names must be registered methods (config/methods.go) or declared in
+	// ExtensionMethods; methods the route does not know stay fenced.
 	FencedMethods []string `yaml:"fenced_methods"`
+	// ExtensionMethods declares method names outside the HTTP method
+	// registry that fenced_methods and match.methods may use.
+	ExtensionMethods []string `yaml:"extension_methods"`
 	// FenceReads fences every method, reads included.
 	FenceReads bool `yaml:"fence_reads"`
 	// CaseInsensitive folds resource keys to lower case, for upstreams that
@@ -320,14 +325,13 @@ func (c *Config) applyDefaults() {
 	}
 	for i := range g.Routes {
 		r := &g.Routes[i]
-		if len(r.FencedMethods) == 0 {
-			r.FencedMethods = []string{http.MethodPut, http.MethodPost, http.MethodPatch, http.MethodDelete}
-		}
-		for j, m := range r.FencedMethods {
-			r.FencedMethods[j] = strings.ToUpper(m)
-		}
-		for j, m := range r.Match.Methods {
-			r.Match.Methods[j] = strings.ToUpper(m)
+		// Method names in the file are the operator's, not a client's:
+		// they are upper-cased like they always were. Requests are compared
+		// case-sensitively (the gateway refuses lower-case methods).
+		for _, ms := range [][]string{r.FencedMethods, r.Match.Methods, r.ExtensionMethods} {
+			for j, m := range ms {
+				ms[j] = strings.ToUpper(m)
+			}
 		}
 		if r.Upstream != nil && r.Upstream.Timeout == 0 {
 			r.Upstream.Timeout = 30 * time.Second
@@ -575,11 +579,7 @@ func (c *Config) Validate() Errors {
 				add(f+".match.path_prefix", "%v", err)
 			}
 		}
-		for _, m := range append(append([]string{}, r.Match.Methods...), r.FencedMethods...) {
-			if !validMethod(m) {
-				add(f, "invalid HTTP method %q", m)
-			}
-		}
+		errs = append(errs, r.validateMethods(f)...)
 		switch {
 		case r.Upstream != nil && r.S3 != nil:
 			add(f, "set either upstream or s3, not both")
@@ -623,8 +623,13 @@ func (c *Config) Validate() Errors {
 		}
 		if r.Resource == "" {
 			add(f+".resource", "required (e.g. \"{path}\")")
-		} else if _, err := resource.ParseTemplate(r.Resource, r.TemplateVar); err != nil {
+		} else if t, err := resource.ParseTemplate(r.Resource, r.TemplateVar); err != nil {
 			add(f+".resource", "%v", err)
+		} else if t.Uses("host") && r.Match.Host == "" {
+			// The upstream acts on its own host whatever the client sent;
+			// a key following the client's Host would give one object as
+			// many fences as there are spellings of a host name.
+			add(f+".resource", "{host} needs match.host: without a pinned host the key would follow the client's Host header")
 		}
 		if r.MaxBodyBytes < 0 {
 			add(f+".max_body_bytes", "must not be negative")
@@ -650,14 +655,46 @@ func CleanPrefix(p string) (string, error) {
 	return p, nil
 }
 
-func validMethod(m string) bool {
-	if m == "" {
-		return false
+// validateMethods checks the route's method names: every name a valid
+// token; extension_methods only names outside the registry; fenced_methods
+// and match.methods only names the route knows; fenced_methods no reads
+// (it narrows the default, which never fences them; fence_reads does).
+func (r *Route) validateMethods(f string) Errors {
+	var errs Errors
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
-	for i := 0; i < len(m); i++ {
-		if c := m[i]; c < 'A' || c > 'Z' {
-			return false
+	ext := map[string]bool{}
+	for j, m := range r.ExtensionMethods {
+		fj := fmt.Sprintf("%s.extension_methods[%d]", f, j)
+		switch {
+		case !methodToken(m):
+			add(fj, "%q is not a valid HTTP method name", m)
+		case KnownMethod(m):
+			add(fj, "%s is a registered method; it needs no declaration", m)
+		}
+		ext[m] = true
+	}
+	known := func(m string) bool { return KnownMethod(m) || ext[m] }
+	for j, m := range r.FencedMethods {
+		fj := fmt.Sprintf("%s.fenced_methods[%d]", f, j)
+		switch {
+		case !methodToken(m):
+			add(fj, "%q is not a valid HTTP method name", m)
+		case ReadMethod(m):
+			add(fj, "%s is a read and is never fenced by fenced_methods; use fence_reads: true to fence reads", m)
+		case !known(m):
+			add(fj, "unknown method %s (declare extension methods in extension_methods)", m)
 		}
 	}
-	return true
+	for j, m := range r.Match.Methods {
+		fj := fmt.Sprintf("%s.match.methods[%d]", f, j)
+		switch {
+		case !methodToken(m):
+			add(fj, "%q is not a valid HTTP method name", m)
+		case !known(m):
+			add(fj, "unknown method %s (declare extension methods in extension_methods)", m)
+		}
+	}
+	return errs
 }

@@ -121,6 +121,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	cpath := resource.JoinPath(segs, len(segs) > 0 && strings.HasSuffix(escaped, "/"))
 	host := canonicalHost(r.Host)
+	// The method is checked before routing: match.methods and the fenced
+	// set compare it exactly, so a spelling the upstream folds must not
+	// reach either. The route found without the method only picks the
+	// refusal's dialect.
+	if ref := checkMethod(r); ref != nil {
+		g.refuse(w, r, g.match(host, cpath, ""), o, ref)
+		return
+	}
 	rt := g.match(host, cpath, r.Method)
 	if rt == nil {
 		g.refuse(w, r, nil, o, fencegate.Errorf(http.StatusNotFound, fencegate.CodeNoRoute,
@@ -128,6 +136,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.Route = rt.Name
+	if ref := checkHeaders(r, g.decidedHeaders(rt)); ref != nil {
+		g.refuse(w, r, rt, o, ref)
+		return
+	}
 	r, id, ok := g.authenticate(w, r, rt, o)
 	if !ok {
 		return
@@ -146,7 +158,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := &Request{Route: rt, Path: cpath, Owner: insp.Owner, Inspected: insp.State}
 
-	if !rt.fenceReads && !rt.fenced[r.Method] {
+	if !rt.fences(r.Method) {
 		o.Decision = "passthrough"
 		g.forward(w, r, rt, req, o, nil)
 		return
@@ -303,10 +315,13 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 	if rt != nil && e.Route == "" {
 		e.Route = rt.Name
 	}
+	// Refusals never echo more than a bounded prefix of client input.
+	e = boundedError(e)
 	o.Decision, o.Status, o.Highest, o.Err = e.Code, e.Status, e.Highest, e
 	if o.Resource == "" {
 		o.Resource = e.Resource
 	}
+	o.Resource = bounded(o.Resource)
 	if rt != nil && rt.errWriter != nil {
 		rt.errWriter.WriteError(w, r, e)
 	} else {

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -58,10 +60,15 @@ type Route struct {
 	host       string // lower case; "" matches any
 	prefix     string
 	methods    map[string]bool // nil matches any
-	fenced     map[string]bool
+	fenced     map[string]bool // nil: every method but GET, HEAD, OPTIONS, TRACE
+	known      map[string]bool // registered and declared extension methods
 	fenceReads bool
-	fold       bool
+	fold       bool // case_insensitive: prefix and key compared in lower case
 	tmpl       *resource.Template
+	// decided are the request headers the gateway bases its decision on
+	// (canonical form): the template's {header.X}; the token header and
+	// credentials are added by the gateway.
+	decided []string
 
 	maxBody      int64
 	timeout      time.Duration
@@ -85,11 +92,14 @@ func NewRoute(c config.Route, up Upstream) (*Route, error) {
 	if err != nil {
 		return nil, err
 	}
+	if tmpl.Uses("host") && c.Match.Host == "" {
+		return nil, fmt.Errorf("route %s: {host} in the resource template needs match.host", c.Name)
+	}
 	rt := &Route{
 		Name:         c.Name,
 		host:         canonicalHost(c.Match.Host),
 		prefix:       c.Match.PathPrefix,
-		fenced:       make(map[string]bool),
+		known:        make(map[string]bool),
 		fenceReads:   c.FenceReads,
 		fold:         c.CaseInsensitive,
 		tmpl:         tmpl,
@@ -102,14 +112,29 @@ func NewRoute(c config.Route, up Upstream) (*Route, error) {
 	if c.Match.Host == "" {
 		rt.host = ""
 	}
+	if rt.fold {
+		rt.prefix = strings.ToLower(rt.prefix)
+	}
+	for _, h := range tmpl.Headers() {
+		rt.decided = append(rt.decided, textproto.CanonicalMIMEHeaderKey(h))
+	}
+	// Method names are compared exactly (RFC 9110 §9.1: case-sensitive);
+	// config.Parse has upper-cased the file's names, and the gateway
+	// refuses requests with lower-case methods before any route matches.
+	for _, m := range c.ExtensionMethods {
+		rt.known[m] = true
+	}
 	if len(c.Match.Methods) > 0 {
 		rt.methods = make(map[string]bool)
 		for _, m := range c.Match.Methods {
-			rt.methods[strings.ToUpper(m)] = true
+			rt.methods[m] = true
 		}
 	}
-	for _, m := range c.FencedMethods {
-		rt.fenced[strings.ToUpper(m)] = true
+	if len(c.FencedMethods) > 0 {
+		rt.fenced = make(map[string]bool)
+		for _, m := range c.FencedMethods {
+			rt.fenced[m] = true
+		}
 	}
 	if rt.timeout <= 0 {
 		rt.timeout = 30 * time.Second
@@ -124,25 +149,59 @@ func NewRoute(c config.Route, up Upstream) (*Route, error) {
 // console.
 func (rt *Route) InFlight() int64 { return rt.inflight.Load() }
 
+// matches reports whether the route serves the request. An empty method
+// matches any (to pick the dialect of a refusal made before routing).
 func (rt *Route) matches(host, path, method string) bool {
 	if rt.host != "" && rt.host != host {
 		return false
 	}
+	if rt.fold {
+		// The upstream folds case, so /DOCS/x is the same object as
+		// /docs/x: it must not fall through to a later route with another
+		// key (and another fence).
+		path = strings.ToLower(path)
+	}
 	if rt.prefix != "" && !strings.HasPrefix(path, rt.prefix) && path+"/" != rt.prefix {
 		return false
 	}
-	return rt.methods == nil || rt.methods[method]
+	return method == "" || rt.methods == nil || rt.methods[method]
+}
+
+// fences reports whether the route fences method. Without fenced_methods
+// every method except GET, HEAD, OPTIONS and TRACE is fenced; with them,
+// only the listed ones and any method the route does not know (an
+// extension method is a write unless declared and left out).
+func (rt *Route) fences(method string) bool {
+	switch {
+	case rt.fenceReads:
+		return true
+	case rt.fenced == nil:
+		return !config.ReadMethod(method)
+	}
+	return rt.fenced[method] || !(config.KnownMethod(method) || rt.known[method])
 }
 
 // resources derives the fence keys of a request: one, or one per object of
 // a multi-object request, sorted and without duplicates.
 func (rt *Route) resources(host, path string, segs []string, h http.Header, insp Inspection) ([]string, *fencegate.Error) {
+	if rt.host != "" {
+		// The matched, configured host: every spelling of it is one fence.
+		host = rt.host
+	}
 	rv := requestVars{
 		segs: segs, path: strings.TrimSuffix(path, "/"), host: host,
 		header: h.Values, extra: insp.Vars, fold: rt.fold,
 	}
 	if rv.path == "" {
 		rv.path = "/"
+	}
+	for _, name := range rt.decided {
+		// A list-valued header sent twice or comma-joined has no one
+		// value; upstreams disagree on which element they act on.
+		if vs := h.Values(name); len(vs) > 1 || (len(vs) == 1 && strings.Contains(vs[0], ",")) {
+			return nil, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidResource,
+				"%s feeds the resource key and must be sent once, as a single value", name)
+		}
 	}
 	objects := insp.Objects
 	if objects == nil {
@@ -154,6 +213,10 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 		k, err := rt.tmpl.Expand(rv.lookup)
 		if err != nil {
 			return nil, &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidResource, Message: err.Error()}
+		}
+		if len(k) > resource.MaxKeyLen {
+			return nil, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidResource,
+				"resource key is %d bytes; the limit is %d", len(k), resource.MaxKeyLen)
 		}
 		keys = append(keys, k)
 	}

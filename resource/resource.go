@@ -175,3 +175,31 @@ func (t *Template) expandPart(p tmplPart, vars Vars) (string, error) {
 	}
 	return v, nil
 }
+
+// MaxKeyLen is the longest resource key, in bytes, the gateway accepts (and
+// a lease may name). Longer keys are refused as invalid_resource (400)
+// before they reach a store: they are client input, not an outage.
+const MaxKeyLen = 1024
+
+// Uses reports whether the template reads variable name ("host", "path",
+// "header.X-Tenant", ...).
+func (t *Template) Uses(name string) bool {
+	for _, p := range t.parts {
+		if p.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Headers returns the request headers the template reads ({header.Name}),
+// as written in the template.
+func (t *Template) Headers() []string {
+	var hs []string
+	for _, p := range t.parts {
+		if h, ok := strings.CutPrefix(p.name, "header."); ok {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}

@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fencegate/fencegate"
+)
+
+// Request-shape checks: requests whose form would let the upstream act on
+// something other than what the gateway checked are refused before the fence
+// (docs/design.md I7: the request forwarded is the request that was checked).
+
+// methodOverrideHeaders make frameworks (Rails, Laravel, Express's
+// method-override, ASP.NET, Symfony) apply another method than the one sent:
+// a fenced DELETE could ride on an unfenced GET. They are refused, never
+// stripped: a client sending one expects its effect.
+var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// checkMethod refuses a method with a lower-case letter (invalid_method).
+// Method names are case-sensitive (RFC 9110 §9.1) and every registered one
+// is upper case, but many upstreams fold case (werkzeug, Rack, PHP): "put"
+// would be checked as an unknown method and applied as PUT. No spelling is
+// folded here either: a refusal keeps the check and the forward identical.
+func checkMethod(r *http.Request) *fencegate.Error {
+	m := r.Method
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c >= 'a' && c <= 'z' {
+			return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidMethod,
+				"method %q is not in canonical form: HTTP methods are case-sensitive; send %s",
+				bounded(m), bounded(strings.ToUpper(m)))
+		}
+	}
+	for _, h := range methodOverrideHeaders {
+		if _, ok := r.Header[h]; ok {
+			return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidMethod,
+				"%s is refused: the gateway fences the method sent, and an override would make the upstream apply another", h)
+		}
+	}
+	return nil
+}
+
+// hopFields are the standard hop-by-hop fields a client may name in
+// Connection (RFC 9110 §7.6.1, RFC 7540 §3.2 for HTTP2-Settings).
+var hopFields = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
+	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
+	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Http2-Settings": true,
+}
+
+// checkHeaders refuses (400 invalid_request) requests whose headers would
+// change between the gateway's decision and the upstream:
+//
+//   - Connection naming a header the gateway decided on (token, Host,
+//     Authorization, a {header.X} of the template) or any other header the
+//     request carries: the proxy drops such headers (RFC 9110 §7.6.1), so
+//     the upstream would not see what the gateway checked.
+//   - A declared trailer with the name of a decided header or of a header
+//     the request carries: it arrives after the check, and upstreams that
+//     merge trailers into headers would act on it.
+//   - A header spelled like a decided one up to case and '-' versus '_'
+//     (X_Tenant for X-Tenant): CGI-style upstreams (WSGI, PHP, Rack)
+//     conflate both into HTTP_X_TENANT.
+func checkHeaders(r *http.Request, decided []string) *fencegate.Error {
+	isDecided := func(k string) bool {
+		for _, d := range decided {
+			if d == k {
+				return true
+			}
+		}
+		return false
+	}
+	for _, v := range r.Header["Connection"] {
+		for opt := range strings.SplitSeq(v, ",") {
+			opt = textproto.TrimString(opt)
+			if opt == "" {
+				continue
+			}
+			k := textproto.CanonicalMIMEHeaderKey(opt)
+			_, present := r.Header[k]
+			if isDecided(k) || (present && !hopFields[k]) {
+				return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+					"Connection names %s: the gateway would drop it after deciding on this request", bounded(k))
+			}
+		}
+	}
+	for k := range r.Trailer {
+		if _, present := r.Header[k]; present || isDecided(k) {
+			return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+				"trailer %s is refused: it would arrive after the gateway decided on the request's headers", bounded(k))
+		}
+	}
+	for k := range r.Header {
+		n := foldHeaderName(k)
+		for _, d := range decided {
+			if k != d && n == foldHeaderName(d) {
+				return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+					"header %s is refused: upstreams may read it as %s, which the gateway decided on", bounded(k), d)
+			}
+		}
+	}
+	return nil
+}
+
+// decidedHeaders are the headers route rt's decision rests on.
+func (g *Gateway) decidedHeaders(rt *Route) []string {
+	return append([]string{g.tokenHeader, "Host", "Authorization"}, rt.decided...)
+}
+
+// foldHeaderName maps the spellings CGI-style servers conflate to one.
+func foldHeaderName(k string) string {
+	return strings.ReplaceAll(strings.ToLower(k), "_", "-")
+}
+
+// maxEcho bounds how much client input a refusal repeats (resource, message).
+const maxEcho = 256
+
+// bounded returns s cut to maxEcho bytes (at a rune boundary) with "…".
+func bounded(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	i := maxEcho
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+// boundedError returns e, or a copy with its client-facing strings bounded.
+func boundedError(e *fencegate.Error) *fencegate.Error {
+	if len(e.Resource) <= maxEcho && len(e.Message) <= maxEcho {
+		return e
+	}
+	c := *e
+	c.Resource, c.Message = bounded(e.Resource), bounded(e.Message)
+	return &c
+}
