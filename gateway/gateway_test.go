@@ -28,7 +28,15 @@ type testGateway struct {
 func newTestGateway(t *testing.T, routesYAML string) *testGateway {
 	t.Helper()
 	rec := &recorder.Recorder{}
-	up := httptest.NewServer(rec)
+	g := newTestGatewayFor(t, routesYAML, rec)
+	g.rec = rec
+	return g
+}
+
+// newTestGatewayFor is a gateway in front of the upstream handler h.
+func newTestGatewayFor(t testing.TB, routesYAML string, h http.Handler) *testGateway {
+	t.Helper()
+	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
 	yaml := "gateway:\n  routes:\n" + strings.ReplaceAll(routesYAML, "UPSTREAM", up.URL)
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
@@ -52,7 +60,7 @@ func newTestGateway(t *testing.T, routesYAML string) *testGateway {
 	g.SetRoutes(routes)
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
-	return &testGateway{Server: srv, rec: rec, fence: f}
+	return &testGateway{Server: srv, fence: f}
 }
 
 const ordersRoute = `
