@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests need, when missing: PostgreSQL (the
 # server binaries, run by internal/testenv as the postgres user), wrk (load
-# tests), procps (ps/pkill in scripts), iproute2 (ss) and chromium (the
-# console's browser tests, driven headless through chromedp). Idempotent: when
-# everything is present it does nothing, not even apt-get update.
+# tests), procps (ps/pkill in scripts), iproute2 (ss), chromium (the
+# console's browser tests, driven headless through chromedp) and
+# python3-werkzeug (the case-folding upstream of e2e/fence_bypass_test.go).
+# Idempotent: when everything is present it does nothing, not even apt-get
+# update.
 # Needs root (or sudo) on Debian/Ubuntu.
 set -euo pipefail
 
@@ -22,9 +24,10 @@ command -v ss >/dev/null 2>&1 || missing+=(iproute2)
 # `precondition: etag` tests run against (internal/testenv/apache.go).
 [ -x /usr/sbin/apache2 ] || missing+=(apache2)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+/usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || missing+=(python3-werkzeug)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, wrk, procps, iproute2, apache2, chromium)"
+  echo "deps.sh: all present (postgresql, wrk, procps, iproute2, apache2, chromium, python3-werkzeug)"
   exit 0
 fi
 
