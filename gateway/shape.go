@@ -93,9 +93,8 @@ func checkHeaders(r *http.Request, decided []string) *fencegate.Error {
 		}
 	}
 	for k := range r.Header {
-		n := foldHeaderName(k)
 		for _, d := range decided {
-			if k != d && n == foldHeaderName(d) {
+			if k != d && aliasOf(k, d) {
 				return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
 					"header %s is refused: upstreams may read it as %s, which the gateway decided on", bounded(k), d)
 			}
@@ -109,9 +108,31 @@ func (g *Gateway) decidedHeaders(rt *Route) []string {
 	return append([]string{g.tokenHeader, "Host", "Authorization"}, rt.decided...)
 }
 
-// foldHeaderName maps the spellings CGI-style servers conflate to one.
-func foldHeaderName(k string) string {
-	return strings.ReplaceAll(strings.ToLower(k), "_", "-")
+// aliasOf reports whether header names a and b are one name to CGI-style
+// servers: equal up to ASCII case, with '_' and '-' interchangeable.
+func aliasOf(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '_' {
+			x = '-'
+		}
+		if y == '_' {
+			y = '-'
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // maxEcho bounds how much client input a refusal repeats (resource, message).
