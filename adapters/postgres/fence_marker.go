@@ -47,11 +47,11 @@ type session struct {
 // writes that hold it.
 type entry struct {
 	key     int64
-	token   int64 // writers of this token join; others do not
-	highest int64 // the highest token any read through this entry saw
-	count   int   // writers holding the entry (admitted, or being decided)
-	held    bool  // the session holds the shared lock
-	closed  bool  // the fence moved on: no writer joins any more
+	token   int64         // writers of this token join; others do not
+	highest int64         // the highest token any read through this entry saw
+	count   int           // writers holding the entry (admitted, or being decided)
+	held    bool          // the session holds the shared lock
+	closed  bool          // the fence moved on: no writer joins any more
 	gone    chan struct{} // closed when the entry is released or its session lost
 	ended   bool
 	flights map[*sharedPermit]struct{}

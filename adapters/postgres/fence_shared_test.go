@@ -97,7 +97,6 @@ func TestFenceContract(t *testing.T) {
 	})
 }
 
-
 func code(err error) string {
 	var fe *fencegate.Error
 	if errors.As(err, &fe) {

@@ -95,15 +95,15 @@ func testDecisions(t *testing.T, open Open, opts Options) {
 		token int64
 		want  string
 	}{
-		{fs[0], 5, "admitted"},                // new resource
-		{other, 5, "admitted"},                // repeated
-		{fs[0], 5, "admitted"},                // repeated again
-		{other, 4, fencegate.CodeStaleToken},  // older
-		{fs[0], 7, "admitted"},                // advance
-		{other, 5, fencegate.CodeStaleToken},  // older than the advance
-		{other, 6, fencegate.CodeStaleToken},  // never accepted, still older
-		{other, 7, "admitted"},                // repeated after the advance
-		{fs[0], 1 << 62, "admitted"},          // large but valid
+		{fs[0], 5, "admitted"},               // new resource
+		{other, 5, "admitted"},               // repeated
+		{fs[0], 5, "admitted"},               // repeated again
+		{other, 4, fencegate.CodeStaleToken}, // older
+		{fs[0], 7, "admitted"},               // advance
+		{other, 5, fencegate.CodeStaleToken}, // older than the advance
+		{other, 6, fencegate.CodeStaleToken}, // never accepted, still older
+		{other, 7, "admitted"},               // repeated after the advance
+		{fs[0], 1 << 62, "admitted"},         // large but valid
 		{other, 1<<62 - 1, fencegate.CodeStaleToken},
 	}
 	for i, s := range steps {
