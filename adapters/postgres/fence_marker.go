@@ -304,8 +304,12 @@ func (l *lane) connect(ctx context.Context) (*session, error) {
 // most recently used server first), which the first test catches; the
 // second catches the rest.
 func checkOwnSession(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) error {
+	// The simple protocol: a pooler in transaction mode mixes up prepared
+	// statements, which would hide the answer behind another error.
+	const pidSQL = "SELECT pg_backend_pid()"
+	simple := pgx.QueryExecModeSimpleProtocol
 	var p1, p2, p3 int32
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p1); err != nil {
+	if err := conn.QueryRow(ctx, pidSQL, simple).Scan(&p1); err != nil {
 		return fmt.Errorf("marker session: %w", err)
 	}
 	tx, err := pool.Begin(ctx)
@@ -313,10 +317,10 @@ func checkOwnSession(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) er
 		return fmt.Errorf("marker session: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p2); err != nil {
+	if err := tx.QueryRow(ctx, pidSQL, simple).Scan(&p2); err != nil {
 		return fmt.Errorf("marker session: %w", err)
 	}
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p3); err != nil {
+	if err := conn.QueryRow(ctx, pidSQL, simple).Scan(&p3); err != nil {
 		return fmt.Errorf("marker session: %w", err)
 	}
 	if p1 == p2 || p1 != p3 {
