@@ -287,6 +287,7 @@ func (l *lane) connect(ctx context.Context) (*session, error) {
 	// registration lost in a crash would hide the session from drains.
 	rb := &pgx.Batch{}
 	rb.Queue(sessionSweepSQL)
+	rb.Queue(sessionNoticeSQL)
 	rb.Queue(sessionRegisterSQL, id, f.replica, pid, f.forwardTimeout.Seconds())
 	f.roundTrips.Add(1)
 	if err := f.pool.SendBatch(ctx, rb).Close(); err != nil {

@@ -278,7 +278,13 @@ const (
 	sessionLockSQL     = `SELECT pg_advisory_xact_lock(` + sessionLockClassSQL + `, $1)`
 	sessionRegisterSQL = `INSERT INTO fence_session (id, replica, backend_pid, forward_timeout) VALUES ($1, $2, $3, make_interval(secs => $4))`
 	// sessionSweepSQL removes sessions whose wait ended long ago.
-	sessionSweepSQL      = `DELETE FROM fence_session WHERE dead_at + forward_timeout < clock_timestamp() - interval '1 minute'`
+	sessionSweepSQL = `DELETE FROM fence_session WHERE dead_at + forward_timeout < clock_timestamp() - interval '1 minute'`
+	// sessionNoticeSQL: a new session notices the ones gone meanwhile, so
+	// their wait starts now rather than at the next drain.
+	sessionNoticeSQL = `UPDATE fence_session s SET dead_at = clock_timestamp()
+ WHERE s.dead_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+                     AND l.classid = ` + sessionLockClassSQL + ` AND l.objid = s.id::oid AND l.objsubid = 2)`
 	sessionUnregisterSQL = `DELETE FROM fence_session WHERE id = $1`
 )
 
