@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# Shared fence mode throughput: PUTs with a repeated token to 1,000 resources
-# at random through two gateway replicas (each with its own pool, as two
-# processes would have) over one PostgreSQL, the database round trips per
-# write (counted by the fence), and pgbench running the same marker
-# statements (one pipeline + COMMIT) against the same database, same
-# machine, same run, before and after the gateways. Reports writes/s,
-# roundtrips/write, pgbench_tps and %_of_pgbench.
+# Shared fence mode figures, each against its baseline in the same run:
 #
-# Usage: bench/shared.sh [writes (default 30000)] [clients (default 16)]
+#  1. BenchmarkSharedRepeatedToken: 0 ms upstream, PUTs with a repeated
+#     token to 1,000 resources through two replicas; writes/s, database
+#     round trips per write (all, and those a write waits for), and pgbench
+#     running the same marker statements (try-lock and re-read pipelined,
+#     then the unlock) before and after: %_of_pgbench.
+#  2. BenchmarkSharedSlowUpstream: 50 ms upstream, 256 connections: two
+#     shared replicas together against one local gateway (%_of_local),
+#     non-2xx answers, and the most database connections of one replica.
+#  3. BenchmarkSharedAdvance: every write advances its fence; writes/s and
+#     round trips per write.
+#
+# Usage: bench/shared.sh [writes for 1 (default 30000)] [clients for 1 and 3 (default 16)]
+# FENCEGATE_BENCH_SECONDS (default 10) is the length of each side of 2 and 3.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 command -v pgbench >/dev/null || { echo "shared.sh: pgbench is missing (scripts/deps.sh installs postgresql)" >&2; exit 1; }
-FENCEGATE_BENCH_CLIENTS=${2:-16} go test ./bench/shared/ -run '^$' -bench BenchmarkSharedRepeatedToken -benchtime "${1:-30000}x" -count 1
+export FENCEGATE_BENCH_CLIENTS=${2:-16}
+go test ./bench/shared/ -run '^$' -bench BenchmarkSharedRepeatedToken -benchtime "${1:-30000}x" -count 1
+go test ./bench/shared/ -run '^$' -bench 'BenchmarkSharedSlowUpstream|BenchmarkSharedAdvance' -benchtime 1x -count 1 -timeout 20m

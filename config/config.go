@@ -173,8 +173,9 @@ type Embedded struct {
 // Postgres is the PostgreSQL store.
 type Postgres struct {
 	URL string `yaml:"url"`
-	// MaxConns caps the pool. Default 40 in shared fence mode (every write
-	// in flight holds one), else pgx's default.
+	// MaxConns caps the pool. Default 4 in shared fence mode (advances,
+	// drains and the coordinator; writes in flight hold none, see
+	// fence.marker_conns), else pgx's default.
 	MaxConns int32 `yaml:"max_conns"`
 	// Timeout bounds one statement (and lock waits). Default 5s.
 	Timeout time.Duration `yaml:"timeout"`
@@ -185,6 +186,10 @@ type Fence struct {
 	Mode string `yaml:"mode"` // local (default) | shared
 	// CacheEntries bounds the resources a local fence keeps in memory.
 	CacheEntries int `yaml:"cache_entries"`
+	// MarkerConns is the number of long-lived marker connections of a
+	// shared fence (besides store.postgres.max_conns): they hold the
+	// in-flight markers of every write of this replica. Default 2.
+	MarkerConns int `yaml:"marker_conns"`
 	// VerifyTokens refuses tokens never issued for the resource (when the
 	// coordinator shares the store). Default true in that case.
 	VerifyTokens *bool `yaml:"verify_tokens"`
@@ -295,8 +300,11 @@ func (c *Config) applyDefaults() {
 		p.Timeout = 5 * time.Second
 	}
 	if p := c.Store.Postgres; p != nil && p.MaxConns == 0 && c.Fence.Mode == "shared" {
-		// Every write in flight holds a connection in shared fence mode.
-		p.MaxConns = 40
+		// Advances and drains; writes in flight hold no connection.
+		p.MaxConns = 4
+	}
+	if c.Fence.Mode == "shared" && c.Fence.MarkerConns == 0 {
+		c.Fence.MarkerConns = 2
 	}
 	if c.Fence.Mode == "" {
 		c.Fence.Mode = "local"
@@ -500,6 +508,9 @@ func (c *Config) Validate() Errors {
 	case "shared":
 		if c.Store.Postgres == nil {
 			add("fence.mode", "shared needs store.postgres (several gateways share one database)")
+		}
+		if n := c.Fence.MarkerConns; n < 1 || n > 64 {
+			add("fence.marker_conns", "must be between 1 and 64, not %d", n)
 		}
 	default:
 		add("fence.mode", "must be local or shared, not %q", c.Fence.Mode)

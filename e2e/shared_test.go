@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,8 +26,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// sharedYAML is one replica in fence mode mode on the database dbURL.
+// sharedYAML is one replica in fence mode mode on the database dbURL, with a
+// 3s upstream timeout (so the forward timeout a drain waits for a lost
+// marker session is the 4s drain timeout).
 func sharedYAML(mode, dbURL, upstream string, coordinator bool) string {
+	return sharedYAMLTimeout(mode, dbURL, upstream, coordinator, 3*time.Second)
+}
+
+func sharedYAMLTimeout(mode, dbURL, upstream string, coordinator bool, timeout time.Duration) string {
 	coord, verify := "", ", verify_tokens: false" // external tokens: not the coordinator's
 	if coordinator {
 		coord, verify = "coordinator: {enabled: true, listen: $COORDINATOR, default_ttl: 1s}\n", ""
@@ -37,13 +44,13 @@ gateway:
   routes:
     - name: orders
       match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 10s}
+      upstream: {url: %q, timeout: %s}
       resource: "{path}"
 store:
   postgres: {url: %q, timeout: 2s}
 fence: {mode: %s%s}
 admin: {listen: $ADMIN}
-%s`, upstream, dbURL, mode, verify, coord)
+%s`, upstream, timeout, dbURL, mode, verify, coord)
 }
 
 // sharedUpstream is a recording upstream; hold, if set, sees each request
@@ -168,50 +175,153 @@ func TestSharedDrainAcrossReplicas(t *testing.T) {
 	}
 }
 
-// kill -9 of a replica in the middle of a forward: the database releases its
-// marker, the newer token proceeds, and the stale one stays refused. The
-// killed forward's body was not complete, so the upstream did not apply it.
-func TestSharedKill9MidForward(t *testing.T) {
-	pg := testenv.Postgres(t)
+// An older write is at the upstream (its body fully sent, the upstream
+// slow to apply it) through replica 1 when replica 1 is killed, PostgreSQL
+// restarts, or the link between replica 1 and PostgreSQL is cut (every
+// packet dropped). Its marker vanishes; a newer write through replica 2 is
+// retried until it lands, and the upstream's recorded order proves the
+// older one landed first: the drain waited for the forward timeout of the
+// lost marker session instead of ending early (I2).
+func TestSharedOlderLandsFirst(t *testing.T) {
+	t.Run("kill9", func(t *testing.T) {
+		pg := testenv.Postgres(t)
+		sharedOlderFirst(t, pg.URL, pg.URL, func(r []*Proc) { r[0].Kill9() })
+	})
+	t.Run("postgres_restart", func(t *testing.T) {
+		pg := testenv.PostgresIsolated(t)
+		sharedOlderFirst(t, pg.URL, pg.URL, func([]*Proc) { pg.Restart(t, true) })
+	})
+	t.Run("cut_link", func(t *testing.T) {
+		pg := testenv.Postgres(t)
+		u, err := url.Parse(pg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		px := testenv.Toxiproxy(t).Proxy(t, "pg", u.Host)
+		u.Host = px.Listen
+		sharedOlderFirst(t, u.String(), pg.URL, func([]*Proc) {
+			px.AddToxic(t, testenv.Toxic{Name: "cut_down", Type: "timeout", Attributes: map[string]any{"timeout": 0}})
+			px.AddToxic(t, testenv.Toxic{Name: "cut_up", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}})
+		})
+	})
+}
+
+func sharedOlderFirst(t *testing.T, db1, db2 string, disrupt func(r []*Proc)) {
 	up := newSharedUpstream(t)
-	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
-	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/k", "1", "A0"); st != 200 {
+	r := []*Proc{
+		startFencegate(t, sharedYAML("shared", db1, up.url, false)),
+		startFencegate(t, sharedYAML("shared", db2, up.url, false)),
+	}
+	const key = "/orders/o"
+	if st, body := write(t, "PUT", r[0].URL("gateway")+key, "1", "A0"); st != 200 {
 		t.Fatalf("A's first write: %d %s", st, body)
 	}
 	arrived := make(chan struct{})
-	up.hold = func(req *http.Request) {
+	var once sync.Once
+	const apply = 2 * time.Second // the upstream's time to apply A (< the 3s upstream timeout)
+	up.rec.Delay = func(req *http.Request) {
 		if req.Header.Get("X-Test") == "slow" {
-			close(arrived)
+			once.Do(func() { close(arrived) })
+			time.Sleep(apply)
 		}
 	}
-	// A's body arrives half: the forward is in flight through replica 1.
-	pr, pw := io.Pipe()
-	req, _ := http.NewRequest("PUT", r[0].URL("gateway")+"/orders/k", pr)
-	req.ContentLength = 10
-	req.Header.Set("Fencing-Token", "1")
-	req.Header.Set("X-Test", "slow")
 	go func() {
+		req, _ := http.NewRequest("PUT", r[0].URL("gateway")+key, strings.NewReader("A1"))
+		req.Header.Set("Fencing-Token", "1")
+		req.Header.Set("X-Test", "slow")
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 		}
 	}()
-	pw.Write([]byte("A1-"))
-	<-arrived
-	bDone := make(chan string)
-	go func() {
-		st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/k", "2", "B")
-		bDone <- fmt.Sprint(st, " ", body)
-	}()
-	waitForFence(t, r[1], "/orders/k", 2)
-	r[0].Kill9()
-	if got := <-bDone; !strings.HasPrefix(got, "200 ") {
-		t.Fatalf("B after replica 1 was killed: %s", got)
+	<-arrived // A's body is at the upstream, A's marker held through replica 1
+	at := time.Now()
+	disrupt(r)
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		st, body, err := tryWrite(r[1].URL("gateway")+key, "2", "B")
+		if err == nil && st == 200 {
+			break
+		}
+		if err == nil && st != 503 {
+			t.Fatalf("B through replica 2: %d %s", st, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B through replica 2 did not land: %d %s %v", st, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	pw.Close()
-	st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/k", "1", "A2")
-	wantCode(t, "A's retry through replica 2", st, body, 409, "stale_fencing_token")
-	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/k")), "PUT A0@1, PUT B@2"; got != want {
-		t.Fatalf("upstream applied %q; want %q", got, want)
+	time.Sleep(time.Until(at.Add(apply + 500*time.Millisecond))) // A, if still due, is applied
+	if got, want := recorder.Summary(up.rec.HistoryOf(key)), "PUT A0@1, PUT A1@1, PUT B@2"; got != want {
+		t.Fatalf("upstream applied %q; want %q (the older write first)", got, want)
+	}
+}
+
+// TestSharedManyInFlightFewConns: 2,000 writes in flight at once through
+// one replica, held by a slow upstream until all have arrived, while the
+// replica has at most 10 connections to PostgreSQL (pg_stat_activity, by
+// the URL's application_name); every write is answered 200.
+func TestSharedManyInFlightFewConns(t *testing.T) {
+	const n, resources = 2000, 100
+	pg := testenv.Postgres(t)
+	up := newSharedUpstream(t)
+	db := pg.URL + "&application_name=fg_many"
+	r := startFencegate(t, sharedYAMLTimeout("shared", db, up.url, false, time.Minute))
+	for i := range resources {
+		if st, body := write(t, "PUT", fmt.Sprintf("%s/orders/m-%d", r.URL("gateway"), i), "1", "v"); st != 200 {
+			t.Fatalf("first write: %d %s", st, body)
+		}
+	}
+	var arrivedN atomic.Int64
+	all, release := make(chan struct{}), make(chan struct{})
+	up.hold = func(*http.Request) {
+		if arrivedN.Add(1) == n {
+			close(all)
+		}
+		<-release
+	}
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	errs := make(chan string, n)
+	for i := range n {
+		wg.Go(func() {
+			st, body, err := tryWriteTimeout(fmt.Sprintf("%s/orders/m-%d", r.URL("gateway"), i%resources), "1", "v", 2*time.Minute)
+			if err != nil || st != 200 {
+				errs <- fmt.Sprint(st, " ", body, " ", err)
+				return
+			}
+			ok.Add(1)
+		})
+	}
+	select {
+	case <-all:
+	case <-time.After(90 * time.Second):
+		close(release)
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+			break
+		}
+		t.Fatalf("only %d of %d writes reached the upstream", arrivedN.Load(), n)
+	}
+	conn, err := pgx.Connect(context.Background(), pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var conns int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fg_many'`).Scan(&conns); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("write: %s", e)
+	}
+	t.Logf("%d writes in flight at once, %d database connections of the replica, %d answered 200", n, conns, ok.Load())
+	if conns > 10 || conns == 0 {
+		t.Fatalf("the replica had %d database connections with %d writes in flight; want 1..10", conns, n)
 	}
 }
 
@@ -241,7 +351,9 @@ func TestSharedPostgresRestartUnderLoad(t *testing.T) {
 					return
 				case st == 200:
 					ok.Add(1)
-				case st == 503 && strings.Contains(body, "fence_unavailable"):
+				case st == 503 && (strings.Contains(body, "fence_unavailable") || strings.Contains(body, "fence_draining")):
+					// Down, or after the restart: an advance waits out the
+					// forward timeout of the marker sessions that vanished.
 					unavailable.Add(1)
 					time.Sleep(20 * time.Millisecond)
 				default:
@@ -384,12 +496,16 @@ func write2(t *testing.T, url, token, body string) writeResult {
 // tryWrite is write without failing the test on a transport error (a
 // replica being killed).
 func tryWrite(url, token, body string) (int, string, error) {
+	return tryWriteTimeout(url, token, body, 20*time.Second)
+}
+
+func tryWriteTimeout(url, token, body string, timeout time.Duration) (int, string, error) {
 	req, err := http.NewRequest("PUT", url, strings.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}
 	req.Header.Set("Fencing-Token", token)
-	c := http.Client{Timeout: 20 * time.Second}
+	c := http.Client{Timeout: timeout}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, "", err

@@ -18,6 +18,8 @@ if ! id postgres >/dev/null 2>&1 && [[ ! " ${missing[*]} " == *" postgresql "* ]
   missing+=(postgresql)
 fi
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+# PgBouncer: shared fence mode behind a pooler (internal/testenv/pgbouncer.go).
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 command -v ps >/dev/null 2>&1 || missing+=(procps)
 command -v ss >/dev/null 2>&1 || missing+=(iproute2)
 # Apache httpd with mod_dav: the real conditional-write HTTP server the
@@ -27,7 +29,7 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 /usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || missing+=(python3-werkzeug)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, wrk, procps, iproute2, apache2, chromium, python3-werkzeug)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug)"
   exit 0
 fi
 
@@ -49,5 +51,10 @@ if [[ " ${missing[*]} " == *" postgresql "* ]]; then
       $sudo pg_ctlcluster "${c%/*}" "${c#*/}" stop || true
     done
   fi
+fi
+# The pgbouncer package may start a system-wide instance; the tests start
+# their own.
+if [[ " ${missing[*]} " == *" pgbouncer "* ]] && command -v service >/dev/null 2>&1; then
+  $sudo service pgbouncer stop >/dev/null 2>&1 || true
 fi
 echo "deps.sh: done"

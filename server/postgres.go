@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -49,12 +50,23 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 		if !ok {
 			return nil, fmt.Errorf("fence.mode shared needs store.postgres, not %T", store)
 		}
-		fence = postgres.NewSharedFence(st, postgres.SharedFenceOptions{
+		sf := postgres.NewSharedFence(st, postgres.SharedFenceOptions{
 			ForwardTimeout: maxForwardTimeout(cfg),
 			StoreTimeout:   st.Timeout,
+			MarkerConns:    cfg.Fence.MarkerConns,
 			Verify:         verify,
 			Logger:         s.log.With("component", "fence"),
 		})
+		s.closers = append(s.closers, sf)
+		// A database down at start is not an error (writes are refused
+		// until it is back); a pooler that cannot keep the markers is.
+		ctx, cancel := context.WithTimeout(context.Background(), st.Timeout)
+		err := sf.Ready(ctx)
+		cancel()
+		if errors.Is(err, postgres.ErrPoolMode) {
+			return nil, fmt.Errorf("store.postgres.url: %w", err)
+		}
+		fence = sf
 	default:
 		fence = gateway.NewLocalFence(s.tel.Store(store), gateway.LocalFenceOptions{
 			MaxEntries: cfg.Fence.CacheEntries,

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,44 +21,60 @@ import (
 )
 
 // SharedFence is the fence of several gateway replicas over one PostgreSQL
-// database (fence mode "shared"). It keeps no state in memory: every write
-// runs the protocol of docs/design.md §4 against the fence table.
+// database (fence mode "shared"). Every decision is made on the fence table;
+// the protocol and its correctness argument are in docs/design.md §4:
 //
-//   - In-flight marker: a transaction holding FOR KEY SHARE on the
-//     resource's row for the whole forward; Permit.Release commits it. The
-//     marker only holds a lock, so it commits with synchronous_commit = off.
-//   - Advance (token above highest): raised in a transaction of its own,
-//     committed with a WAL flush before anything else happens. It does not
-//     wait for the markers (a non-key update does not conflict with KEY
-//     SHARE), so older writers arriving later see the new highest.
-//   - Drain (token == highest, not ready): SELECT .. FOR UPDATE waits until
-//     every marker taken before the advance is committed, then ready = true.
+//   - In-flight marker: a session-level SHARED advisory lock on a 64-bit
+//     hash of the resource, held by one of a few long-lived marker sessions
+//     of this replica for as long as any of its writes to that resource is
+//     in flight (counted in memory, one lock per resource per session).
+//     Marker sessions multiplex every write of the replica: a write in flight
+//     holds no connection, and the statements of concurrent writes go out
+//     together, one pipeline per round trip.
+//   - The marker is taken with pg_try_advisory_lock_shared, then the fence
+//     row is re-read by a separate statement (a fresh snapshot, after the lock
+//     is held) and the decision is made on that read: either the read sees an
+//     advance (refused), or the advance's drain must wait for this marker.
+//     The same reason as for the reference protocol's FOR KEY SHARE
+//     (TestKeyShareReturnsSupersededRow): a statement's snapshot predates
+//     the locks it waits for. A write that joins a marker its session already
+//     holds only re-reads the row. Either way: one round trip.
+//   - Advance (token above highest): committed with a WAL flush in its own
+//     transaction on the pool, before anything else happens.
+//   - Drain (token == highest, not ready): the EXCLUSIVE advisory lock on the
+//     resource's key (pg_advisory_xact_lock on a pooled connection, never a
+//     marker session: a session's own shared locks would not block it), which
+//     waits for every marker taken before the advance, then ready = true,
+//     unless a marker session died within its forward timeout (below).
 //
-// The marker is taken by two statements, not one: the lock, then a re-read
-// of the row with a fresh snapshot, and the decision is made on the re-read.
-// FOR KEY SHARE returns the row version of the statement's snapshot even if
-// a non-key update committed before the lock was granted (PostgreSQL need
-// not follow the update chain for a lock that does not conflict with it), so
-// a single "SELECT highest, ready .. FOR KEY SHARE" whose snapshot predates
-// an advance can be granted after the advance and its drain completed and
-// still report the old highest (TestKeyShareReturnsSupersededRow). The
-// re-read runs after the lock is held: either it sees the advance (refused)
-// or the advance's drain must wait for this marker.
-//
-// Round trips: a repeated token costs two (BEGIN, settings, lock and re-read
-// sent as one pipeline; COMMIT after the forward); an advance costs one more
-// (rollback, advance, drain and a new marker as one pipeline), plus one if
-// tokens are verified.
+// A marker vanishes with its session (replica killed, link cut, database
+// restarted) while the write it protected may still be on its way. Each
+// marker session is registered in fence_session and holds a
+// transaction-level liveness lock for its whole life; PostgreSQL releases
+// that lock (transaction abort) before the session's advisory locks (session
+// end), so a drain that got the exclusive lock and then finds a registered
+// session's liveness lock gone knows the session may have died holding
+// markers: it records when it noticed (dead_at) and does not set ready until
+// the session's forward timeout has passed since. The replica side bounds
+// every forward by that timeout, counted from before the marker was read,
+// and aborts the forwards of a session it lost.
 type SharedFence struct {
 	pool           *pgxpool.Pool
+	connConfig     *pgx.ConnConfig
 	drainTimeout   time.Duration
 	forwardTimeout time.Duration
 	storeTimeout   time.Duration
 	acquireTimeout time.Duration
 	verify         func(ctx context.Context, resource string, token int64) error
 	log            *slog.Logger
+	replica        string
+	lanes          []*lane
 
 	roundTrips atomic.Int64
+	waited     atomic.Int64
+	closing    chan struct{}
+	closeOnce  sync.Once
+	wg         sync.WaitGroup
 }
 
 // SharedFenceOptions tune a SharedFence. Zero values pick the defaults.
@@ -65,33 +83,61 @@ type SharedFenceOptions struct {
 	// flight when the write names none (Write.DrainTimeout). Default 31s.
 	DrainTimeout time.Duration
 	// ForwardTimeout is the longest forward of any route (the largest
-	// upstream timeout). The database ends an in-flight marker whose
-	// transaction stayed idle longer than ForwardTimeout plus the drain
-	// timeout plus 5s (idle_in_transaction_session_timeout), so the marker of
-	// a replica that vanished without closing its connection is released,
-	// but never before that replica's own forward has timed out. Default 30s.
+	// upstream or drain timeout). A write admitted by this replica is
+	// aborted when ForwardTimeout has passed since its marker was read, and
+	// a drain that finds one of this replica's marker sessions gone waits
+	// ForwardTimeout before it lets a newer token through. Default 30s.
 	ForwardTimeout time.Duration
 	// StoreTimeout bounds one round trip that does not wait for other
 	// writers. Default: the store's Timeout.
 	StoreTimeout time.Duration
-	// AcquireTimeout bounds the wait for a free pooled connection. Every
-	// write in flight holds one, so a full pool means the replica is at its
-	// limit: past AcquireTimeout the write is refused with 503
-	// fence_unavailable rather than queued without bound. Default 1s.
+	// AcquireTimeout bounds the wait for a pooled connection (advances,
+	// drains) and for a live marker session. Past it the write is refused
+	// with 503 fence_unavailable. Default 1s.
 	AcquireTimeout time.Duration
+	// MarkerConns is the number of marker sessions (long-lived dedicated
+	// connections, besides the pool) of this replica. Default 2.
+	MarkerConns int
+	// Replica names this replica in the fence_session table. Default
+	// hostname/pid.
+	Replica string
 	// Verify, if set, is consulted before a write's token advances the
 	// fence (never on the repeated-token path). It returns a
 	// *fencegate.Error (unknown_fencing_token) to refuse the token; any
 	// other error refuses the write with fence_unavailable.
 	Verify func(ctx context.Context, resource string, token int64) error
-	// Logger receives warnings (a marker lost before its write ended).
-	// Nil: slog.Default().
+	// Logger receives warnings (a marker session lost with writes in
+	// flight, a pooler in the wrong mode). Nil: slog.Default().
 	Logger *slog.Logger
 }
 
 var _ gateway.Fence = (*SharedFence)(nil)
 
-// NewSharedFence returns the shared fence over s's pool.
+// ErrPoolMode is returned when the database is reached through a
+// connection pooler that does not give each client connection its own
+// server session (PgBouncer pool_mode transaction or statement): the
+// markers are session-level advisory locks.
+var ErrPoolMode = errors.New("fence mode shared needs a session of its own per connection: the database is reached through a pooler in transaction or statement mode (PgBouncer: use pool_mode = session for fencegate)")
+
+// Marker sessions.
+const (
+	// sessionLockClass is the first key of the two-key advisory lock that
+	// says a marker session is alive (the second is its fence_session id).
+	// Markers use the one-key (bigint) space, which never collides with it.
+	sessionLockClass = 0x66656e63 // "fenc"
+	// heartbeatEvery: a marker session idle this long sends SELECT 1.
+	heartbeatEvery = time.Second
+	// markerIdleTimeout is the session's idle_in_transaction_session_timeout:
+	// a replica that goes silent (host lost, link cut without a reset) has
+	// its marker session ended by the database after this long.
+	markerIdleTimeout = 10 * time.Second
+	// maxBatch caps the statements of one pipeline.
+	maxBatch = 512
+)
+
+// NewSharedFence returns the shared fence over s. It starts its marker
+// sessions in the background; until one is up, writes are refused with
+// fence_unavailable (the database may be down at start). Close ends them.
 func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 31 * time.Second
@@ -108,146 +154,150 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 	if opts.AcquireTimeout <= 0 {
 		opts.AcquireTimeout = time.Second
 	}
+	if opts.MarkerConns <= 0 {
+		opts.MarkerConns = 2
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &SharedFence{
+	if opts.Replica == "" {
+		h, _ := os.Hostname()
+		opts.Replica = h + "/" + strconv.Itoa(os.Getpid())
+	}
+	f := &SharedFence{
 		pool:           s.Pool,
+		connConfig:     s.Pool.Config().ConnConfig,
 		drainTimeout:   opts.DrainTimeout,
 		forwardTimeout: opts.ForwardTimeout,
 		storeTimeout:   opts.StoreTimeout,
 		acquireTimeout: opts.AcquireTimeout,
 		verify:         opts.Verify,
 		log:            opts.Logger,
+		replica:        opts.Replica,
+		closing:        make(chan struct{}),
 	}
+	for range opts.MarkerConns {
+		l := &lane{f: f, up: make(chan struct{})}
+		f.lanes = append(f.lanes, l)
+		f.wg.Go(l.run)
+	}
+	return f
 }
 
 // RoundTrips returns the number of database round trips the fence made
-// (pipelines, single statements and commits), for benchmarks and metrics.
+// (marker pipelines, pooled statements and pipelines), for benchmarks.
 func (f *SharedFence) RoundTrips() int64 { return f.roundTrips.Load() }
 
-// The statements of the protocol. $1 is always the resource.
+// WaitedRoundTrips returns the number of round trips writes waited for
+// before their decision (the critical path); unlocks after a write and
+// heartbeats are not among them.
+func (f *SharedFence) WaitedRoundTrips() int64 { return f.waited.Load() }
+
+// Ready waits until every marker session is up, or ctx ends. It returns
+// ErrPoolMode at once if a session found the pooler in the wrong mode.
+func (f *SharedFence) Ready(ctx context.Context) error {
+	for _, l := range f.lanes {
+		for {
+			l.mu.Lock()
+			up, err := l.up, l.lastErr
+			l.mu.Unlock()
+			if errors.Is(err, ErrPoolMode) {
+				return err
+			}
+			select {
+			case <-up:
+			case <-ctx.Done():
+				if err != nil {
+					return fmt.Errorf("%w: %v", ctx.Err(), err)
+				}
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+				continue
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// Close ends the marker sessions. A session with no write in flight
+// unregisters itself first, so drains do not wait for it; one with writes in
+// flight is left to be found gone (its writes may still land).
+func (f *SharedFence) Close() error {
+	f.closeOnce.Do(func() {
+		close(f.closing)
+		for _, l := range f.lanes {
+			l.mu.Lock()
+			s := l.sess
+			l.mu.Unlock()
+			if s != nil {
+				s.wakeUp()
+			}
+		}
+		f.wg.Wait()
+	})
+	return nil
+}
+
+// The statements of the protocol. $1 is always the resource (or its key).
 const (
-	// markerSettingsSQL: the marker only holds a lock, so its commit need
-	// not wait for the WAL flush; and the database ends it if the replica
-	// goes silent (see SharedFenceOptions.ForwardTimeout).
-	markerSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('idle_in_transaction_session_timeout', $1, true)`
-	// markerLockSQL locks only when the snapshot says the write may go: a
-	// stale or advancing writer takes no lock, so a stream of stale writes
-	// cannot keep a drain waiting.
-	markerLockSQL = `SELECT 1 FROM fence WHERE resource = $1 AND highest = $2 AND ready FOR KEY SHARE`
-	markerReadSQL = `SELECT highest, ready FROM fence WHERE resource = $1`
-	// The drain waits (bounded by the write's drain timeout) for every
-	// marker on the row: FOR UPDATE conflicts with FOR KEY SHARE. Only a
-	// row not yet ready is locked; (T, ready) is final for token T, so
-	// skipping the lock then is safe, and the UPDATE's own condition makes
-	// it a no-op. ready = true may be lost in a crash (asynchronous commit):
-	// the next writer then drains again, which is harmless.
+	markerTrySQL    = `SELECT pg_try_advisory_lock_shared($1)`
+	markerReadSQL   = `SELECT highest, ready FROM fence WHERE resource = $1`
+	markerUnlockSQL = `SELECT pg_advisory_unlock_shared($1)`
+
+	// The drain, one transaction. The lock is taken only on a row not yet
+	// ready: (T, ready) is final for token T, and a new resource starts
+	// ready (nobody can have a write in flight under a fence that did not
+	// exist). ready = true may be lost in a crash (asynchronous commit): the
+	// next writer then drains again, which is harmless.
 	drainSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`
-	drainLockSQL     = `SELECT 1 FROM fence WHERE resource = $1 AND NOT ready FOR UPDATE`
-	drainReadySQL    = `UPDATE fence SET ready = true, updated_at = clock_timestamp() WHERE resource = $1 AND highest = $2 AND NOT ready`
+	drainLockSQL     = `SELECT pg_advisory_xact_lock($2) FROM fence WHERE resource = $1 AND NOT ready`
+	// drainDeadSQL records when a registered marker session was first found
+	// gone (its liveness lock released), after the exclusive lock is held.
+	// A session that died releases its liveness lock (transaction abort)
+	// before its markers (session end), so one whose marker let the lock be
+	// granted is seen gone here.
+	drainDeadSQL = `UPDATE fence_session s SET dead_at = clock_timestamp()
+ WHERE s.dead_at IS NULL
+   AND EXISTS (SELECT 1 FROM fence WHERE resource = $1 AND NOT ready)
+   AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+                     AND l.classid = ` + sessionLockClassSQL + ` AND l.objid = s.id::oid AND l.objsubid = 2)`
+	// drainBoundSQL (a fresh snapshot: it sees dead_at set by concurrent
+	// drains, whose UPDATE this one's waited for) says how long until every
+	// session found gone has passed its forward timeout.
+	drainBoundSQL = `SELECT coalesce(extract(epoch FROM max(dead_at + forward_timeout) - clock_timestamp()), 0)::float8
+  FROM fence_session WHERE dead_at IS NOT NULL AND EXISTS (SELECT 1 FROM fence WHERE resource = $1 AND NOT ready)`
+	drainReadySQL = `UPDATE fence SET ready = true, updated_at = clock_timestamp()
+ WHERE resource = $1 AND highest = $2 AND NOT ready
+   AND NOT EXISTS (SELECT 1 FROM fence_session WHERE dead_at + forward_timeout > clock_timestamp())`
+
+	sessionLockClassSQL = "1717923427" // sessionLockClass in decimal
+
+	sessionBeginSQL    = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	sessionSettingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true), set_config('lock_timeout', $2, true)`
+	sessionLockSQL     = `SELECT pg_advisory_xact_lock(` + sessionLockClassSQL + `, $1)`
+	sessionRegisterSQL = `INSERT INTO fence_session (id, replica, backend_pid, forward_timeout) VALUES ($1, $2, $3, make_interval(secs => $4))`
+	// sessionSweepSQL removes sessions whose wait ended long ago.
+	sessionSweepSQL = `DELETE FROM fence_session WHERE dead_at + forward_timeout < clock_timestamp() - interval '1 minute'`
+	// sessionNoticeSQL: a new session notices the ones gone meanwhile, so
+	// their wait starts now rather than at the next drain.
+	sessionNoticeSQL = `UPDATE fence_session s SET dead_at = clock_timestamp()
+ WHERE s.dead_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+                     AND l.classid = ` + sessionLockClassSQL + ` AND l.objid = s.id::oid AND l.objsubid = 2)`
+	sessionUnregisterSQL = `DELETE FROM fence_session WHERE id = $1`
 )
-
-// step is what one queued statement's result means to the protocol.
-type step int
-
-const (
-	stepExec     step = iota // result ignored
-	stepAdvance              // the advance's RETURNING row, if raised
-	stepDrain                // the drain's lock: its timeout is fence_draining
-	stepMarkLock             // a row means the marker holds the lock
-	stepMarkRead             // highest and ready after the lock
-)
-
-// pipeline is one round trip: statements sent together, read in order.
-type pipeline struct {
-	b     pgx.Batch
-	steps []step
-	drain time.Duration // > 0 if it contains a drain
-}
-
-func (p *pipeline) queue(s step, sql string, args ...any) {
-	p.b.Queue(sql, args...)
-	p.steps = append(p.steps, s)
-}
-
-func (p *pipeline) marker(resource string, token int64, idle time.Duration) {
-	p.queue(stepExec, "BEGIN")
-	p.queue(stepExec, markerSettingsSQL, ms(idle))
-	p.queue(stepMarkLock, markerLockSQL, resource, token)
-	p.queue(stepMarkRead, markerReadSQL, resource)
-}
-
-func (p *pipeline) advance(resource string, token int64, owner string) {
-	p.queue(stepExec, "BEGIN")
-	p.queue(stepExec, durableSQL)
-	p.queue(stepAdvance, advanceSQL, resource, token, owner)
-	p.queue(stepExec, "COMMIT")
-}
-
-func (p *pipeline) drainOlder(resource string, token int64, timeout time.Duration) {
-	p.queue(stepExec, "BEGIN")
-	p.queue(stepExec, drainSettingsSQL, ms(timeout), ms(timeout+time.Second))
-	p.queue(stepDrain, drainLockSQL, resource)
-	p.queue(stepExec, drainReadySQL, resource, token)
-	p.queue(stepExec, "COMMIT")
-	p.drain = timeout
-}
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-// markState is what the marker's statements found.
-type markState struct {
-	locked  bool // the marker holds FOR KEY SHARE on the row
-	exists  bool
-	highest int64
-	ready   bool
+// lockKey is the marker's advisory lock key of a resource. Two resources
+// with one key share their markers: a drain of one then also waits for the
+// other's writes, which costs time, never safety.
+func lockKey(resource string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(resource))
+	return int64(h.Sum64())
 }
-
-// run sends p and reads its results. failed is the step whose statement
-// failed, if any.
-func (f *SharedFence) run(ctx context.Context, conn *pgxpool.Conn, p *pipeline) (m markState, failed step, err error) {
-	timeout := f.storeTimeout
-	if p.drain > 0 {
-		timeout += p.drain
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	f.roundTrips.Add(1)
-	br := conn.SendBatch(ctx, &p.b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			failed, err = stepExec, cerr
-		}
-	}()
-	for _, s := range p.steps {
-		switch s {
-		case stepExec, stepDrain:
-			_, err = br.Exec()
-		case stepAdvance:
-			_, err = scanFence(br.QueryRow())
-		case stepMarkLock:
-			var one int
-			err = br.QueryRow().Scan(&one)
-			m.locked = err == nil
-		case stepMarkRead:
-			err = br.QueryRow().Scan(&m.highest, &m.ready)
-			m.exists = err == nil
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
-		if err != nil {
-			return m, s, err
-		}
-	}
-	return m, 0, nil
-}
-
-// maxRounds bounds the protocol's loop. Each round makes progress (an
-// advance, a drain, or a re-read after the row changed between two
-// statements), so it is reached only if the fence changes all the time.
-const maxRounds = 8
 
 // Admit implements gateway.Fence.
 func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permit, error) {
@@ -255,32 +305,29 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 	if drain <= 0 {
 		drain = f.drainTimeout
 	}
-	idle := max(f.forwardTimeout, drain) + drain + 5*time.Second
-
-	conn, err := f.acquire(ctx, w.Resource)
-	if err != nil {
-		return nil, err
-	}
-	admitted := false
-	defer func() {
-		if !admitted {
-			f.finish(conn)
-		}
-	}()
-
-	p := &pipeline{}
-	p.marker(w.Resource, w.Token, idle)
+	deadline := time.Now().Add(drain)
+	key := lockKey(w.Resource)
+	l := f.lanes[uint64(key)%uint64(len(f.lanes))]
 	verified := false
-	for range maxRounds {
-		m, failed, err := f.run(ctx, conn, p)
+	backoff := 2 * time.Millisecond
+	for {
+		m, err := l.mark(ctx, w, key)
 		if err != nil {
-			return nil, f.refusal(w, failed, drain, err)
+			return nil, err
 		}
-		p = &pipeline{}
-		p.queue(stepExec, "ROLLBACK")
 		switch {
+		case m.permit != nil:
+			return m.permit, nil
 		case m.exists && w.Token < m.highest:
 			return nil, fencegate.StaleError(w.Resource, w.Token, m.highest)
+		case m.gone != nil:
+			// This session's marker for the resource belongs to an older
+			// token: wait until its writes are done (a drain would wait for
+			// them anyway), then take a marker of our own.
+			if err := f.sleep(ctx, w, m.gone, deadline, drain); err != nil {
+				return nil, err
+			}
+			continue
 		case !m.exists || w.Token > m.highest:
 			if f.verify != nil && !verified {
 				if err := f.checkIssued(ctx, w.Resource, w.Token); err != nil {
@@ -288,20 +335,165 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 				}
 				verified = true
 			}
-			p.advance(w.Resource, w.Token, w.Owner)
-			p.drainOlder(w.Resource, w.Token, drain)
+			st, err := f.advanceAndDrain(ctx, w, key, time.Until(deadline))
+			if err != nil {
+				return nil, err
+			}
+			l.superseded(key, st.Highest)
+			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
+				return nil, err
+			}
 		case !m.ready:
-			p.drainOlder(w.Resource, w.Token, drain)
-		case m.locked:
-			admitted = true
-			return &sharedPermit{f: f, conn: conn, resource: w.Resource, token: w.Token}, nil
+			st, err := f.drainOlder(ctx, w, key, time.Until(deadline))
+			if err != nil {
+				return nil, err
+			}
+			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
+				return nil, err
+			}
 		default:
-			// Ready at this token, but the row changed between the lock
-			// and the re-read (a drain finished): take the marker again.
+			// Ready at this token but the marker was refused: a drain holds
+			// or waits for the exclusive lock right now. Try again shortly.
+			if err := f.pause(ctx, w, backoff, deadline, drain); err != nil {
+				return nil, err
+			}
+			backoff = min(2*backoff, 50*time.Millisecond)
 		}
-		p.marker(w.Resource, w.Token, idle)
 	}
-	return nil, fencegate.Unavailable(w.Resource, fmt.Errorf("fence of %s kept changing for %d rounds", w.Resource, maxRounds))
+}
+
+// sleep waits for ch (nil: not at all), bounded by deadline and ctx; past
+// deadline the write is refused with fence_draining.
+func (f *SharedFence) sleep(ctx context.Context, w gateway.Write, ch <-chan struct{}, deadline time.Time, drain time.Duration) error {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return draining(w, drain, nil)
+	}
+	if ch == nil {
+		return nil
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return draining(w, drain, nil)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// pause waits d (a gone marker session's forward timeout), or refuses the
+// write with fence_draining if d does not fit before deadline.
+func (f *SharedFence) pause(ctx context.Context, w gateway.Write, d time.Duration, deadline time.Time, drain time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if time.Until(deadline) < d {
+		return draining(w, drain, fmt.Errorf("a marker session that may have held writes in flight was lost; waiting %s for its forward timeout", d.Round(time.Millisecond)))
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func draining(w gateway.Write, drain time.Duration, err error) error {
+	return &fencegate.Error{
+		Status: http.StatusServiceUnavailable, Code: fencegate.CodeFenceDraining,
+		Message:  fmt.Sprintf("an older write for %s is still in flight after %s; not forwarding token %d before it ends", w.Resource, drain, w.Token),
+		Resource: w.Resource, Token: w.Token, Highest: w.Token,
+		RetryAfter: time.Second, Err: err,
+	}
+}
+
+// drainState is what an advance or drain round trip found.
+type drainState struct {
+	Highest int64
+	bound   time.Duration // > 0: a gone session's forward timeout has not passed
+}
+
+// advanceAndDrain raises the fence to w.Token (committed with a WAL flush)
+// and drains the writes of older tokens, in one round trip.
+func (f *SharedFence) advanceAndDrain(ctx context.Context, w gateway.Write, key int64, drain time.Duration) (drainState, error) {
+	b := &pgx.Batch{}
+	queueAdvance(b, w.Resource, w.Token, w.Owner)
+	queueDrain(b, w.Resource, w.Token, key, drain)
+	return f.runDrain(ctx, w, b, true, drain)
+}
+
+// drainOlder drains the writes older than w.Token (already the highest).
+func (f *SharedFence) drainOlder(ctx context.Context, w gateway.Write, key int64, drain time.Duration) (drainState, error) {
+	b := &pgx.Batch{}
+	queueDrain(b, w.Resource, w.Token, key, drain)
+	return f.runDrain(ctx, w, b, false, drain)
+}
+
+func queueDrain(b *pgx.Batch, resource string, token, key int64, drain time.Duration) {
+	b.Queue("BEGIN")
+	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
+	b.Queue(drainLockSQL, resource, key)
+	b.Queue(drainDeadSQL, resource)
+	b.Queue(drainBoundSQL, resource)
+	b.Queue(drainReadySQL, resource, token)
+	b.Queue("COMMIT")
+}
+
+func (f *SharedFence) runDrain(ctx context.Context, w gateway.Write, b *pgx.Batch, advance bool, drain time.Duration) (st drainState, err error) {
+	if drain <= 0 {
+		return st, draining(w, drain, nil)
+	}
+	conn, err := f.acquire(ctx, w.Resource)
+	if err != nil {
+		return st, err
+	}
+	defer f.finish(conn)
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout+drain)
+	defer cancel()
+	f.roundTrips.Add(1)
+	f.waited.Add(1)
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fencegate.Unavailable(w.Resource, cerr)
+		}
+	}()
+	st.Highest = w.Token
+	if advance {
+		if _, _, err := readAdvance(br); err != nil {
+			return st, fencegate.Unavailable(w.Resource, fmt.Errorf("advance fence to %d: %w", w.Token, err))
+		}
+	}
+	for i := range 6 {
+		switch i {
+		case 2: // the lock
+			if _, err = br.Exec(); err != nil {
+				var pe *pgconn.PgError
+				if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014") {
+					return st, draining(w, drain, err)
+				}
+				return st, fencegate.Unavailable(w.Resource, err)
+			}
+		case 4: // the bound
+			var secs float64
+			if err = br.QueryRow().Scan(&secs); err != nil {
+				return st, fencegate.Unavailable(w.Resource, err)
+			}
+			if secs > 0 {
+				st.bound = time.Duration(secs * float64(time.Second))
+			}
+		default:
+			if _, err = br.Exec(); err != nil {
+				return st, fencegate.Unavailable(w.Resource, err)
+			}
+		}
+	}
+	return st, nil
 }
 
 // acquire takes a pooled connection, waiting at most acquireTimeout.
@@ -317,46 +509,9 @@ func (f *SharedFence) acquire(ctx context.Context, resource string) (*pgxpool.Co
 	}
 	st := f.pool.Stat()
 	if st.AcquiredConns() >= st.MaxConns() {
-		err = fmt.Errorf("all %d database connections hold writes in flight (store.postgres.max_conns): %w", st.MaxConns(), err)
+		err = fmt.Errorf("all %d pooled database connections are busy with advances and drains (store.postgres.max_conns): %w", st.MaxConns(), err)
 	}
 	return nil, fencegate.Unavailable(resource, err)
-}
-
-// checkIssued consults the verifier before an advance.
-func (f *SharedFence) checkIssued(ctx context.Context, resource string, token int64) error {
-	vctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-	defer cancel()
-	f.roundTrips.Add(1)
-	err := f.verify(vctx, resource, token)
-	var fe *fencegate.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &fe):
-		return fe
-	default:
-		return fencegate.Unavailable(resource, fmt.Errorf("verify token %d: %w", token, err))
-	}
-}
-
-// refusal turns a failed round trip into the write's refusal: the drain
-// running out of time is fence_draining, anything else fence_unavailable
-// (invariant I4: the write is not forwarded).
-func (f *SharedFence) refusal(w gateway.Write, failed step, drain time.Duration, err error) error {
-	if failed == stepDrain {
-		var pe *pgconn.PgError
-		timedOut := errors.Is(err, context.DeadlineExceeded) ||
-			errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014") // lock_not_available, query_canceled
-		if timedOut {
-			return &fencegate.Error{
-				Status: http.StatusServiceUnavailable, Code: fencegate.CodeFenceDraining,
-				Message:  fmt.Sprintf("an older write for %s is still in flight after %s; not forwarding token %d before it ends", w.Resource, drain, w.Token),
-				Resource: w.Resource, Token: w.Token, Highest: w.Token,
-				RetryAfter: time.Second, Err: err,
-			}
-		}
-	}
-	return fencegate.Unavailable(w.Resource, err)
 }
 
 // finish ends whatever transaction conn has open and returns it to the
@@ -374,32 +529,22 @@ func (f *SharedFence) finish(conn *pgxpool.Conn) {
 	conn.Release()
 }
 
-// sharedPermit is a write in flight: its marker transaction stays open on
-// conn until Release commits it.
-type sharedPermit struct {
-	f        *SharedFence
-	conn     *pgxpool.Conn
-	resource string
-	token    int64
-	once     sync.Once
-}
-
-// Release implements gateway.Permit.
-func (p *sharedPermit) Release() {
-	p.once.Do(func() {
-		f := p.f
-		ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
-		defer cancel()
-		f.roundTrips.Add(1)
-		if _, err := p.conn.Exec(ctx, "COMMIT"); err != nil {
-			// The database ended the marker before the write did (idle
-			// timeout, restart, lost connection): a newer write may have
-			// been drained past it. Worth an operator's attention.
-			f.log.Warn("in-flight marker ended before its write", "resource", p.resource, "token", p.token, "err", err)
-			p.conn.Conn().Close(ctx)
-		}
-		p.conn.Release()
-	})
+// checkIssued consults the verifier before an advance.
+func (f *SharedFence) checkIssued(ctx context.Context, resource string, token int64) error {
+	vctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.roundTrips.Add(1)
+	f.waited.Add(1)
+	err := f.verify(vctx, resource, token)
+	var fe *fencegate.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &fe):
+		return fe
+	default:
+		return fencegate.Unavailable(resource, fmt.Errorf("verify token %d: %w", token, err))
+	}
 }
 
 // State implements gateway.Fence. Ready is the durable flag: false after an
@@ -426,10 +571,10 @@ func (f *SharedFence) State(ctx context.Context, resource string) (fencegate.Fen
 func (f *SharedFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
-	p := &pipeline{}
-	p.advance(resource, token, owner)
+	b := &pgx.Batch{}
+	queueAdvance(b, resource, token, owner)
 	f.roundTrips.Add(1)
-	br := f.pool.SendBatch(ctx, &p.b)
+	br := f.pool.SendBatch(ctx, b)
 	st, raised, err := readAdvance(br)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -440,6 +585,8 @@ func (f *SharedFence) Advance(ctx context.Context, resource string, token int64,
 	if !raised {
 		return f.State(ctx, resource)
 	}
+	key := lockKey(resource)
+	f.lanes[uint64(key)%uint64(len(f.lanes))].superseded(key, st.Highest)
 	st.Resource = resource
 	return st, nil
 }

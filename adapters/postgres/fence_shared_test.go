@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/jackc/pgx/v5"
 )
@@ -39,9 +40,61 @@ func replicas(t testing.TB, n int, opts SharedFenceOptions) ([]*SharedFence, *St
 		if i == 0 {
 			first = st
 		}
-		fs = append(fs, NewSharedFence(st, opts))
+		fs = append(fs, newShared(t, st, opts))
 	}
 	return fs, first
+}
+
+// newShared opens a shared fence over st, closed at the end of the test
+// (before st, whose cleanup was registered first).
+func newShared(t testing.TB, st *Store, opts SharedFenceOptions) *SharedFence {
+	t.Helper()
+	f := NewSharedFence(st, opts)
+	t.Cleanup(func() { f.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Ready(ctx); err != nil {
+		t.Fatalf("shared fence: %v", err)
+	}
+	return f
+}
+
+// TestFenceContract runs the suite of every fence over PostgreSQL: the
+// shared fence (as several replicas, each with its own pool) and the local
+// fence over the PostgreSQL store.
+func TestFenceContract(t *testing.T) {
+	t.Run("shared", func(t *testing.T) {
+		fencetest.Run(t, fencetest.Options{Replicas: true}, func(t *testing.T) fencetest.Open {
+			url := testenv.Postgres(t).URL
+			return func(t *testing.T) (gateway.Fence, func()) {
+				st, err := Open(context.Background(), url, Options{MaxConns: 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := NewSharedFence(st, SharedFenceOptions{ForwardTimeout: 2 * time.Second})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := f.Ready(ctx); err != nil {
+					t.Fatal(err)
+				}
+				var once sync.Once
+				return f, func() { once.Do(func() { f.Close(); st.Close() }) }
+			}
+		})
+	})
+	t.Run("local", func(t *testing.T) {
+		fencetest.Run(t, fencetest.Options{}, func(t *testing.T) fencetest.Open {
+			url := testenv.Postgres(t).URL
+			return func(t *testing.T) (gateway.Fence, func()) {
+				st, err := Open(context.Background(), url, Options{MaxConns: 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var once sync.Once
+				return gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), func() { once.Do(func() { st.Close() }) }
+			}
+		})
+	})
 }
 
 func code(err error) string {
@@ -332,34 +385,59 @@ func TestSharedFenceRandomized(t *testing.T) {
 	t.Logf("admitted %d, refused %d", admitted.Load(), refused.Load())
 }
 
+// TestSharedFenceRoundTrips: a repeated token costs one round trip on the
+// critical path (the marker's try-lock and re-read, one pipeline) and its
+// unlock goes out after the write, with the session's next pipeline; an
+// advance costs the advance-and-drain pipeline on the pool more.
 func TestSharedFenceRoundTrips(t *testing.T) {
-	fs, _ := replicas(t, 1, SharedFenceOptions{})
+	fs, _ := replicas(t, 1, SharedFenceOptions{MarkerConns: 1})
 	f := fs[0]
-	// Warm up the connection's statement cache (prepares are per
-	// connection, not per write).
 	mustAdmit(t, f, "/warm", 1).Release()
 	mustAdmit(t, f, "/warm", 2).Release()
 	cases := []struct {
-		name  string
-		token int64
-		want  int64
+		name     string
+		token    int64
+		critical int64 // before Admit returns
 	}{
-		{"new resource", 1, 3},
-		{"repeated token", 1, 2},
-		{"advance", 2, 3},
-		{"repeated after advance", 2, 2},
-		{"stale", 1, 2},
+		{"new resource", 1, 3}, // marker (no row), advance, marker
+		{"repeated token", 1, 1},
+		{"advance", 2, 3}, // marker (older), advance and drain, marker
+		{"repeated after advance", 2, 1},
+		{"stale", 1, 1}, // a marker and a read, refused
 	}
 	for _, c := range cases {
-		before := f.RoundTrips()
+		before := f.WaitedRoundTrips()
 		p, err := f.Admit(context.Background(), gateway.Write{Resource: "/rt", Token: c.token})
+		got := f.WaitedRoundTrips() - before
 		if err == nil {
 			p.Release()
 		}
-		if got := f.RoundTrips() - before; got != c.want {
-			t.Errorf("%s: %d round trips; want %d", c.name, got, c.want)
+		if got != c.critical {
+			t.Errorf("%s: %d round trips before the decision; want %d", c.name, got, c.critical)
 		}
+		waitFor(t, func() bool { // the unlock went out
+			f.lanes[0].mu.Lock()
+			defer f.lanes[0].mu.Unlock()
+			s := f.lanes[0].sess
+			return s != nil && len(s.queue) == 0 && len(s.entries) == 0
+		})
 	}
+	// A write joining a marker its session holds: one round trip.
+	hold := mustAdmit(t, f, "/rt", 2)
+	before := f.WaitedRoundTrips()
+	mustAdmit(t, f, "/rt", 2).Release()
+	if got := f.WaitedRoundTrips() - before; got != 1 {
+		t.Errorf("joining a held marker: %d round trips; want 1", got)
+	}
+	// A stale write while the marker of a newer token is held: no I/O.
+	before = f.RoundTrips()
+	if _, err := f.Admit(context.Background(), gateway.Write{Resource: "/rt", Token: 1}); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("token 1 under a held marker of 2: %v", err)
+	}
+	if got := f.RoundTrips() - before; got != 0 {
+		t.Errorf("stale under a held marker: %d round trips; want 0", got)
+	}
+	hold.Release()
 }
 
 func TestSharedFenceVerify(t *testing.T) {
@@ -388,24 +466,9 @@ func TestSharedFenceVerify(t *testing.T) {
 	}
 }
 
-// TestSharedFenceFailsClosed: with the database unreachable, and with every
-// pooled connection holding a write in flight, writes are refused with 503
-// fence_unavailable, promptly, and nothing is admitted.
+// TestSharedFenceFailsClosed: with the database unreachable, writes are
+// refused with 503 fence_unavailable, promptly, and nothing is admitted.
 func TestSharedFenceFailsClosed(t *testing.T) {
-	pg := testenv.Postgres(t)
-	t.Run("pool full", func(t *testing.T) {
-		st := openFenceStore(t, pg.URL, Options{MaxConns: 2})
-		f := NewSharedFence(st, SharedFenceOptions{AcquireTimeout: 200 * time.Millisecond})
-		a := mustAdmit(t, f, "/p1", 1)
-		b := mustAdmit(t, f, "/p2", 1)
-		_, err := f.Admit(context.Background(), gateway.Write{Resource: "/p3", Token: 1})
-		if code(err) != fencegate.CodeFenceUnavailable {
-			t.Fatalf("third write with a pool of two: %v; want fence_unavailable", err)
-		}
-		a.Release()
-		b.Release()
-		mustAdmit(t, f, "/p3", 1).Release()
-	})
 	t.Run("database unreachable", func(t *testing.T) {
 		url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/none?sslmode=disable&connect_timeout=1", testenv.FreePort(t))
 		st, err := Open(context.Background(), url, Options{SkipMigrate: true, Timeout: time.Second})
@@ -413,7 +476,8 @@ func TestSharedFenceFailsClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		f := NewSharedFence(st, SharedFenceOptions{})
+		f := NewSharedFence(st, SharedFenceOptions{AcquireTimeout: 300 * time.Millisecond})
+		defer f.Close()
 		_, err = f.Admit(context.Background(), gateway.Write{Resource: "/x", Token: 1})
 		var fe *fencegate.Error
 		if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceUnavailable || fe.Status != http.StatusServiceUnavailable || fe.RetryAfter <= 0 {
@@ -422,52 +486,75 @@ func TestSharedFenceFailsClosed(t *testing.T) {
 	})
 }
 
-// TestSharedFenceMarkerReleasedWhenReplicaDies: a replica whose connection
-// ends mid-forward (kill -9 closes its sockets) no longer holds back the
-// newer token, and the older token stays refused.
-func TestSharedFenceMarkerReleasedWhenReplicaDies(t *testing.T) {
-	pg := testenv.Postgres(t)
-	st1 := openFenceStore(t, pg.URL, Options{})
-	st2 := openFenceStore(t, pg.URL, Options{})
-	r1, r2 := NewSharedFence(st1, SharedFenceOptions{}), NewSharedFence(st2, SharedFenceOptions{})
-	p := mustAdmit(t, r1, "/d", 1).(*sharedPermit)
-	done := make(chan error, 1)
-	go func() {
-		p2, err := r2.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 2, DrainTimeout: 20 * time.Second})
-		if err == nil {
-			p2.Release()
-		}
-		done <- err
-	}()
-	waitFor(t, func() bool { s, _ := r2.State(context.Background(), "/d"); return s.Highest == 2 })
-	// The replica dies: its connection closes without a COMMIT.
-	p.conn.Conn().PgConn().Conn().Close()
-	defer p.Release() // returns the dead connection to the pool
-	if err := <-done; err != nil {
-		t.Fatalf("token 2 after the replica holding token 1 died: %v", err)
+// TestSharedFenceLostSession: a replica's marker session dies with a write
+// in flight (its connection closed under it, as kill -9 or a cut link do).
+// The replica aborts the write, and the newer token through the other
+// replica is admitted only after the forward timeout has passed since the
+// older write's marker was read: a marker that vanished does not end the
+// drain early. The older token stays refused, and the replica gets a new
+// session by itself.
+func TestSharedFenceLostSession(t *testing.T) {
+	const forward = 1500 * time.Millisecond
+	fs, _ := replicas(t, 2, SharedFenceOptions{ForwardTimeout: forward, MarkerConns: 1})
+	r1, r2 := fs[0], fs[1]
+	aborted := make(chan struct{})
+	var abortOnce sync.Once
+	start := time.Now()
+	p, err := r1.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 1, Abort: func() { abortOnce.Do(func() { close(aborted) }) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	sp := p.(*sharedPermit)
+	sp.s.conn.PgConn().Conn().Close() // the session dies
+	p2, err := r2.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 2, DrainTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("token 2 after the session holding token 1 died: %v", err)
+	}
+	admitted := time.Since(start)
+	p2.Release()
+	if admitted < forward {
+		t.Fatalf("token 2 admitted %s after token 1's marker was read; want at least its forward timeout %s", admitted, forward)
+	}
+	select {
+	case <-aborted:
+	default:
+		t.Fatal("the write whose marker session died was not aborted")
 	}
 	if _, err := r2.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 1}); code(err) != fencegate.CodeStaleToken {
 		t.Fatalf("token 1: %v; want stale", err)
 	}
+	mustAdmit(t, r1, "/d", 2).Release() // r1 has a new session
 }
 
-// TestSharedFenceIdleMarkerEndedByDatabase: a replica that goes silent
-// without closing its connection (host lost) is ended by the database's
-// idle_in_transaction_session_timeout.
-func TestSharedFenceIdleMarkerEndedByDatabase(t *testing.T) {
-	t.Parallel()
-	fs, _ := replicas(t, 2, SharedFenceOptions{ForwardTimeout: 200 * time.Millisecond})
-	// idle = max(forward, drain) + drain + 5s; keep the drain small.
-	p, err := fs[0].Admit(context.Background(), gateway.Write{Resource: "/i", Token: 1, DrainTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+// TestSharedFenceCleanCloseDoesNotDelayDrains: a replica that stops with
+// no write in flight unregisters its sessions: no drain waits for them.
+func TestSharedFenceCleanCloseDoesNotDelayDrains(t *testing.T) {
+	fs, st := replicas(t, 2, SharedFenceOptions{ForwardTimeout: time.Hour})
+	mustAdmit(t, fs[0], "/cc", 1).Release()
+	waitFor(t, func() bool { // the unlock went out
+		for _, l := range fs[0].lanes {
+			l.mu.Lock()
+			n := len(l.sess.entries) + len(l.sess.queue)
+			l.mu.Unlock()
+			if n > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	fs[0].Close()
+	var n int
+	if err := st.Pool.QueryRow(context.Background(), `SELECT count(*) FROM fence_session WHERE dead_at IS NOT NULL`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("dead sessions: %d, %v", n, err)
 	}
-	defer p.Release() // its COMMIT fails: the marker is gone
-	p2, err := fs[1].Admit(context.Background(), gateway.Write{Resource: "/i", Token: 2, DrainTimeout: 15 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := fs[1].Admit(ctx, gateway.Write{Resource: "/cc", Token: 2})
 	if err != nil {
-		t.Fatalf("token 2 behind a silent replica: %v", err)
+		t.Fatalf("token 2 after a clean close (a drain waiting an hour would time out): %v", err)
 	}
-	p2.Release()
+	p.Release()
 }
 
 // TestDirectSQLCannotLowerFence: invariant I7 holds in the database itself.

@@ -52,7 +52,14 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	ms := strconv.FormatInt(opts.Timeout.Milliseconds(), 10)
 	rp["lock_timeout"] = ms
 	rp["statement_timeout"] = ms
-	rp["application_name"] = "fencegate"
+	if rp["application_name"] == "" {
+		// A URL's own application_name is kept, so an operator can tell
+		// replicas apart in pg_stat_activity.
+		rp["application_name"] = "fencegate"
+	}
+	// The shared fence's decisions rely on a fresh snapshot per statement,
+	// whatever the server's or role's default isolation level.
+	rp["default_transaction_isolation"] = "read committed"
 	// Advances and issued tokens must be durable before they are acted on
 	// (I3, I5), whatever the database's default; the in-flight marker of
 	// the shared fence turns it off for itself with SET LOCAL.

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/adapters/s3"
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/server"
 )
 
@@ -38,6 +40,12 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 		return usagef("%s configures no gateway: doctor checks the S3 routes of a gateway", *path)
 	}
 	failed, checked := 0, 0
+	if ok, err := checkSharedStore(ctx, cfg); ok {
+		checked++
+		if err != nil {
+			failed++
+		}
+	}
 	for _, rc := range cfg.Gateway.Routes {
 		if rc.S3 == nil {
 			continue
@@ -76,6 +84,25 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 		return &doctorFailed{failed}
 	}
 	return nil
+}
+
+// checkSharedStore checks, in fence mode shared, that the database is
+// reached with a server session of its own per connection: the in-flight
+// markers are session-level advisory locks, which a pooler in transaction
+// or statement mode (PgBouncer) would hand to other clients. ok is false
+// when there is nothing to check.
+func checkSharedStore(ctx context.Context, cfg *config.Config) (ok bool, err error) {
+	if cfg.Fence.Mode != "shared" || cfg.Store.Postgres == nil {
+		return false, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := postgres.CheckSessionPooling(cctx, cfg.Store.Postgres.URL); err != nil {
+		fmt.Printf("store.postgres: FAIL: %v\n", err)
+		return true, err
+	}
+	fmt.Println("store.postgres: ok: each connection keeps a server session of its own (no pooler, or PgBouncer pool_mode = session)")
+	return true, nil
 }
 
 // nopETags satisfies s3.New for routes with precondition etag; doctor

@@ -1,0 +1,590 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A lane is one marker session slot of a replica: the session currently up
+// (nil while it is being (re)connected) and the loop that reconnects it.
+// A resource always uses the lane of its key, so all of this replica's
+// markers of one resource are on one session.
+type lane struct {
+	f  *SharedFence
+	mu sync.Mutex
+	// sess is the live session, nil while connecting.
+	sess *session
+	// up is closed while sess is set; a new one is made when it is lost.
+	up      chan struct{}
+	lastErr error
+}
+
+// session is one marker connection: its statements run in one long
+// READ COMMITTED transaction (each statement still takes a fresh snapshot)
+// that holds the session's liveness lock; the markers are session-level
+// advisory locks and outlive nothing but the connection.
+type session struct {
+	l    *lane
+	id   int32
+	conn *pgx.Conn
+
+	// Guarded by l.mu.
+	entries map[int64]*entry
+	queue   []*op
+	lost    bool
+	wake    chan struct{} // cap 1: the worker has something to send
+}
+
+// entry is the shared advisory lock of one key on one session and the
+// writes that hold it.
+type entry struct {
+	key     int64
+	token   int64         // writers of this token join; others do not
+	highest int64         // the highest token any read through this entry saw
+	count   int           // writers holding the entry (admitted, or being decided)
+	held    bool          // the session holds the shared lock
+	closed  bool          // the fence moved on: no writer joins any more
+	gone    chan struct{} // closed when the entry is released or its session lost
+	ended   bool
+	flights map[*sharedPermit]struct{}
+}
+
+type opKind int
+
+const (
+	opMark   opKind = iota // (try-lock and) read the fence row
+	opUnlock               // release a shared lock
+	opPing                 // keep the session alive
+)
+
+type op struct {
+	kind     opKind
+	e        *entry
+	lock     bool // opMark: try the lock first
+	key      int64
+	resource string
+	w        gateway.Write
+	start    time.Time
+	done     chan struct{}
+
+	// Results.
+	locked  bool
+	m       marked
+	err     error
+	scanned bool
+}
+
+// marked is what mark found out for one write.
+type marked struct {
+	permit  *sharedPermit
+	exists  bool
+	highest int64
+	ready   bool
+	gone    <-chan struct{} // wait for this session's older marker to end
+}
+
+// session returns the live session, waiting up to acquireTimeout for one.
+func (l *lane) session(ctx context.Context, resource string) (*session, error) {
+	t := time.NewTimer(l.f.acquireTimeout)
+	defer t.Stop()
+	for {
+		l.mu.Lock()
+		s, up, lastErr := l.sess, l.up, l.lastErr
+		l.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		select {
+		case <-up:
+		case <-t.C:
+			err := errors.New("no marker session to the database is up")
+			if lastErr != nil {
+				err = fmt.Errorf("%w: %w", err, lastErr)
+			}
+			return nil, fencegate.Unavailable(resource, err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-l.f.closing:
+			return nil, fencegate.Unavailable(resource, errors.New("fence closed"))
+		}
+	}
+}
+
+// mark takes (or joins) this replica's marker of w.Resource and reads the
+// fence row after it is held: one round trip. The write is admitted if the
+// lock is held and the row says w.Token is the highest and ready.
+func (l *lane) mark(ctx context.Context, w gateway.Write, key int64) (marked, error) {
+	s, err := l.session(ctx, w.Resource)
+	if err != nil {
+		return marked{}, err
+	}
+	l.mu.Lock()
+	if s.lost {
+		l.mu.Unlock()
+		return marked{}, fencegate.Unavailable(w.Resource, errors.New("marker session lost"))
+	}
+	o := &op{kind: opMark, key: key, resource: w.Resource, w: w, start: time.Now(), done: make(chan struct{})}
+	switch e := s.entries[key]; {
+	case e != nil && w.Token < e.highest:
+		// The fence stood above w.Token already: stale, no I/O.
+		m := marked{exists: true, highest: e.highest}
+		l.mu.Unlock()
+		return m, nil
+	case e != nil && !e.closed && e.token == w.Token:
+		e.count++
+		o.e = e
+	case e != nil && !e.closed && w.Token > e.token:
+		// An advance: made on the pool, then the marker is taken again.
+		m := marked{exists: true, highest: e.token, ready: true}
+		l.mu.Unlock()
+		return m, nil
+	case e != nil:
+		// This session still holds the marker of an older decision.
+		m := marked{gone: e.gone}
+		l.mu.Unlock()
+		return m, nil
+	default:
+		e = &entry{key: key, token: w.Token, count: 1, gone: make(chan struct{}), flights: map[*sharedPermit]struct{}{}}
+		s.entries[key] = e
+		o.e, o.lock = e, true
+	}
+	s.enqueue(o)
+	l.mu.Unlock()
+	l.f.waited.Add(1)
+	<-o.done // bounded: every pipeline has the store timeout
+	return o.m, o.err
+}
+
+// superseded closes this replica's marker of key to writers once the fence
+// stands at highest: writers of older tokens are refused without I/O, and
+// writers of highest wait for the marker to end before taking their own.
+func (l *lane) superseded(key, highest int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.sess; s != nil {
+		if e := s.entries[key]; e != nil && e.token < highest {
+			e.closed = true
+			e.highest = max(e.highest, highest)
+		}
+	}
+}
+
+// enqueue hands o to the worker. Called with l.mu held.
+func (s *session) enqueue(o *op) {
+	s.queue = append(s.queue, o)
+	s.wakeUp()
+}
+
+func (s *session) wakeUp() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// release drops one writer from e; the last one releases the lock (after
+// the write, off the critical path: the unlock goes out with the next
+// pipeline). Called with l.mu held.
+func (s *session) release(e *entry) {
+	e.count--
+	if e.count > 0 {
+		return
+	}
+	if s.entries[e.key] == e {
+		delete(s.entries, e.key)
+	}
+	e.end()
+	if e.held && !s.lost {
+		s.enqueue(&op{kind: opUnlock, key: e.key, done: make(chan struct{})})
+	}
+}
+
+// end wakes the writers waiting for e to end. Called with l.mu held.
+func (e *entry) end() {
+	if !e.ended {
+		e.ended = true
+		close(e.gone)
+	}
+}
+
+// run keeps a marker session up until the fence is closed.
+func (l *lane) run() {
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-l.f.closing:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.f.storeTimeout)
+		s, err := l.connect(ctx)
+		cancel()
+		if err != nil {
+			l.mu.Lock()
+			first := l.lastErr == nil
+			l.lastErr = err
+			l.mu.Unlock()
+			if first || errors.Is(err, ErrPoolMode) {
+				l.f.log.Warn("marker session to the database not up", "err", err)
+			}
+			select {
+			case <-l.f.closing:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		l.mu.Lock()
+		l.sess, l.lastErr = s, nil
+		close(l.up)
+		l.mu.Unlock()
+		s.work()
+	}
+}
+
+// connect opens and registers a marker session. The order matters for the
+// drain's check: the liveness lock is held before the registration is
+// visible, so a registered session whose lock is gone has ended.
+func (l *lane) connect(ctx context.Context) (*session, error) {
+	f := l.f
+	conn, err := pgx.ConnectConfig(ctx, f.connConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			conn.Close(context.Background())
+		}
+	}()
+	if err := checkOwnSession(ctx, conn, f.pool); err != nil {
+		return nil, err
+	}
+	var id, pid int32
+	f.roundTrips.Add(1)
+	if err := conn.QueryRow(ctx, `SELECT nextval('fence_session_id_seq')::int, pg_backend_pid()`).Scan(&id, &pid); err != nil {
+		return nil, fmt.Errorf("marker session: %w", err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sessionBeginSQL)
+	b.Queue(sessionSettingsSQL, ms(markerIdleTimeout), ms(f.storeTimeout))
+	b.Queue(sessionLockSQL, id)
+	f.roundTrips.Add(1)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("marker session: %w", err)
+	}
+	// Registered with a WAL flush (the pool's synchronous_commit): a
+	// registration lost in a crash would hide the session from drains.
+	rb := &pgx.Batch{}
+	rb.Queue(sessionSweepSQL)
+	rb.Queue(sessionNoticeSQL)
+	rb.Queue(sessionRegisterSQL, id, f.replica, pid, f.forwardTimeout.Seconds())
+	f.roundTrips.Add(1)
+	if err := f.pool.SendBatch(ctx, rb).Close(); err != nil {
+		return nil, fmt.Errorf("register marker session: %w", err)
+	}
+	ok = true
+	return &session{l: l, id: id, conn: conn, entries: map[int64]*entry{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// checkOwnSession fails with ErrPoolMode if conn does not keep one server
+// session between transactions (a pooler in transaction or statement
+// mode): while another client is in a transaction, conn's backend must
+// neither be that client's nor change. A pooler in transaction mode hands
+// the backend conn just released to the next client (PgBouncer reuses the
+// most recently used server first), which the first test catches; the
+// second catches the rest.
+func checkOwnSession(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) error {
+	// The simple protocol: a pooler in transaction mode mixes up prepared
+	// statements, which would hide the answer behind another error.
+	const pidSQL = "SELECT pg_backend_pid()"
+	simple := pgx.QueryExecModeSimpleProtocol
+	var p1, p2, p3 int32
+	if err := conn.QueryRow(ctx, pidSQL, simple).Scan(&p1); err != nil {
+		return fmt.Errorf("marker session: %w", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("marker session: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := tx.QueryRow(ctx, pidSQL, simple).Scan(&p2); err != nil {
+		return fmt.Errorf("marker session: %w", err)
+	}
+	if err := conn.QueryRow(ctx, pidSQL, simple).Scan(&p3); err != nil {
+		return fmt.Errorf("marker session: %w", err)
+	}
+	if p1 == p2 || p1 != p3 {
+		return ErrPoolMode
+	}
+	return nil
+}
+
+// CheckSessionPooling reports ErrPoolMode if the database at url is
+// reached through a pooler that does not give each client connection a
+// server session of its own (fencegate doctor; the shared fence checks each
+// marker session it opens).
+func CheckSessionPooling(ctx context.Context, url string) error {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("postgres url: %w", err)
+	}
+	pc.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return checkOwnSession(ctx, conn, pool)
+}
+
+// work sends the session's queued statements, one pipeline at a time, until
+// the session is lost or the fence closed.
+func (s *session) work() {
+	l, f := s.l, s.l.f
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-s.wake:
+		case <-tick.C:
+		case <-f.closing:
+		}
+		l.mu.Lock()
+		closing := false
+		select {
+		case <-f.closing:
+			closing = true
+		default:
+		}
+		ops := s.queue
+		if len(ops) > maxBatch {
+			ops, s.queue = ops[:maxBatch:maxBatch], append([]*op(nil), ops[maxBatch:]...)
+			s.wakeUp()
+		} else {
+			s.queue = nil
+		}
+		inflight := 0
+		for _, e := range s.entries {
+			inflight += len(e.flights)
+		}
+		l.mu.Unlock()
+		if closing && len(ops) == 0 {
+			s.close(inflight == 0)
+			return
+		}
+		if len(ops) == 0 {
+			if time.Since(last) < heartbeatEvery/2 {
+				continue
+			}
+			ops = []*op{{kind: opPing}}
+		}
+		last = time.Now()
+		if err := s.send(ops); err != nil {
+			s.lose(err, ops)
+			return
+		}
+		s.apply(ops)
+	}
+}
+
+// send runs ops as one pipeline and scans their results into them.
+func (s *session) send(ops []*op) error {
+	f := s.l.f
+	b := &pgx.Batch{}
+	for _, o := range ops {
+		switch o.kind {
+		case opMark:
+			if o.lock {
+				b.Queue(markerTrySQL, o.key)
+			}
+			b.Queue(markerReadSQL, o.resource)
+		case opUnlock:
+			b.Queue(markerUnlockSQL, o.key)
+		case opPing:
+			b.Queue("SELECT 1")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+	defer cancel()
+	f.roundTrips.Add(1)
+	br := s.conn.SendBatch(ctx, b)
+	for _, o := range ops {
+		var err error
+		switch o.kind {
+		case opMark:
+			if o.lock {
+				err = br.QueryRow().Scan(&o.locked)
+				if err != nil {
+					break
+				}
+			}
+			err = br.QueryRow().Scan(&o.m.highest, &o.m.ready)
+			o.m.exists = err == nil
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = nil
+			}
+		default:
+			_, err = br.Exec()
+		}
+		if err != nil {
+			br.Close()
+			return err
+		}
+		o.scanned = true
+	}
+	return br.Close()
+}
+
+// apply makes the decisions of a pipeline that went through, in order, and
+// wakes the writers.
+func (s *session) apply(ops []*op) {
+	l, f := s.l, s.l.f
+	l.mu.Lock()
+	for _, o := range ops {
+		if o.kind != opMark {
+			continue
+		}
+		e := o.e
+		if o.lock {
+			e.held = o.locked
+			if !o.locked {
+				// A drain holds or waits for the exclusive lock.
+				e.closed = true
+			}
+		}
+		if o.m.exists {
+			e.highest = max(e.highest, o.m.highest)
+		}
+		if e.held && !s.lost && o.m.exists && o.m.highest == e.token && o.m.ready {
+			p := &sharedPermit{s: s, e: e, resource: o.resource, token: e.token, abort: o.w.Abort}
+			e.flights[p] = struct{}{}
+			if o.w.Abort != nil {
+				// The forward must end within the forward timeout counted
+				// from before the marker was read: a drain that finds this
+				// session gone waits that long (docs/design.md §4).
+				p.timer = time.AfterFunc(f.forwardTimeout-time.Since(o.start), o.w.Abort)
+			}
+			o.m.permit = p
+			continue
+		}
+		if !(o.m.exists && o.m.highest == e.token && o.m.ready) {
+			e.closed = true
+		}
+		s.release(e)
+	}
+	l.mu.Unlock()
+	for _, o := range ops {
+		if o.done != nil {
+			close(o.done)
+		}
+	}
+}
+
+// lose ends a session that failed: its markers are gone (or will be when
+// the database notices), so its writes in flight are aborted and every
+// drain waits their forward timeout (docs/design.md §4).
+func (s *session) lose(err error, ops []*op) {
+	l, f := s.l, s.l.f
+	l.mu.Lock()
+	s.lost = true
+	if l.sess == s {
+		l.sess = nil
+		l.up = make(chan struct{})
+		l.lastErr = err
+	}
+	ops = append(ops, s.queue...)
+	s.queue = nil
+	var aborts []func()
+	n := 0
+	for _, e := range s.entries {
+		e.end() // writers waiting for it go to the next session
+		for p := range e.flights {
+			n++
+			if p.abort != nil {
+				aborts = append(aborts, p.abort)
+			}
+		}
+	}
+	for _, o := range ops {
+		if o.kind == opMark {
+			s.release(o.e)
+		}
+		o.err = fencegate.Unavailable(o.resource, fmt.Errorf("marker session lost: %w", err))
+	}
+	l.mu.Unlock()
+	f.log.Warn("marker session to the database lost; aborting its writes in flight", "session", s.id, "writes", n, "err", err)
+	for _, a := range aborts {
+		a()
+	}
+	for _, o := range ops {
+		if o.done != nil {
+			close(o.done)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	s.conn.Close(ctx)
+	cancel()
+}
+
+// close ends a session at shutdown; one with no write in flight
+// unregisters first, so drains need not wait for it.
+func (s *session) close(idle bool) {
+	l, f := s.l, s.l.f
+	l.mu.Lock()
+	s.lost = true
+	if l.sess == s {
+		l.sess = nil
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+	defer cancel()
+	if idle {
+		if _, err := f.pool.Exec(ctx, sessionUnregisterSQL, s.id); err != nil {
+			f.log.Warn("unregister marker session", "session", s.id, "err", err)
+		}
+	}
+	s.conn.Close(ctx)
+}
+
+// sharedPermit is a write in flight: it holds its entry's marker.
+type sharedPermit struct {
+	s        *session
+	e        *entry
+	resource string
+	token    int64
+	abort    func()
+	timer    *time.Timer
+	once     sync.Once
+}
+
+// Release implements gateway.Permit. It does no I/O: the last writer's
+// unlock goes out with the session's next pipeline.
+func (p *sharedPermit) Release() {
+	p.once.Do(func() {
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		l := p.s.l
+		l.mu.Lock()
+		delete(p.e.flights, p)
+		p.s.release(p.e)
+		l.mu.Unlock()
+	})
+}

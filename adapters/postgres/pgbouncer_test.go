@@ -1,0 +1,75 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+// TestSharedFenceBehindPgBouncer: the markers are session-level advisory
+// locks. Behind PgBouncer in session mode the shared fence works (a drain
+// across two replicas, each through the pooler); in transaction mode it is
+// refused with ErrPoolMode, by the fence at start and by
+// CheckSessionPooling (fencegate doctor).
+func TestSharedFenceBehindPgBouncer(t *testing.T) {
+	pg := testenv.Postgres(t)
+	openFenceStore(t, pg.URL, Options{}) // migrations, directly
+	ctx := context.Background()
+	if err := CheckSessionPooling(ctx, pg.URL); err != nil {
+		t.Fatalf("direct connection: %v; want nil", err)
+	}
+
+	t.Run("session", func(t *testing.T) {
+		url := testenv.PgBouncer(t, pg, "session")
+		if err := CheckSessionPooling(ctx, url); err != nil {
+			t.Fatalf("CheckSessionPooling in session mode: %v; want nil", err)
+		}
+		var fs []*SharedFence
+		for range 2 {
+			st := openFenceStore(t, url, Options{MaxConns: 4, SkipMigrate: true})
+			fs = append(fs, newShared(t, st, SharedFenceOptions{}))
+		}
+		old := mustAdmit(t, fs[0], "/b", 1)
+		done := make(chan error, 1)
+		var released bool
+		go func() {
+			p, err := fs[1].Admit(ctx, gateway.Write{Resource: "/b", Token: 2, DrainTimeout: 10 * time.Second})
+			if err == nil {
+				if !released {
+					err = errors.New("token 2 admitted while token 1 was in flight")
+				}
+				p.Release()
+			}
+			done <- err
+		}()
+		waitFor(t, func() bool { s, _ := fs[1].State(ctx, "/b"); return s.Highest == 2 })
+		time.Sleep(100 * time.Millisecond)
+		released = true
+		old.Release()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("transaction", func(t *testing.T) {
+		url := testenv.PgBouncer(t, pg, "transaction")
+		if err := CheckSessionPooling(ctx, url); !errors.Is(err, ErrPoolMode) {
+			t.Fatalf("CheckSessionPooling in transaction mode: %v; want ErrPoolMode", err)
+		}
+		st := openFenceStore(t, url, Options{MaxConns: 4, SkipMigrate: true})
+		f := NewSharedFence(st, SharedFenceOptions{})
+		defer f.Close()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := f.Ready(rctx); !errors.Is(err, ErrPoolMode) {
+			t.Fatalf("shared fence in transaction mode: %v; want ErrPoolMode", err)
+		}
+		if _, err := f.Admit(ctx, gateway.Write{Resource: "/b", Token: 1}); err == nil {
+			t.Fatal("a write was admitted through a pooler in transaction mode")
+		}
+	})
+}
