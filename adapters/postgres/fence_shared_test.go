@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -674,5 +675,13 @@ func waitFor(t testing.TB, cond func() bool) {
 			t.Fatal("condition not reached in 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The SQL texts spell the liveness lock's class in decimal; they must say
+// the same number as the constant.
+func TestSessionLockClassSQL(t *testing.T) {
+	if got := strconv.FormatInt(sessionLockClass, 10); got != sessionLockClassSQL {
+		t.Fatalf("sessionLockClassSQL = %s; want %s", sessionLockClassSQL, got)
 	}
 }
