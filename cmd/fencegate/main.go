@@ -99,7 +99,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fencegate %s: %v\nRun 'fencegate %s -h' for usage.\n", name, err, name)
 		os.Exit(2)
 	case errors.As(err, &ec):
-		fmt.Fprintf(os.Stderr, "fencegate %s: %v\n", name, err)
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintf(os.Stderr, "fencegate %s: %s\n", name, msg)
+		}
 		os.Exit(ec.ExitCode())
 	default:
 		fmt.Fprintf(os.Stderr, "fencegate %s: %v\n", name, err)
