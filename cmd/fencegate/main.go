@@ -38,6 +38,7 @@ var commands = map[string]func() command{
 	"version":  func() command { return &versionCmd{} },
 	"doctor":   func() command { return &doctorCmd{} },
 	"refusals": func() command { return &listCmd{what: "refusals"} },
+	"upstream": func() command { return &upstreamCmd{} },
 }
 
 // usageError is a mistake in the command line; main prints it with a hint.
@@ -61,6 +62,7 @@ commands:
   migrate   -c FILE    apply database migrations
   doctor    -c FILE    check that upstreams behave as the configuration needs
   demo                 run the stale-owner story on the embedded store
+  upstream  -listen A  a sample upstream that records writes (for the Quickstart)
   version              print the version and commit (also: --version)
 
 Run 'fencegate <command> -h' for a command's flags.
