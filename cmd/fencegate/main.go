@@ -39,6 +39,7 @@ var commands = map[string]func() command{
 	"doctor":   func() command { return &doctorCmd{} },
 	"refusals": func() command { return &listCmd{what: "refusals"} },
 	"upstream": func() command { return &upstreamCmd{} },
+	"config":   func() command { return &configCmd{} },
 }
 
 // usageError is a mistake in the command line; main prints it with a hint.
@@ -56,6 +57,7 @@ const usage = `usage: fencegate <command> [flags]
 commands:
   serve     -c FILE    run the gateway, coordinator and admin listeners FILE configures
   validate  -c FILE    check a configuration file and exit
+  config    schema     print the configuration's JSON Schema
   lease     ...        acquire, renew, release or show leases (coordinator API)
   fence     ...        show, advance or list fences (admin API)
   refusals             print the gateway's recent refusals (admin API)
