@@ -198,8 +198,12 @@ func TestConfigSchemaFieldsMatchStructs(t *testing.T) {
 			structFields[prefix] = "object"
 		}
 		for f := range typ.Fields() {
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if opts == "inline" {
+				walkType(prefix, f.Type) // fields at this level
 				continue
 			}
 			if name == "" {
