@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/api"
 )
 
 // Duration is a time.Duration in JSON: a Go duration string ("30s",
@@ -78,6 +79,7 @@ const maxBody = 64 << 10
 //	POST /v1/leases/renew    {"resource","owner","token","ttl"}
 //	POST /v1/leases/release  {"resource","owner","token"}
 //	GET  /v1/leases?resource=R
+//	GET  /openapi.json       these operations as OpenAPI 3.1 (package api)
 //
 // Refusals are the JSON error body of package fencegate with the codes
 // lease_held and lease_lost (409), invalid_request (400) and
@@ -121,6 +123,7 @@ func (s *Service) Handler() http.Handler {
 		l, err := s.Show(r.Context(), q.Get("resource"))
 		answer(w, err, func() any { return responseOf(l) })
 	})
+	mux.Handle("GET /openapi.json", api.Handler("coordinator"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fencegate.Errorf(http.StatusNotFound, fencegate.CodeInvalidRequest,
 			"no such endpoint %s %s: see POST /v1/leases/acquire|renew|release, GET /v1/leases?resource=R", r.Method, r.URL.Path).WriteJSON(w)

@@ -203,3 +203,86 @@ func write(t testing.TB, method, url string, token string, body string) (int, st
 	b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String()
 }
+
+// CLIProc is a fencegate command other than serve (e.g. `lease run`),
+// running in the background with its output collected.
+type CLIProc struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	Out    *logBuffer // stdout and stderr
+	exited chan struct{}
+	code   int
+}
+
+// startCLI runs the fencegate binary with args and env added to the test's
+// environment. Cleanup kills it if it is still running.
+func startCLI(t testing.TB, env []string, args ...string) *CLIProc {
+	t.Helper()
+	c := &CLIProc{t: t, Out: &logBuffer{}, exited: make(chan struct{})}
+	c.cmd = exec.Command(testenv.BuildBinary(t, "./cmd/fencegate"), args...)
+	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Stdout, c.cmd.Stderr = c.Out, c.Out
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := c.cmd.Wait()
+		c.code = 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			c.code = ee.ExitCode()
+		} else if err != nil {
+			c.code = -1
+		}
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		c.cmd.Process.Signal(syscall.SIGCONT)
+		c.cmd.Process.Kill()
+		<-c.exited
+		if t.Failed() {
+			t.Logf("fencegate %s output:\n%s", strings.Join(args, " "), c.Out.Tail(40))
+		}
+	})
+	return c
+}
+
+// Pid is the process id.
+func (c *CLIProc) Pid() int { return c.cmd.Process.Pid }
+
+// Signal sends sig to the process.
+func (c *CLIProc) Signal(sig syscall.Signal) { syscall.Kill(c.Pid(), sig) }
+
+// Wait waits for the process to exit (at most a minute) and returns its
+// exit status.
+func (c *CLIProc) Wait() int {
+	c.t.Helper()
+	select {
+	case <-c.exited:
+		return c.code
+	case <-time.After(time.Minute):
+		c.t.Fatalf("still running after a minute:\n%s", c.Out.Tail(40))
+		return -1
+	}
+}
+
+// WaitOutput waits until the output contains s (at most 30s) and returns
+// the output so far.
+func (c *CLIProc) WaitOutput(s string) string {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := c.Out.String()
+		if strings.Contains(out, s) {
+			return out
+		}
+		select {
+		case <-c.exited:
+			c.t.Fatalf("exited (%d) before printing %q:\n%s", c.code, s, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no %q after 30s:\n%s", s, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -2,10 +2,12 @@
 # Installs the Debian packages the tests need, when missing: PostgreSQL (the
 # server binaries, run by internal/testenv as the postgres user), wrk (load
 # tests), procps (ps/pkill in scripts), iproute2 (ss), chromium (the
-# console's browser tests, driven headless through chromedp) and
-# python3-werkzeug (the case-folding upstream of e2e/fence_bypass_test.go).
-# Idempotent: when everything is present it does nothing, not even apt-get
-# update.
+# console's browser tests, driven headless through chromedp),
+# python3-werkzeug (the case-folding upstream of e2e/fence_bypass_test.go),
+# curl (the README's Quickstart and examples/curl-worker.sh) and Debian's
+# python3-requests and python3-boto3 (the Python workers in examples/,
+# run with /usr/bin/python3). Idempotent: when everything is present it
+# does nothing, not even apt-get update.
 # Needs root (or sudo) on Debian/Ubuntu.
 set -euo pipefail
 
@@ -27,9 +29,14 @@ command -v ss >/dev/null 2>&1 || missing+=(iproute2)
 [ -x /usr/sbin/apache2 ] || missing+=(apache2)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 /usr/bin/python3 -c 'import werkzeug' >/dev/null 2>&1 || missing+=(python3-werkzeug)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+# /usr/bin/python3 explicitly: a pyenv or venv python earlier in PATH has
+# its own site-packages.
+/usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
+/usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3)"
   exit 0
 fi
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/gateway"
@@ -125,6 +126,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 		w.Write([]byte("ok\n"))
 	})
 	s.admin.HandleFunc("GET /readyz", s.readyz)
+	s.admin.Handle("GET /openapi.json", api.Handler("admin"))
 	return s, nil
 }
 

@@ -28,7 +28,7 @@ import (
 type demoCmd struct{}
 
 func (c *demoCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("demo", "[-keep DIR]")
+	fs := newFlags("demo", "[-dir DIR]")
 	dir := fs.String("dir", "", "store `directory` (default: a temporary one, removed afterwards)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -33,12 +33,13 @@ const (
 // unavailable), 2 usage, 3 lease held, 4 lease lost, 5 (show) not held.
 type leaseCmd struct{}
 
-const leaseSynopsis = `acquire|renew|release|show [flags] RESOURCE [TOKEN]
+const leaseSynopsis = `acquire|renew|release|show|run [flags] RESOURCE [TOKEN]
 
   acquire RESOURCE        take the lease; prints its token
   renew RESOURCE TOKEN    extend it; prints the token
   release RESOURCE TOKEN  end it; prints true, or false if it was not current
   show RESOURCE           prints the live lease's token
+  run RESOURCE -- CMD     run CMD under the lease ('fencegate lease run -h')
 
 Flags come before RESOURCE. Exit status: 0 ok, 1 other failure, 2 usage,
 3 lease held by another owner, 4 lease lost, 5 (show) no live lease.`
@@ -59,6 +60,9 @@ func (c *leaseCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	sub := args[0]
+	if sub == "run" {
+		return (&leaseRunCmd{}).Run(ctx, args[1:])
+	}
 	if sub == "-h" || sub == "--help" {
 		fs.Usage()
 		return flag.ErrHelp
@@ -140,12 +144,19 @@ func leaseExit(err error) error {
 	return err
 }
 
-// exitError is an error with the exit status main uses for it.
+// exitError is an error with the exit status main uses for it. A quiet
+// one prints nothing (lease run passing on its command's status).
 type exitError struct {
-	code int
-	err  error
+	code  int
+	err   error
+	quiet bool
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.quiet {
+		return ""
+	}
+	return e.err.Error()
+}
 func (e *exitError) Unwrap() error { return e.err }
 func (e *exitError) ExitCode() int { return e.code }

@@ -38,6 +38,8 @@ var commands = map[string]func() command{
 	"version":  func() command { return &versionCmd{} },
 	"doctor":   func() command { return &doctorCmd{} },
 	"refusals": func() command { return &listCmd{what: "refusals"} },
+	"upstream": func() command { return &upstreamCmd{} },
+	"config":   func() command { return &configCmd{} },
 }
 
 // usageError is a mistake in the command line; main prints it with a hint.
@@ -55,12 +57,14 @@ const usage = `usage: fencegate <command> [flags]
 commands:
   serve     -c FILE    run the gateway, coordinator and admin listeners FILE configures
   validate  -c FILE    check a configuration file and exit
+  config    schema     print the configuration's JSON Schema
   lease     ...        acquire, renew, release or show leases (coordinator API)
   fence     ...        show, advance or list fences (admin API)
   refusals             print the gateway's recent refusals (admin API)
   migrate   -c FILE    apply database migrations
   doctor    -c FILE    check that upstreams behave as the configuration needs
   demo                 run the stale-owner story on the embedded store
+  upstream  -listen A  a sample upstream that records writes (for the Quickstart)
   version              print the version and commit (also: --version)
 
 Run 'fencegate <command> -h' for a command's flags.
@@ -99,7 +103,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fencegate %s: %v\nRun 'fencegate %s -h' for usage.\n", name, err, name)
 		os.Exit(2)
 	case errors.As(err, &ec):
-		fmt.Fprintf(os.Stderr, "fencegate %s: %v\n", name, err)
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintf(os.Stderr, "fencegate %s: %s\n", name, msg)
+		}
 		os.Exit(ec.ExitCode())
 	default:
 		fmt.Fprintf(os.Stderr, "fencegate %s: %v\n", name, err)
