@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,7 +90,11 @@ func TestReadmeQuickstart(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", script)
 	cmd.Dir = dir
 	// The go command of this toolchain first in PATH.
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(runtime.GOROOT(), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	goroot, gerr := exec.Command("go", "env", "GOROOT").Output()
+	if gerr != nil {
+		t.Fatalf("go env GOROOT: %v", gerr)
+	}
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(strings.TrimSpace(string(goroot)), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	// Its own process group: whatever the block leaves running is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
