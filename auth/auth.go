@@ -1,7 +1,7 @@
 // Package auth answers "who sends this request, and what may they write"
-// for gateway routes, the coordinator API and the admin API, from the
-// config's auth blocks: bearer API keys kept as SHA-256 hashes, and client
-// certificates verified by the TLS listener (mTLS).
+// for gateway routes, the coordinator API and the admin API: bearer API keys
+// kept as SHA-256 hashes, and client certificates verified by the TLS
+// listener (mTLS).
 package auth
 
 import (
@@ -18,7 +18,6 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -31,10 +30,36 @@ type Authenticator struct {
 
 var _ gateway.Authenticator = (*Authenticator)(nil)
 
+// Options are one auth block: the identities it accepts.
+type Options struct {
+	// APIKeys are bearer keys (Authorization: Bearer <key>).
+	APIKeys []APIKey
+	// ClientCerts are identities proven by a client certificate that the
+	// TLS listener verified.
+	ClientCerts []ClientCert
+}
+
+// APIKey is one bearer key, known by the SHA-256 of the key (HashKey).
+type APIKey struct {
+	// Owner is the identity: the owner in logs, spans and fence records.
+	Owner string
+	// SHA256 is the lower-case hex SHA-256 of the key.
+	SHA256 string
+	// Prefixes, if set, limit the identity to resources under them;
+	// empty: every resource.
+	Prefixes []string
+}
+
+// ClientCert is an identity a client certificate proves by naming Name as
+// its Common Name or as a DNS, URI or e-mail subject alternative name.
+type ClientCert struct {
+	Name     string
+	Prefixes []string
+}
+
 // New returns the Authenticator of c, or nil if c asks for no credentials.
-// c must have been validated (config.Parse does that).
-func New(c *config.Auth) (*Authenticator, error) {
-	if !c.Enabled() {
+func New(c Options) (*Authenticator, error) {
+	if len(c.APIKeys) == 0 && len(c.ClientCerts) == 0 {
 		return nil, nil
 	}
 	a := &Authenticator{

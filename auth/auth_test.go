@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/auth"
-	"github.com/fencegate/fencegate/config"
 )
 
 // TestMiddleware: the coordinator and admin APIs' guard. Credentials are
@@ -16,7 +15,7 @@ import (
 // resources under them, in the query or the JSON body, and the API still
 // reads the body whole.
 func TestMiddleware(t *testing.T) {
-	a, err := auth.New(&config.Auth{APIKeys: []config.APIKey{
+	a, err := auth.New(auth.Options{APIKeys: []auth.APIKey{
 		{Owner: "billing-worker", SHA256: auth.HashKey("kb"), Prefixes: []string{"/billing/"}},
 		{Owner: "ops", SHA256: auth.HashKey("ko")},
 	}})
@@ -72,7 +71,7 @@ func TestMiddleware(t *testing.T) {
 }
 
 func TestNewWithoutCredentials(t *testing.T) {
-	for _, c := range []*config.Auth{nil, {}} {
+	for _, c := range []auth.Options{{}, {APIKeys: []auth.APIKey{}}} {
 		a, err := auth.New(c)
 		if err != nil || a != nil {
 			t.Fatalf("New(%+v) = %v, %v; want nil, nil (no credentials asked)", c, a, err)

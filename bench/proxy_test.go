@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -41,12 +40,12 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	defer st.Close()
 	gw := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	up, err := gateway.NewHTTPUpstream(&config.Upstream{URL: upstream.URL}, gateway.HTTPUpstreamOptions{})
+	up, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{URL: upstream.URL})
 	if err != nil {
 		b.Fatal(err)
 	}
-	rt, err := gateway.NewRoute(config.Route{
-		Name: "orders", Match: config.Match{PathPrefix: "/orders/"}, Resource: "{path}",
+	rt, err := gateway.NewRoute(gateway.RouteOptions{
+		Name: "orders", PathPrefix: "/orders/", Resource: "{path}",
 		FencedMethods: []string{"PUT", "POST", "PATCH", "DELETE"},
 	}, up)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -31,7 +30,7 @@ import (
 func BenchmarkRefusal(b *testing.B) {
 	for _, ring := range []string{"off", "on"} {
 		b.Run("ring="+ring, func(b *testing.B) {
-			tel, err := telemetry.New(context.Background(), config.Telemetry{}, telemetry.Options{})
+			tel, err := telemetry.New(context.Background(), telemetry.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -39,12 +38,12 @@ func BenchmarkRefusal(b *testing.B) {
 			store := &memStore{m: make(map[string]fencegate.FenceState)}
 			fence := gateway.NewLocalFence(tel.Store(store), gateway.LocalFenceOptions{OnDrain: tel.Drained})
 			gw := gateway.New(fence, gateway.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-			up, err := gateway.NewHTTPUpstream(&config.Upstream{URL: "http://127.0.0.1:1"}, gateway.HTTPUpstreamOptions{})
+			up, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{URL: "http://127.0.0.1:1"})
 			if err != nil {
 				b.Fatal(err)
 			}
-			rt, err := gateway.NewRoute(config.Route{
-				Name: "orders", Match: config.Match{PathPrefix: "/orders/"}, Resource: "{path}",
+			rt, err := gateway.NewRoute(gateway.RouteOptions{
+				Name: "orders", PathPrefix: "/orders/", Resource: "{path}",
 				FencedMethods: []string{"PUT"},
 			}, up)
 			if err != nil {

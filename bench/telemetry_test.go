@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -123,15 +122,15 @@ func serve(b *testing.B, h http.Handler, path string, want int) {
 
 func newGateway(b *testing.B, mode, upstream, collector string) http.Handler {
 	b.Helper()
-	route := config.Route{
-		Name: "orders", Match: config.Match{PathPrefix: "/orders/"}, Resource: "{path}",
+	route := gateway.RouteOptions{
+		Name: "orders", PathPrefix: "/orders/", Resource: "{path}",
 		FencedMethods: []string{"PUT", "POST", "PATCH", "DELETE"},
 	}
 	store := &memStore{m: make(map[string]fencegate.FenceState)}
 	if mode == "none" {
 		fence := gateway.NewLocalFence(store, gateway.LocalFenceOptions{})
 		gw := gateway.New(fence, gateway.Options{})
-		up, err := gateway.NewHTTPUpstream(&config.Upstream{URL: upstream}, gateway.HTTPUpstreamOptions{})
+		up, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{URL: upstream})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -142,11 +141,11 @@ func newGateway(b *testing.B, mode, upstream, collector string) http.Handler {
 		gw.SetRoutes([]*gateway.Route{rt})
 		return gw
 	}
-	var tc config.Telemetry
+	var tc telemetry.Options
 	if mode == "tracing" {
 		tc.OTLPEndpoint = collector
 	}
-	tel, err := telemetry.New(context.Background(), tc, telemetry.Options{})
+	tel, err := telemetry.New(context.Background(), tc)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -154,7 +153,8 @@ func newGateway(b *testing.B, mode, upstream, collector string) http.Handler {
 	// The same wiring as server.New and server.Start.
 	fence := gateway.NewLocalFence(tel.Store(store), gateway.LocalFenceOptions{OnDrain: tel.Drained})
 	gw := gateway.New(tel.TraceFence(fence), gateway.Options{})
-	up, err := gateway.NewHTTPUpstream(&config.Upstream{URL: upstream}, gateway.HTTPUpstreamOptions{
+	up, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{
+		URL:       upstream,
 		Transport: telemetry.Transport(gateway.NewTransport(nil)),
 	})
 	if err != nil {

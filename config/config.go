@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/resource"
 	"github.com/goccy/go-yaml"
 )
@@ -62,7 +63,7 @@ type Route struct {
 	Resource string `yaml:"resource"`
 	// FencedMethods, if set, narrows the fenced methods to these names;
 	// the default fences every method except GET, HEAD, OPTIONS and TRACE.
-	// Names must be registered methods (config/methods.go) or declared in
+	// Names must be registered methods (fencegate.KnownMethod) or declared in
 	// ExtensionMethods; methods the route does not know stay fenced.
 	FencedMethods []string `yaml:"fenced_methods"`
 	// ExtensionMethods declares method names outside the HTTP method
@@ -681,18 +682,18 @@ func (r *Route) validateMethods(f string) Errors {
 		switch {
 		case !methodToken(m):
 			add(fj, "%q is not a valid HTTP method name", m)
-		case KnownMethod(m):
+		case fencegate.KnownMethod(m):
 			add(fj, "%s is a registered method; it needs no declaration", m)
 		}
 		ext[m] = true
 	}
-	known := func(m string) bool { return KnownMethod(m) || ext[m] }
+	known := func(m string) bool { return fencegate.KnownMethod(m) || ext[m] }
 	for j, m := range r.FencedMethods {
 		fj := fmt.Sprintf("%s.fenced_methods[%d]", f, j)
 		switch {
 		case !methodToken(m):
 			add(fj, "%q is not a valid HTTP method name", m)
-		case ReadMethod(m):
+		case fencegate.ReadMethod(m):
 			add(fj, "%s is a read and is never fenced by fenced_methods; use fence_reads: true to fence reads", m)
 		case !known(m):
 			add(fj, "unknown method %s (declare extension methods in extension_methods)", m)

@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/recorder"
+	"github.com/fencegate/fencegate/server"
 )
 
 // testGateway is a gateway on a real store in front of a recording upstream.
@@ -47,11 +48,11 @@ func newTestGatewayFor(t testing.TB, routesYAML string, h http.Handler) *testGat
 	g := gateway.New(f, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	var routes []*gateway.Route
 	for _, rc := range cfg.Gateway.Routes {
-		up, err := gateway.NewHTTPUpstream(rc.Upstream, gateway.HTTPUpstreamOptions{})
+		up, err := gateway.NewHTTPUpstream(server.HTTPUpstreamOptions(rc, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt, err := gateway.NewRoute(rc, up)
+		rt, err := gateway.NewRoute(server.RouteOptions(rc), up)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +388,7 @@ func serveOrders(t *testing.T, up gateway.Upstream, log *slog.Logger) *httptest.
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := gateway.NewRoute(cfg.Gateway.Routes[0], up)
+	rt, err := gateway.NewRoute(server.RouteOptions(cfg.Gateway.Routes[0]), up)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/resource"
 )
 
@@ -85,31 +84,74 @@ type Route struct {
 	Auth Authenticator
 }
 
-// NewRoute compiles a route's configuration around its upstream. The
-// configuration must have been validated (config.Parse does that).
-func NewRoute(c config.Route, up Upstream) (*Route, error) {
-	tmpl, err := resource.ParseTemplate(c.Resource, c.TemplateVar)
+// RouteOptions describe one route for NewRoute.
+type RouteOptions struct {
+	// Name names the route in logs, metrics and refusals.
+	Name string
+	// Host, if set, is the only Host the route serves (any spelling of
+	// it); "" matches any host and forbids {host} in Resource.
+	Host string
+	// PathPrefix, if set, is the path prefix the route serves.
+	PathPrefix string
+	// Methods, if set, are the only methods the route serves.
+	Methods []string
+	// FencedMethods, if set, narrows the fenced methods to these (and to
+	// methods the route does not know); nil fences every method but GET,
+	// HEAD, OPTIONS and TRACE.
+	FencedMethods []string
+	// ExtensionMethods are method names outside the registry
+	// (fencegate.KnownMethod) the route knows.
+	ExtensionMethods []string
+	// FenceReads fences every method, reads included.
+	FenceReads bool
+	// CaseInsensitive folds the prefix and resource keys to lower case.
+	CaseInsensitive bool
+	// Resource is the resource key template (package resource).
+	Resource string
+	// Vars reports whether the upstream supplies a template variable
+	// (S3: bucket, key, key.N); nil: none.
+	Vars func(name string) bool
+	// MaxBodyBytes caps request bodies (413 beyond); 0: no limit.
+	MaxBodyBytes int64
+	// Timeout bounds one forwarded request; 0: 30 s.
+	Timeout time.Duration
+	// DrainTimeout bounds the wait of a newer write for older ones in
+	// flight.
+	DrainTimeout time.Duration
+	// MaxInflightWrites caps the fenced writes forwarded at once (503
+	// too_many_writes beyond); 0: no cap.
+	MaxInflightWrites int
+}
+
+// NewRoute compiles a route around its upstream. Method names must be in
+// their canonical (upper-case) spelling.
+func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
+	vars := c.Vars
+	if vars == nil {
+		vars = func(string) bool { return false }
+	}
+	tmpl, err := resource.ParseTemplate(c.Resource, vars)
 	if err != nil {
 		return nil, err
 	}
-	if tmpl.Uses("host") && c.Match.Host == "" {
+	if tmpl.Uses("host") && c.Host == "" {
 		return nil, fmt.Errorf("route %s: {host} in the resource template needs match.host", c.Name)
 	}
 	rt := &Route{
 		Name:         c.Name,
-		host:         canonicalHost(c.Match.Host),
-		prefix:       c.Match.PathPrefix,
+		host:         canonicalHost(c.Host),
+		prefix:       c.PathPrefix,
 		known:        make(map[string]bool),
 		fenceReads:   c.FenceReads,
 		fold:         c.CaseInsensitive,
 		tmpl:         tmpl,
 		maxBody:      c.MaxBodyBytes,
-		timeout:      c.UpstreamTimeout(),
+		timeout:      c.Timeout,
 		drainTimeout: c.DrainTimeout,
 		upstream:     up,
 		writes:       newWriteLimit(c.MaxInflightWrites),
 	}
-	if c.Match.Host == "" {
+	if c.Host == "" {
 		rt.host = ""
 	}
 	if rt.fold {
@@ -119,14 +161,14 @@ func NewRoute(c config.Route, up Upstream) (*Route, error) {
 		rt.decided = append(rt.decided, textproto.CanonicalMIMEHeaderKey(h))
 	}
 	// Method names are compared exactly (RFC 9110 §9.1: case-sensitive);
-	// config.Parse has upper-cased the file's names, and the gateway
+	// config.Parse upper-cases the file's names, and the gateway
 	// refuses requests with lower-case methods before any route matches.
 	for _, m := range c.ExtensionMethods {
 		rt.known[m] = true
 	}
-	if len(c.Match.Methods) > 0 {
+	if len(c.Methods) > 0 {
 		rt.methods = make(map[string]bool)
-		for _, m := range c.Match.Methods {
+		for _, m := range c.Methods {
 			rt.methods[m] = true
 		}
 	}
@@ -176,9 +218,9 @@ func (rt *Route) fences(method string) bool {
 	case rt.fenceReads:
 		return true
 	case rt.fenced == nil:
-		return !config.ReadMethod(method)
+		return !fencegate.ReadMethod(method)
 	}
-	return rt.fenced[method] || !(config.KnownMethod(method) || rt.known[method])
+	return rt.fenced[method] || !(fencegate.KnownMethod(method) || rt.known[method])
 }
 
 // resources derives the fence keys of a request: one, or one per object of

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -338,11 +338,11 @@ func TestHostKeyIsCanonical(t *testing.T) {
 // TestHostTemplateNeedsPinnedHost: callers that build routes without
 // config validation get the same refusal.
 func TestHostTemplateNeedsPinnedHost(t *testing.T) {
-	up, err := gateway.NewHTTPUpstream(&config.Upstream{URL: "http://127.0.0.1:1"}, gateway.HTTPUpstreamOptions{})
+	up, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{URL: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gateway.NewRoute(config.Route{Name: "r", Resource: "{host}{path}"}, up); err == nil {
+	if _, err := gateway.NewRoute(gateway.RouteOptions{Name: "r", Resource: "{host}{path}"}, up); err == nil {
 		t.Fatal("NewRoute accepted {host} without match.host")
 	}
 }
@@ -394,9 +394,9 @@ func FuzzMethod(f *testing.F) {
 			t.Fatalf("sent %q, upstream got %q", m, got[0].Method)
 		}
 		u := strings.ToUpper(m)
-		mayPass := config.ReadMethod(u)
+		mayPass := fencegate.ReadMethod(u)
 		if legacy {
-			mayPass = !legacyFenced[u] && config.KnownMethod(u)
+			mayPass = !legacyFenced[u] && fencegate.KnownMethod(u)
 		}
 		if !mayPass {
 			t.Fatalf("%q forwarded without a token on %s (status %d)", m, path, resp.StatusCode)

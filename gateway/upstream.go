@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/precondition"
 )
 
@@ -31,6 +30,12 @@ type HTTPUpstream struct {
 
 // HTTPUpstreamOptions configure NewHTTPUpstream.
 type HTTPUpstreamOptions struct {
+	// URL is the upstream's absolute http(s) URL; its path prefixes every
+	// forwarded path.
+	URL string
+	// Headers are set on every forwarded request (credential injection),
+	// replacing the worker's own copies.
+	Headers map[string]string
 	// Transport carries the requests. Nil means a transport of the
 	// gateway's own (never http.DefaultTransport, which others may tune).
 	Transport http.RoundTripper
@@ -48,14 +53,14 @@ type HTTPUpstreamOptions struct {
 
 var _ Upstream = (*HTTPUpstream)(nil)
 
-// NewHTTPUpstream returns an upstream for a route's `upstream:` section.
-func NewHTTPUpstream(c *config.Upstream, opts HTTPUpstreamOptions) (*HTTPUpstream, error) {
-	u, err := url.Parse(c.URL)
+// NewHTTPUpstream returns an upstream forwarding to opts.URL.
+func NewHTTPUpstream(opts HTTPUpstreamOptions) (*HTTPUpstream, error) {
+	u, err := url.Parse(opts.URL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream url: %w", err)
 	}
 	h := &HTTPUpstream{target: u, inject: make(http.Header), tokenHeader: opts.TokenHeader}
-	for k, v := range c.Headers {
+	for k, v := range opts.Headers {
 		h.inject.Set(k, v)
 	}
 	h.transport = opts.Transport

@@ -35,7 +35,8 @@ func (s *Server) setupEdges(ctx context.Context, cfg *config.Config) error {
 	if err := s.setAPIAuth(cfg); err != nil {
 		return err
 	}
-	opts := tlsconf.Options{Logger: s.log}
+	opts := TLSOptions(cfg.TLS)
+	opts.Logger = s.log
 	if cfg.TLS.Mode == "acme" {
 		storage, err := s.certStorage(ctx, cfg)
 		if err != nil {
@@ -43,7 +44,7 @@ func (s *Server) setupEdges(ctx context.Context, cfg *config.Config) error {
 		}
 		opts.Storage = storage
 	}
-	m, err := tlsconf.New(cfg.TLS, opts)
+	m, err := tlsconf.New(opts)
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func (s *Server) certStorage(ctx context.Context, cfg *config.Config) (certmagic
 
 func (s *Server) setAPIAuth(cfg *config.Config) error {
 	for name, a := range map[string]*config.Auth{"admin": cfg.Admin.Auth, "coordinator": cfg.Coordinator.Auth} {
-		au, err := auth.New(a)
+		au, err := auth.New(AuthOptions(a))
 		if err != nil {
 			return fmt.Errorf("%s.auth: %w", name, err)
 		}
@@ -149,7 +150,7 @@ func upstreamTransport(u *config.Upstream, shared http.RoundTripper) (http.Round
 	if u.TLS == nil {
 		return shared, nil
 	}
-	tc, err := tlsconf.UpstreamConfig(u.TLS)
+	tc, err := tlsconf.UpstreamConfig(UpstreamTLSOptions(u.TLS))
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func upstreamTransport(u *config.Upstream, shared http.RoundTripper) (http.Round
 // routeAuth is a route's Authenticator; a nil interface when the route
 // asks for no credentials.
 func routeAuth(a *config.Auth) (gateway.Authenticator, error) {
-	au, err := auth.New(a)
+	au, err := auth.New(AuthOptions(a))
 	if err != nil || au == nil {
 		return nil, err
 	}

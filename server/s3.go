@@ -17,17 +17,15 @@ import (
 // newS3Upstream builds the upstream of an `s3:` route. ETags are recorded in
 // the process's store when it can keep them (bolt and postgres can).
 func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transport http.RoundTripper, stores []gateway.Store) (*s3.Upstream, error) {
-	opts := s3.Options{
-		Transport:   transport,
-		TokenHeader: cfg.Gateway.TokenHeader,
-		Logger:      log.With("component", "s3", "route", rc.Name),
-	}
+	opts := S3Options(rc, cfg.Gateway.TokenHeader)
+	opts.Transport = transport
+	opts.Logger = log.With("component", "s3", "route", rc.Name)
 	if rc.Precondition == "etag" {
 		opts.ETags = etagStore(stores)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	up, err := s3.New(ctx, rc, opts)
+	up, err := s3.New(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

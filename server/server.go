@@ -163,15 +163,13 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
-			opts := gateway.HTTPUpstreamOptions{Transport: telemetry.Transport(tr), Route: rc.Name,
-				Logger: log.With("component", "upstream", "route", rc.Name)}
-			if rc.ForwardToken != nil && !*rc.ForwardToken {
-				opts.TokenHeader = cfg.Gateway.TokenHeader
-			}
+			opts := HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader)
+			opts.Transport = telemetry.Transport(tr)
+			opts.Logger = log.With("component", "upstream", "route", rc.Name)
 			if rc.Precondition == "etag" {
 				opts.ETags = etagStore(store)
 			}
-			h, err := gateway.NewHTTPUpstream(rc.Upstream, opts)
+			h, err := gateway.NewHTTPUpstream(opts)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
@@ -186,7 +184,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			}
 			up = s3up
 		}
-		rt, err := gateway.NewRoute(rc, up)
+		rt, err := gateway.NewRoute(RouteOptions(rc), up)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 		}

@@ -12,7 +12,7 @@ import (
 // telemetry.otlp_endpoint set, its tracer provider; /metrics goes on the
 // admin listener. The provider is flushed when the server closes.
 func (s *Server) setupTelemetry(ctx context.Context, cfg *config.Config) error {
-	t, err := telemetry.New(ctx, cfg.Telemetry, telemetry.Options{})
+	t, err := telemetry.New(ctx, TelemetryOptions(cfg.Telemetry))
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -25,7 +24,7 @@ import (
 // is logged once with the trace id.
 func TestCoordinatorInstrumented(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
-	tel, err := telemetry.New(context.Background(), config.Telemetry{}, telemetry.Options{SpanExporter: keepSpans{spans}})
+	tel, err := telemetry.New(context.Background(), telemetry.Options{SpanExporter: keepSpans{spans}})
 	if err != nil {
 		t.Fatal(err)
 	}

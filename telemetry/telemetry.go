@@ -31,8 +31,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/fencegate/fencegate/config"
 )
 
 // ScopeName is the instrumentation scope of fencegate's own spans.
@@ -59,15 +57,20 @@ type Telemetry struct {
 
 // Options tune New.
 type Options struct {
+	// OTLPEndpoint is the http(s) URL of an OTLP/HTTP trace receiver;
+	// empty: tracing off.
+	OTLPEndpoint string
+	// ServiceName is the service.name of spans. Empty: fencegate.
+	ServiceName string
 	// SpanExporter, if set, replaces the OTLP exporter (tests). Tracing is
 	// then on whatever the endpoint says.
 	SpanExporter sdktrace.SpanExporter
 }
 
-// New builds the telemetry of a process from cfg. With an empty
-// OTLPEndpoint (and no Options.SpanExporter) tracing is off and every
-// tracing hook of this package is a no-op.
-func New(ctx context.Context, cfg config.Telemetry, opts Options) (*Telemetry, error) {
+// New builds the telemetry of a process. With an empty OTLPEndpoint (and
+// no SpanExporter) tracing is off and every tracing hook of this package is
+// a no-op.
+func New(ctx context.Context, opts Options) (*Telemetry, error) {
 	t := &Telemetry{
 		Registry: prometheus.NewRegistry(),
 		// Only W3C trace context: it is what workers, the coordinator
@@ -83,8 +86,8 @@ func New(ctx context.Context, cfg config.Telemetry, opts Options) (*Telemetry, e
 	t.Ops = newOpsMetrics(t.Registry)
 
 	exp := opts.SpanExporter
-	if exp == nil && cfg.OTLPEndpoint != "" {
-		u, err := ParseEndpoint(cfg.OTLPEndpoint)
+	if exp == nil && opts.OTLPEndpoint != "" {
+		u, err := ParseEndpoint(opts.OTLPEndpoint)
 		if err != nil {
 			return nil, fmt.Errorf("telemetry.otlp_endpoint: %w", err)
 		}
@@ -100,7 +103,7 @@ func New(ctx context.Context, cfg config.Telemetry, opts Options) (*Telemetry, e
 		t.tracer = t.tp.Tracer(ScopeName)
 		return t, nil
 	}
-	name := cfg.ServiceName
+	name := opts.ServiceName
 	if name == "" {
 		name = "fencegate"
 	}

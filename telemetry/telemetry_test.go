@@ -85,7 +85,8 @@ func newHarness(t *testing.T, tracing bool) *harness {
 		h.spans = tracetest.NewInMemoryExporter()
 		opts.SpanExporter = keepSpans{h.spans}
 	}
-	tel, err := telemetry.New(context.Background(), config.Telemetry{ServiceName: "fencegate-test"}, opts)
+	opts.ServiceName = "fencegate-test"
+	tel, err := telemetry.New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +106,15 @@ func newHarness(t *testing.T, tracing bool) *harness {
 		Logger:     slog.New(slog.NewJSONHandler(h.logs, nil)),
 		LogContext: telemetry.LogAttrs,
 	})
-	hu, err := gateway.NewHTTPUpstream(&config.Upstream{URL: up.URL}, gateway.HTTPUpstreamOptions{
+	hu, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{
+		URL:       up.URL,
 		Transport: telemetry.Transport(gateway.NewTransport(nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := gateway.NewRoute(config.Route{
-		Name: "orders", Match: config.Match{PathPrefix: "/orders/"}, Resource: "{path}",
+	rt, err := gateway.NewRoute(gateway.RouteOptions{
+		Name: "orders", PathPrefix: "/orders/", Resource: "{path}",
 		FencedMethods: []string{"PUT", "POST", "PATCH", "DELETE"},
 	}, hu)
 	if err != nil {
@@ -452,7 +454,7 @@ func TestDrainWaitObserved(t *testing.T) {
 
 // With tracing off nothing is wrapped and no span context exists.
 func TestTracingOffIsNoop(t *testing.T) {
-	tel, err := telemetry.New(context.Background(), config.Telemetry{}, telemetry.Options{})
+	tel, err := telemetry.New(context.Background(), telemetry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

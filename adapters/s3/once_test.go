@@ -19,7 +19,6 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/s3"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -33,11 +32,12 @@ func TestSignatureVerifiedOnce(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	var reads atomic.Int64
-	rc := config.Route{Name: "objects", Resource: "{bucket}/{key}", S3: &config.S3{
+	u, err := s3.New(context.Background(), s3.Options{
+		Route: "objects", Resource: "{bucket}/{key}",
 		Endpoint: up.URL, AccessKeyID: "gw", SecretAccessKey: "gw-secret",
-		Clients: []config.S3Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
-	}}
-	u, err := s3.New(context.Background(), rc, s3.Options{Now: func() time.Time { reads.Add(1); return time.Now() }})
+		Clients: []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
+		Now:     func() time.Time { reads.Add(1); return time.Now() },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestSignatureVerifiedOnce(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
-	rt, err := gateway.NewRoute(rc, u)
+	rt, err := gateway.NewRoute(gateway.RouteOptions{Name: "objects", Resource: "{bucket}/{key}", Vars: func(n string) bool { return n == "bucket" || n == "key" }}, u)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -74,6 +73,34 @@ var (
 
 // Options configure New.
 type Options struct {
+	// Route names the route in logs.
+	Route string
+	// Endpoint is the absolute http(s) URL of the S3 service (required).
+	Endpoint string
+	// Region is the region the gateway signs for. Empty: us-east-1.
+	Region string
+	// AccessKeyID and SecretAccessKey are the gateway's own credentials;
+	// both empty: the AWS default chain (environment, shared config,
+	// instance role).
+	AccessKeyID     string
+	SecretAccessKey string
+	// Clients are the worker keys whose SigV4 signatures the gateway
+	// verifies (at least one; never the gateway's own key).
+	Clients []Client
+	// VirtualHostSuffix enables virtual-hosted requests: the bucket is the
+	// host label before this suffix. Empty: path-style only.
+	VirtualHostSuffix string
+	// Resource is the route's resource template; every {key.N} in it is a
+	// key prefix the upstream supplies.
+	Resource string
+	// PreconditionETag makes every write conditional on the ETag the
+	// gateway last wrote to the object (`precondition: etag`); it needs
+	// ETags and a Resource naming one object ({bucket} and {key}).
+	PreconditionETag bool
+	// Stamp writes each admitted write's token into the object's metadata
+	// header StampHeader (empty: DefaultStampHeader).
+	Stamp       bool
+	StampHeader string
 	// Transport carries upstream requests. Nil: gateway.NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
@@ -86,28 +113,31 @@ type Options struct {
 	Now func() time.Time
 }
 
+// Client is a worker key the gateway verifies SigV4 signatures with.
+type Client struct {
+	AccessKeyID     string
+	SecretAccessKey string
+}
+
 var keyPrefixVar = regexp.MustCompile(`\{key\.(\d+)\}`)
 
 // New returns the upstream of an S3 route. Without static credentials the
 // gateway's own come from the AWS default chain (environment, shared
 // config, instance role).
-func New(ctx context.Context, rc config.Route, opts Options) (*Upstream, error) {
-	c := rc.S3
-	if c == nil {
-		return nil, errors.New("route has no s3 section")
-	}
+func New(ctx context.Context, opts Options) (*Upstream, error) {
+	c := &opts
 	ep, err := url.Parse(c.Endpoint)
 	if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
 		return nil, fmt.Errorf("s3.endpoint must be an absolute http or https URL, got %q", c.Endpoint)
 	}
 	u := &Upstream{
-		route: rc.Name, endpoint: ep, region: c.Region,
+		route: c.Route, endpoint: ep, region: c.Region,
 		signer:      v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }),
 		clients:     make(map[string]string),
 		vhostSuffix: strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
 		tokenHeader: opts.TokenHeader,
 		etags:       opts.ETags,
-		precondEtag: rc.Precondition == "etag",
+		precondEtag: c.PreconditionETag,
 		transport:   opts.Transport,
 		log:         opts.Logger,
 		now:         opts.Now,
@@ -153,7 +183,7 @@ func New(ctx context.Context, rc config.Route, opts Options) (*Upstream, error) 
 		}
 		u.creds = cfg.Credentials
 	}
-	for _, m := range keyPrefixVar.FindAllStringSubmatch(rc.Resource, -1) {
+	for _, m := range keyPrefixVar.FindAllStringSubmatch(c.Resource, -1) {
 		n, _ := strconv.Atoi(m[1])
 		u.keyPrefixes = append(u.keyPrefixes, n)
 	}
@@ -169,7 +199,7 @@ func New(ctx context.Context, rc config.Route, opts Options) (*Upstream, error) 
 	if u.precondEtag {
 		// The ETag is an object's; a resource spanning several objects
 		// (a bucket, a key prefix) has no one ETag to compare.
-		if !strings.Contains(rc.Resource, "{bucket}") || !strings.Contains(rc.Resource, "{key}") {
+		if !strings.Contains(c.Resource, "{bucket}") || !strings.Contains(c.Resource, "{key}") {
 			return nil, errors.New("precondition: etag needs a resource template naming one object, with {bucket} and {key}")
 		}
 		if opts.ETags == nil {
@@ -177,7 +207,7 @@ func New(ctx context.Context, rc config.Route, opts Options) (*Upstream, error) 
 		}
 	}
 	if u.precondEtag {
-		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: rc.Name, Upstream: "S3", Log: u.log}
+		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: c.Route, Upstream: "S3", Log: u.log}
 	}
 	u.proxy = gateway.NewProxy(&signingTransport{u: u}, u.rewrite)
 	return u, nil

@@ -17,7 +17,6 @@ import (
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	tlsconf "github.com/fencegate/fencegate/adapters/tls"
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/acmetest"
 	"github.com/fencegate/fencegate/internal/recorder"
@@ -36,14 +35,15 @@ type replica struct {
 	addr       string
 }
 
-func startReplica(t *testing.T, c config.TLS, dbURL string, httpsAddr, httpAddr string, h http.Handler) *replica {
+func startReplica(t *testing.T, c tlsconf.Options, dbURL string, httpsAddr, httpAddr string, h http.Handler) *replica {
 	t.Helper()
 	db, err := postgres.Open(context.Background(), dbURL, postgres.Options{MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	m, err := tlsconf.New(c, tlsconf.Options{Storage: postgres.NewCertStorage(db), Logger: quiet})
+	c.Storage, c.Logger = postgres.NewCertStorage(db), quiet
+	m, err := tlsconf.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func startReplica(t *testing.T, c config.TLS, dbURL string, httpsAddr, httpAddr 
 }
 
 // fencedGateway is a real gateway (local fence over bbolt) in front of a
-// recorder, built from a route configuration like the binary's.
+// recorder, on an orders route like the binary's.
 func fencedGateway(t *testing.T, rec *recorder.Recorder) http.Handler {
 	t.Helper()
 	up := &http.Server{Handler: rec}
@@ -88,25 +88,17 @@ func fencedGateway(t *testing.T, rec *recorder.Recorder) http.Handler {
 	}
 	go up.Serve(ln)
 	t.Cleanup(func() { up.Close() })
-	cfg, err := config.Parse("acme.yaml", []byte(fmt.Sprintf(`
-gateway:
-  routes:
-    - {name: orders, match: {path_prefix: /orders/}, upstream: {url: "http://%s"}, resource: "{path}"}
-`, ln.Addr())))
-	if err != nil {
-		t.Fatal(err)
-	}
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "fg.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	gw := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: quiet})
-	up2, err := gateway.NewHTTPUpstream(cfg.Gateway.Routes[0].Upstream, gateway.HTTPUpstreamOptions{})
+	up2, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{URL: "http://" + ln.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := gateway.NewRoute(cfg.Gateway.Routes[0], up2)
+	rt, err := gateway.NewRoute(gateway.RouteOptions{Name: "orders", PathPrefix: "/orders/", Resource: "{path}"}, up2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +117,7 @@ func TestACMEPebble(t *testing.T) {
 			httpPort, tlsPort := testenv.FreePort(t), testenv.FreePort(t)
 			ca := acmetest.StartPebble(t, httpPort, tlsPort)
 			dbURL := testenv.Postgres(t).URL
-			c := config.TLS{Mode: "acme", Listeners: []string{"gateway"}, ACME: &config.ACME{
+			c := tlsconf.Options{Mode: "acme", ACME: &tlsconf.ACME{
 				Domains:      []string{"localhost"},
 				Email:        "ops@example.com",
 				CA:           ca.DirectoryURL,

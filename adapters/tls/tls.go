@@ -25,8 +25,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
-
-	"github.com/fencegate/fencegate/config"
 )
 
 // Manager holds the listeners' TLS configuration for one process.
@@ -43,6 +41,17 @@ type Manager struct {
 
 // Options configure New.
 type Options struct {
+	// Mode is off (or empty: no TLS), files or acme.
+	Mode string
+	// CertFile and KeyFile are the certificate of mode files; they are
+	// read again when they change.
+	CertFile string
+	KeyFile  string
+	// ACME configures mode acme.
+	ACME *ACME
+	// ClientCAFile, if set, asks clients for a certificate and verifies
+	// it against these roots.
+	ClientCAFile string
 	// Storage keeps ACME certificates, account keys and locks. Nil means
 	// files under DataDir, which replicas can share only through a shared
 	// file system; pass PostgreSQL storage when the store is PostgreSQL.
@@ -53,34 +62,50 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// New prepares c. Files mode loads the certificate now (a bad pair fails the
-// start); ACME mode obtains nothing until Manage. Mode off returns a Manager
-// whose ServerConfig is nil.
-func New(c config.TLS, opts Options) (*Manager, error) {
+// ACME configures certificates obtained through ACME.
+type ACME struct {
+	// Domains get certificates (at least one).
+	Domains []string
+	// Email is the ACME account's contact.
+	Email string
+	// CA is the ACME directory URL. Empty: Let's Encrypt production.
+	CA string
+	// TrustedRoots, if set, is a PEM bundle of roots to verify the CA with.
+	TrustedRoots string
+	// Challenges enabled: http-01, tls-alpn-01.
+	Challenges []string
+	// HTTPListen is the address whose port answers HTTP-01 challenges.
+	HTTPListen string
+}
+
+// New prepares the listeners' TLS. Files mode loads the certificate now (a
+// bad pair fails the start); ACME mode obtains nothing until Manage. Mode
+// off returns a Manager whose ServerConfig is nil.
+func New(opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	m := &Manager{}
-	switch c.Mode {
+	switch opts.Mode {
 	case "", "off":
 		return m, nil
 	case "files":
-		fc, err := NewFileCertificate(c.CertFile, c.KeyFile, opts.Logger)
+		fc, err := NewFileCertificate(opts.CertFile, opts.KeyFile, opts.Logger)
 		if err != nil {
 			return nil, err
 		}
 		m.tls = &tls.Config{GetCertificate: fc.GetCertificate}
 	case "acme":
-		if err := m.setupACME(c, opts); err != nil {
+		if err := m.setupACME(&opts); err != nil {
 			return nil, err
 		}
 	default:
-		return nil, fmt.Errorf("tls.mode %q: must be off, files or acme", c.Mode)
+		return nil, fmt.Errorf("tls.mode %q: must be off, files or acme", opts.Mode)
 	}
 	m.tls.MinVersion = tls.VersionTLS12
 	m.tls.NextProtos = append([]string{"h2", "http/1.1"}, m.tls.NextProtos...)
-	if c.ClientCAFile != "" {
-		pool, err := LoadPool(c.ClientCAFile)
+	if opts.ClientCAFile != "" {
+		pool, err := LoadPool(opts.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("tls.client_ca_file: %w", err)
 		}
@@ -93,8 +118,8 @@ func New(c config.TLS, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) setupACME(c config.TLS, opts Options) error {
-	a := c.ACME
+func (m *Manager) setupACME(opts *Options) error {
+	a := opts.ACME
 	if a == nil || len(a.Domains) == 0 {
 		return errors.New("tls.mode acme needs tls.acme.domains")
 	}

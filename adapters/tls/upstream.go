@@ -3,15 +3,27 @@ package tlsconf
 import (
 	"crypto/tls"
 	"fmt"
-
-	"github.com/fencegate/fencegate/config"
 )
+
+// UpstreamOptions configure the TLS client towards an https upstream.
+type UpstreamOptions struct {
+	// CAFile is a PEM bundle of roots to verify the upstream with. Empty:
+	// the system roots.
+	CAFile string
+	// ServerName overrides the name verified in the upstream's certificate
+	// (and sent as SNI). Empty: the URL's host.
+	ServerName string
+	// CertFile and KeyFile are the gateway's client certificate for mutual
+	// TLS. Both or neither.
+	CertFile string
+	KeyFile  string
+}
 
 // UpstreamConfig is the TLS client configuration for an https upstream:
 // roots from ca_file (else the system's), the name to verify (server_name,
 // else the URL's host), and the gateway's client certificate for mutual
 // TLS. Files are read now; a reload (SIGHUP) reads them again.
-func UpstreamConfig(c *config.UpstreamTLS) (*tls.Config, error) {
+func UpstreamConfig(c UpstreamOptions) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
 	if c.CAFile != "" {
 		pool, err := LoadPool(c.CAFile)

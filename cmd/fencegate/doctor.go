@@ -60,7 +60,9 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 		}
 		checked++
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		up, err := s3.New(cctx, rc, s3.Options{TokenHeader: cfg.Gateway.TokenHeader, ETags: nopETags{}})
+		opts := server.S3Options(rc, cfg.Gateway.TokenHeader)
+		opts.ETags = nopETags{}
+		up, err := s3.New(cctx, opts)
 		if err == nil {
 			err = up.CheckConditionalWrites(cctx, b)
 		}

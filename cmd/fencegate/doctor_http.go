@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/server"
 )
 
 // doctorHTTPRoutes runs the racing probe on every plain HTTP route with
@@ -31,7 +32,7 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 			continue
 		}
 		checked++
-		h, err := gateway.NewHTTPUpstream(rc.Upstream, gateway.HTTPUpstreamOptions{Route: rc.Name})
+		h, err := gateway.NewHTTPUpstream(server.HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader))
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err = h.CheckConditionalWrites(cctx, p, 0)

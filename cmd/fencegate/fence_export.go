@@ -255,11 +255,13 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	if !rc.S3.Stamp {
 		fmt.Fprintf(os.Stderr, "warning: route %s has no s3.stamp: true; objects it wrote carry no stamp\n", rc.Name)
 	}
-	up, err := s3.New(ctx, *rc, s3.Options{TokenHeader: cfg.Gateway.TokenHeader, ETags: nopETags{}})
+	opts := server.S3Options(*rc, cfg.Gateway.TokenHeader)
+	opts.ETags = nopETags{}
+	up, err := s3.New(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("route %s: %w", rc.Name, err)
 	}
-	rt, err := gateway.NewRoute(*rc, up)
+	rt, err := gateway.NewRoute(server.RouteOptions(*rc), up)
 	if err != nil {
 		return fmt.Errorf("route %s: %w", rc.Name, err)
 	}

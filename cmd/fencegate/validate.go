@@ -30,7 +30,9 @@ func (c *validateCmd) Run(ctx context.Context, args []string) error {
 	// Load the listeners' certificate and client CA files as serve would
 	// (ACME certificates are obtained only when serving).
 	if cfg.TLS.Mode == "files" {
-		m, err := tlsconf.New(cfg.TLS, tlsconf.Options{Logger: discard})
+		tlsOptions := server.TLSOptions(cfg.TLS)
+		tlsOptions.Logger = discard
+		m, err := tlsconf.New(tlsOptions)
 		if err != nil {
 			return cfg.Redact(fmt.Errorf("%s: tls: %w", *path, err))
 		}

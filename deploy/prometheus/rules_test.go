@@ -16,7 +16,6 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/telemetry"
 )
 
@@ -47,7 +46,7 @@ type dashboard struct {
 // registers (histograms also under _bucket, _count and _sum).
 func exposed(t *testing.T) map[string][]string {
 	t.Helper()
-	tel, err := telemetry.New(context.Background(), config.Telemetry{}, telemetry.Options{})
+	tel, err := telemetry.New(context.Background(), telemetry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

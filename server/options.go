@@ -1,0 +1,112 @@
+package server
+
+import (
+	"github.com/fencegate/fencegate/adapters/s3"
+	tlsconf "github.com/fencegate/fencegate/adapters/tls"
+	"github.com/fencegate/fencegate/auth"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/telemetry"
+)
+
+// This file is the one place where the configuration's shape meets the
+// libraries: each function maps a validated config section to the options
+// of the package it configures. A change of the YAML shape is a change of
+// package config and of these functions, nothing else.
+
+// RouteOptions maps a route to the gateway's compiled-route options.
+func RouteOptions(rc config.Route) gateway.RouteOptions {
+	return gateway.RouteOptions{
+		Name:              rc.Name,
+		Host:              rc.Match.Host,
+		PathPrefix:        rc.Match.PathPrefix,
+		Methods:           rc.Match.Methods,
+		FencedMethods:     rc.FencedMethods,
+		ExtensionMethods:  rc.ExtensionMethods,
+		FenceReads:        rc.FenceReads,
+		CaseInsensitive:   rc.CaseInsensitive,
+		Resource:          rc.Resource,
+		Vars:              rc.TemplateVar,
+		MaxBodyBytes:      rc.MaxBodyBytes,
+		Timeout:           rc.UpstreamTimeout(),
+		DrainTimeout:      rc.DrainTimeout,
+		MaxInflightWrites: rc.MaxInflightWrites,
+	}
+}
+
+// HTTPUpstreamOptions maps a route's `upstream:` section. tokenHeader is
+// the gateway's token header, removed from forwarded requests when the
+// route sets forward_token: false. Transport, ETags and Logger are the
+// caller's.
+func HTTPUpstreamOptions(rc config.Route, tokenHeader string) gateway.HTTPUpstreamOptions {
+	o := gateway.HTTPUpstreamOptions{Route: rc.Name}
+	if rc.Upstream != nil {
+		o.URL, o.Headers = rc.Upstream.URL, rc.Upstream.Headers
+	}
+	if rc.ForwardToken != nil && !*rc.ForwardToken {
+		o.TokenHeader = tokenHeader
+	}
+	return o
+}
+
+// S3Options maps a route's `s3:` section (which must be set). tokenHeader
+// is the gateway's token header, never forwarded to S3. Transport, ETags,
+// Logger and Now are the caller's.
+func S3Options(rc config.Route, tokenHeader string) s3.Options {
+	c := rc.S3
+	o := s3.Options{
+		Route:             rc.Name,
+		Endpoint:          c.Endpoint,
+		Region:            c.Region,
+		AccessKeyID:       c.AccessKeyID,
+		SecretAccessKey:   c.SecretAccessKey,
+		VirtualHostSuffix: c.VirtualHostSuffix,
+		Resource:          rc.Resource,
+		PreconditionETag:  rc.Precondition == "etag",
+		Stamp:             c.Stamp,
+		StampHeader:       c.StampHeader,
+		TokenHeader:       tokenHeader,
+	}
+	for _, cl := range c.Clients {
+		o.Clients = append(o.Clients, s3.Client{AccessKeyID: cl.AccessKeyID, SecretAccessKey: cl.SecretAccessKey})
+	}
+	return o
+}
+
+// AuthOptions maps an auth block (nil: no credentials asked).
+func AuthOptions(a *config.Auth) auth.Options {
+	var o auth.Options
+	if a == nil {
+		return o
+	}
+	for _, k := range a.APIKeys {
+		o.APIKeys = append(o.APIKeys, auth.APIKey{Owner: k.Owner, SHA256: k.SHA256, Prefixes: k.Prefixes})
+	}
+	for _, c := range a.ClientCerts {
+		o.ClientCerts = append(o.ClientCerts, auth.ClientCert{Name: c.Name, Prefixes: c.Prefixes})
+	}
+	return o
+}
+
+// TLSOptions maps the `tls:` section (the listeners' certificates).
+// Storage, DataDir and Logger are the caller's.
+func TLSOptions(c config.TLS) tlsconf.Options {
+	o := tlsconf.Options{Mode: c.Mode, CertFile: c.CertFile, KeyFile: c.KeyFile, ClientCAFile: c.ClientCAFile}
+	if a := c.ACME; a != nil {
+		o.ACME = &tlsconf.ACME{
+			Domains: a.Domains, Email: a.Email, CA: a.CA, TrustedRoots: a.TrustedRoots,
+			Challenges: a.Challenges, HTTPListen: a.HTTPListen,
+		}
+	}
+	return o
+}
+
+// UpstreamTLSOptions maps an `upstream.tls:` section.
+func UpstreamTLSOptions(c *config.UpstreamTLS) tlsconf.UpstreamOptions {
+	return tlsconf.UpstreamOptions{CAFile: c.CAFile, ServerName: c.ServerName, CertFile: c.CertFile, KeyFile: c.KeyFile}
+}
+
+// TelemetryOptions maps the `telemetry:` section.
+func TelemetryOptions(c config.Telemetry) telemetry.Options {
+	return telemetry.Options{OTLPEndpoint: c.OTLPEndpoint, ServiceName: c.ServiceName}
+}
