@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -31,7 +32,7 @@ func BenchmarkProxy(b *testing.B) {
 	u, _ := url.Parse(upstream.URL)
 	plain := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
-		Transport: gateway.NewTransport(nil),
+		Transport: httpup.NewTransport(nil),
 	}
 
 	st, err := bolt.Open(filepath.Join(b.TempDir(), "bench.db"), bolt.Options{})
@@ -40,7 +41,7 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	defer st.Close()
 	gw := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	up, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{URL: upstream.URL})
+	up, err := httpup.New(httpup.Options{URL: upstream.URL})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -130,7 +131,7 @@ func newGateway(b *testing.B, mode, upstream, collector string) http.Handler {
 	if mode == "none" {
 		fence := gateway.NewLocalFence(store, gateway.LocalFenceOptions{})
 		gw := gateway.New(fence, gateway.Options{})
-		up, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{URL: upstream})
+		up, err := httpup.New(httpup.Options{URL: upstream})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -153,9 +154,9 @@ func newGateway(b *testing.B, mode, upstream, collector string) http.Handler {
 	// The same wiring as server.New and server.Start.
 	fence := gateway.NewLocalFence(tel.Store(store), gateway.LocalFenceOptions{OnDrain: tel.Drained})
 	gw := gateway.New(tel.TraceFence(fence), gateway.Options{})
-	up, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{
+	up, err := httpup.New(httpup.Options{
 		URL:       upstream,
-		Transport: telemetry.Transport(gateway.NewTransport(nil)),
+		Transport: telemetry.Transport(httpup.NewTransport(nil)),
 	})
 	if err != nil {
 		b.Fatal(err)

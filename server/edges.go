@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	tlsconf "github.com/fencegate/fencegate/adapters/tls"
 	"github.com/fencegate/fencegate/auth"
@@ -154,7 +155,7 @@ func upstreamTransport(u *config.Upstream, shared http.RoundTripper) (http.Round
 	if err != nil {
 		return nil, err
 	}
-	return gateway.NewTransport(tc), nil
+	return httpup.NewTransport(tc), nil
 }
 
 // routeAuth is a route's Authenticator; a nil interface when the route

@@ -1,6 +1,7 @@
 package server
 
 import (
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/s3"
 	tlsconf "github.com/fencegate/fencegate/adapters/tls"
 	"github.com/fencegate/fencegate/auth"
@@ -38,8 +39,8 @@ func RouteOptions(rc config.Route) gateway.RouteOptions {
 // the gateway's token header, removed from forwarded requests when the
 // route sets forward_token: false. Transport, ETags and Logger are the
 // caller's.
-func HTTPUpstreamOptions(rc config.Route, tokenHeader string) gateway.HTTPUpstreamOptions {
-	o := gateway.HTTPUpstreamOptions{Route: rc.Name}
+func HTTPUpstreamOptions(rc config.Route, tokenHeader string) httpup.Options {
+	o := httpup.Options{Route: rc.Name}
 	if rc.Upstream != nil {
 		o.URL, o.Headers = rc.Upstream.URL, rc.Upstream.Headers
 	}

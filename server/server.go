@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/coordinator"
@@ -153,7 +154,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	if cfg.Gateway == nil {
 		return nil, nil
 	}
-	transport := gateway.NewTransport(nil)
+	transport := httpup.NewTransport(nil)
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {
 		var up gateway.Upstream
@@ -169,7 +170,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			if rc.Precondition == "etag" {
 				opts.ETags = etagStore(store)
 			}
-			h, err := gateway.NewHTTPUpstream(opts)
+			h, err := httpup.New(opts)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}

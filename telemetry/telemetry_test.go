@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/recorder"
@@ -106,9 +107,9 @@ func newHarness(t *testing.T, tracing bool) *harness {
 		Logger:     slog.New(slog.NewJSONHandler(h.logs, nil)),
 		LogContext: telemetry.LogAttrs,
 	})
-	hu, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{
+	hu, err := httpup.New(httpup.Options{
 		URL:       up.URL,
-		Transport: telemetry.Transport(gateway.NewTransport(nil)),
+		Transport: telemetry.Transport(httpup.NewTransport(nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

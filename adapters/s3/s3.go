@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/fencegate/fencegate"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -57,7 +58,7 @@ type Upstream struct {
 	tracker     *precondition.Tracker
 	stampHeader string // "" unless s3.stamp: the metadata header carrying the token
 	transport   http.RoundTripper
-	proxy       *gateway.Proxy
+	proxy       *httpup.Proxy
 	log         *slog.Logger
 	now         func() time.Time
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
@@ -101,7 +102,7 @@ type Options struct {
 	// header StampHeader (empty: DefaultStampHeader).
 	Stamp       bool
 	StampHeader string
-	// Transport carries upstream requests. Nil: gateway.NewTransport(nil).
+	// Transport carries upstream requests. Nil: httpup.NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
 	TokenHeader string
@@ -156,7 +157,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		u.now = time.Now
 	}
 	if u.transport == nil {
-		u.transport = gateway.NewTransport(nil)
+		u.transport = httpup.NewTransport(nil)
 	}
 	if len(c.Clients) == 0 {
 		return nil, errors.New("s3.clients: at least one worker key is required (workers never use the gateway's credentials)")
@@ -209,7 +210,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	if u.precondEtag {
 		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: c.Route, Upstream: "S3", Log: u.log}
 	}
-	u.proxy = gateway.NewProxy(&signingTransport{u: u}, u.rewrite)
+	u.proxy = httpup.NewProxy(&signingTransport{u: u}, u.rewrite)
 	return u, nil
 }
 

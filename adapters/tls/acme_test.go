@@ -1,4 +1,4 @@
-package tlsconf_test
+package tls_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	tlsconf "github.com/fencegate/fencegate/adapters/tls"
 	"github.com/fencegate/fencegate/gateway"
@@ -94,7 +95,7 @@ func fencedGateway(t *testing.T, rec *recorder.Recorder) http.Handler {
 	}
 	t.Cleanup(func() { st.Close() })
 	gw := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: quiet})
-	up2, err := gateway.NewHTTPUpstream(gateway.HTTPUpstreamOptions{URL: "http://" + ln.Addr().String()})
+	up2, err := httpup.New(httpup.Options{URL: "http://" + ln.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}

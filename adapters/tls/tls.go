@@ -1,13 +1,13 @@
-// Package tlsconf gives fencegate's listeners their certificates: from files
+// Package tls gives fencegate's listeners their certificates: from files
 // that are picked up again when they change (mode files), or obtained and
 // renewed through ACME by certmagic (mode acme), with certificates and ACME
 // locks in a certmagic.Storage that replicas share (PostgreSQL, see
 // adapters/postgres.CertStorage). It also builds the TLS clients of
 // upstreams (CA bundle, server name, client certificate for mutual TLS).
 //
-// The directory is adapters/tls; the package is named tlsconf so that it does
-// not shadow crypto/tls where both are imported.
-package tlsconf
+// The package is named after its directory; importers that also use
+// crypto/tls alias it (tlsconf).
+package tls
 
 import (
 	"context"

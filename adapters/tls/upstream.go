@@ -1,4 +1,4 @@
-package tlsconf
+package tls
 
 import (
 	"crypto/tls"

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/server"
 )
 
@@ -32,7 +32,7 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 			continue
 		}
 		checked++
-		h, err := gateway.NewHTTPUpstream(server.HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader))
+		h, err := httpup.New(server.HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader))
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err = h.CheckConditionalWrites(cctx, p, 0)

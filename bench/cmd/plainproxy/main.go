@@ -10,7 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 
-	"github.com/fencegate/fencegate/gateway"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 )
 
 func main() {
@@ -26,7 +26,7 @@ func main() {
 			pr.SetURL(u)
 			pr.SetXForwarded()
 		},
-		Transport: gateway.NewTransport(nil),
+		Transport: httpup.NewTransport(nil),
 	}
 	log.Fatal(http.ListenAndServe(*addr, rp))
 }

@@ -1,4 +1,4 @@
-package gateway
+package http
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
 
@@ -30,8 +31,8 @@ func etagWriteFrom(ctx context.Context) *precondition.Write {
 
 // forwardConditional forwards a fenced write with the gateway's
 // precondition and records its outcome.
-func (h *HTTPUpstream) forwardConditional(w http.ResponseWriter, r *http.Request) error {
-	req := RequestFrom(r.Context())
+func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request) error {
+	req := gateway.RequestFrom(r.Context())
 	if req == nil || req.Token == 0 || len(req.Resources) != 1 {
 		return h.proxy.Forward(w, r) // not a fenced write
 	}
@@ -95,7 +96,7 @@ func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // headETag asks the upstream for the ETag header of the object at path ("" if
 // it does not exist), with the route's injected headers and the worker's
 // Authorization, as the write itself would be sent.
-func (h *HTTPUpstream) headETag(ctx context.Context, path, auth string) (string, error) {
+func (h *Upstream) headETag(ctx context.Context, path, auth string) (string, error) {
 	base := strings.TrimSuffix(h.target.Path, "/")
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, h.target.Scheme+"://"+h.target.Host, nil)
 	if err != nil {
@@ -132,7 +133,7 @@ func (h *HTTPUpstream) headETag(ctx context.Context, path, auth string) (string,
 // this upstream on a fresh probe object under dir (a path prefix where the
 // gateway may write, e.g. "/fencegate-probe/"), with the route's injected
 // headers, and deletes the object afterwards.
-func (h *HTTPUpstream) CheckConditionalWrites(ctx context.Context, dir string, n int) error {
+func (h *Upstream) CheckConditionalWrites(ctx context.Context, dir string, n int) error {
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	path := "/" + strings.Trim(dir, "/") + "/fencegate-probe-" + hex.EncodeToString(rnd[:])
@@ -143,7 +144,7 @@ func (h *HTTPUpstream) CheckConditionalWrites(ctx context.Context, dir string, n
 }
 
 type httpProbe struct {
-	h    *HTTPUpstream
+	h    *Upstream
 	path string
 }
 

@@ -1,4 +1,18 @@
-package gateway
+// Package http is fencegate's plain HTTP(S) upstream adapter: it forwards
+// admitted requests to an upstream URL with httputil.ReverseProxy (bodies
+// stream both ways, hop-by-hop headers dropped, X-Forwarded-* set), injects
+// the route's credentials, removes the token header when asked, and with
+// `precondition: etag` makes fenced writes conditional on the ETag of the
+// gateway's last write (precondition.go).
+//
+// It also holds the streaming core every upstream adapter shares: Proxy
+// (a ReverseProxy whose transport errors go back to the gateway) and
+// NewTransport (the gateway's own transport, never
+// http.DefaultTransport). The S3 adapter builds on them.
+//
+// The package is named after its directory; importers alias it (httpup)
+// where net/http is imported too.
+package http
 
 import (
 	"context"
@@ -13,13 +27,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
 
-// HTTPUpstream forwards to a plain HTTP(S) upstream with
-// httputil.ReverseProxy: bodies stream in both directions, hop-by-hop headers
-// are dropped, X-Forwarded-* are set.
-type HTTPUpstream struct {
+// Upstream forwards to a plain HTTP(S) upstream. It implements
+// gateway.Upstream.
+type Upstream struct {
 	target      *url.URL
 	inject      http.Header // set on every forwarded request
 	tokenHeader string      // removed before forwarding unless forwardToken
@@ -28,8 +42,8 @@ type HTTPUpstream struct {
 	tracker     *precondition.Tracker // precondition: etag; nil: none
 }
 
-// HTTPUpstreamOptions configure NewHTTPUpstream.
-type HTTPUpstreamOptions struct {
+// Options configure New.
+type Options struct {
 	// URL is the upstream's absolute http(s) URL; its path prefixes every
 	// forwarded path.
 	URL string
@@ -51,15 +65,15 @@ type HTTPUpstreamOptions struct {
 	Logger *slog.Logger
 }
 
-var _ Upstream = (*HTTPUpstream)(nil)
+var _ gateway.Upstream = (*Upstream)(nil)
 
-// NewHTTPUpstream returns an upstream forwarding to opts.URL.
-func NewHTTPUpstream(opts HTTPUpstreamOptions) (*HTTPUpstream, error) {
+// New returns an upstream forwarding to opts.URL.
+func New(opts Options) (*Upstream, error) {
 	u, err := url.Parse(opts.URL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream url: %w", err)
 	}
-	h := &HTTPUpstream{target: u, inject: make(http.Header), tokenHeader: opts.TokenHeader}
+	h := &Upstream{target: u, inject: make(http.Header), tokenHeader: opts.TokenHeader}
 	for k, v := range opts.Headers {
 		h.inject.Set(k, v)
 	}
@@ -76,8 +90,8 @@ func NewHTTPUpstream(opts HTTPUpstreamOptions) (*HTTPUpstream, error) {
 	return h, nil
 }
 
-func (h *HTTPUpstream) rewrite(pr *httputil.ProxyRequest) {
-	req := RequestFrom(pr.In.Context())
+func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
+	req := gateway.RequestFrom(pr.In.Context())
 	pr.Out.URL.Scheme = h.target.Scheme
 	pr.Out.URL.Host = h.target.Host
 	// Forward the canonical path the fence key was derived from, not the
@@ -102,8 +116,8 @@ func (h *HTTPUpstream) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
-// Forward implements Upstream.
-func (h *HTTPUpstream) Forward(w http.ResponseWriter, r *http.Request) error {
+// Forward implements gateway.Upstream.
+func (h *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 	if h.tracker != nil {
 		return h.forwardConditional(w, r)
 	}
