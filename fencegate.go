@@ -16,8 +16,31 @@ import (
 	"time"
 )
 
-// DefaultTokenHeader is the request header that carries the fencing token.
-const DefaultTokenHeader = "Fencing-Token"
+// Defaults that the configuration and the libraries share. Each is defined
+// here once; everything else refers to it.
+const (
+	// DefaultTokenHeader is the request header that carries the fencing token.
+	DefaultTokenHeader = "Fencing-Token"
+	// DefaultUpstreamTimeout bounds one forwarded request, body and answer,
+	// on a route that sets no timeout.
+	DefaultUpstreamTimeout = 30 * time.Second
+	// DrainMargin is how much longer than its route's forward timeout a
+	// newer write waits, by default, for older ones still in flight: by
+	// then the timeout has ended every older forward.
+	DrainMargin = time.Second
+	// DefaultDrainTimeout is the drain wait of a route with the default
+	// forward timeout.
+	DefaultDrainTimeout = DefaultUpstreamTimeout + DrainMargin
+	// DefaultStoreTimeout bounds one call to the fence store (a PostgreSQL
+	// statement and its lock waits).
+	DefaultStoreTimeout = 5 * time.Second
+	// MaxRefusalBody is as much of a refusal's body as clients read to
+	// decode it (a refusal is far smaller).
+	MaxRefusalBody = 64 << 10
+	// MaxAPIBody caps the JSON request bodies of the coordinator and admin
+	// APIs.
+	MaxAPIBody = 64 << 10
+)
 
 // MaxToken is the largest valid token (tokens are positive int64 so that they
 // fit a PostgreSQL bigint and a sequence).

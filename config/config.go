@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/resource"
 	"github.com/goccy/go-yaml"
 )
@@ -271,12 +272,21 @@ type Log struct {
 	Access bool `yaml:"access"`
 }
 
+// Defaults of the listeners' HTTP servers. The gateway's can be set in the
+// file; the operator listeners (server/listeners.go) use them as they are.
+const (
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultShutdownTimeout   = 30 * time.Second
+)
+
 // DefaultConfig is the configuration before the file is applied.
 func DefaultConfig() *Config {
 	return &Config{
 		Store:       Store{},
 		Fence:       Fence{Mode: "local"},
-		Coordinator: Coordinator{Listen: "127.0.0.1:8081", DefaultTTL: 30 * time.Second, MaxTTL: 10 * time.Minute, MaxWait: time.Minute},
+		Coordinator: Coordinator{Listen: "127.0.0.1:8081", DefaultTTL: coordinator.DefaultLeaseTTL, MaxTTL: coordinator.DefaultMaxTTL, MaxWait: coordinator.DefaultMaxWait},
 		Admin:       Admin{Listen: "127.0.0.1:9090"},
 		TLS:         TLS{Mode: "off"},
 		Telemetry:   Telemetry{ServiceName: "fencegate"},
@@ -298,7 +308,7 @@ func (c *Config) applyDefaults() {
 		c.Store.Marker = c.Store.Embedded.Path + ".marker"
 	}
 	if p := c.Store.Postgres; p != nil && p.Timeout == 0 {
-		p.Timeout = 5 * time.Second
+		p.Timeout = fencegate.DefaultStoreTimeout
 	}
 	if p := c.Store.Postgres; p != nil && p.MaxConns == 0 && c.Fence.Mode == "shared" {
 		// Advances and drains; writes in flight hold no connection.
@@ -318,19 +328,19 @@ func (c *Config) applyDefaults() {
 		g.Listen = "127.0.0.1:8080"
 	}
 	if g.TokenHeader == "" {
-		g.TokenHeader = "Fencing-Token"
+		g.TokenHeader = fencegate.DefaultTokenHeader
 	}
 	if g.MaxHeaderBytes == 0 {
-		g.MaxHeaderBytes = 64 << 10
+		g.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if g.ReadHeaderTimeout == 0 {
-		g.ReadHeaderTimeout = 10 * time.Second
+		g.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
 	if g.IdleTimeout == 0 {
-		g.IdleTimeout = 2 * time.Minute
+		g.IdleTimeout = DefaultIdleTimeout
 	}
 	if g.ShutdownTimeout == 0 {
-		g.ShutdownTimeout = 30 * time.Second
+		g.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	for i := range g.Routes {
 		r := &g.Routes[i]
@@ -343,13 +353,13 @@ func (c *Config) applyDefaults() {
 			}
 		}
 		if r.Upstream != nil && r.Upstream.Timeout == 0 {
-			r.Upstream.Timeout = 30 * time.Second
+			r.Upstream.Timeout = fencegate.DefaultUpstreamTimeout
 		}
 		if r.S3 != nil && r.S3.Timeout == 0 {
-			r.S3.Timeout = 30 * time.Second
+			r.S3.Timeout = fencegate.DefaultUpstreamTimeout
 		}
 		if r.DrainTimeout == 0 {
-			r.DrainTimeout = r.UpstreamTimeout() + time.Second
+			r.DrainTimeout = r.UpstreamTimeout() + fencegate.DrainMargin
 		}
 		if r.ForwardToken == nil {
 			t := true
@@ -377,7 +387,7 @@ func (r *Route) UpstreamTimeout() time.Duration {
 	case r.S3 != nil:
 		return r.S3.Timeout
 	}
-	return 30 * time.Second
+	return fencegate.DefaultUpstreamTimeout
 }
 
 // Load reads, expands, decodes and validates the file at path.

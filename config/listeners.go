@@ -5,6 +5,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/coordinator"
 )
 
 // Listener limits and the protection of the operator APIs (admin,
@@ -46,9 +48,9 @@ func (f Fence) MaxAdvanceOrDefault() int64 {
 	return f.MaxAdvance
 }
 
-// CoordinatorWriteTimeout bounds writing one coordinator answer: an acquire
-// may wait up to max_wait before it answers.
-func (c Coordinator) WriteTimeout() time.Duration { return c.MaxWait + 30*time.Second }
+// WriteTimeout bounds writing one coordinator answer: an acquire may wait
+// up to max_wait before it answers.
+func (c Coordinator) WriteTimeout() time.Duration { return c.MaxWait + coordinator.AnswerMargin }
 
 // IsLoopback reports whether a listen address binds only the loopback
 // interface (127.0.0.0/8, ::1, localhost). ":8081" and "0.0.0.0:8081" do not.

@@ -71,7 +71,7 @@ type ReleaseResponse struct {
 }
 
 // maxBody caps request bodies; a request is a few names and numbers.
-const maxBody = 64 << 10
+const maxBody = fencegate.MaxAPIBody
 
 // Handler returns the HTTP JSON API:
 //

@@ -59,9 +59,20 @@ func (s *Service) log() *slog.Logger {
 	return slog.Default()
 }
 
-func (s *Service) defaultTTL() time.Duration { return orDefault(s.DefaultTTL, 30*time.Second) }
-func (s *Service) maxTTL() time.Duration     { return orDefault(s.MaxTTL, 10*time.Minute) }
-func (s *Service) maxWait() time.Duration    { return orDefault(s.MaxWait, time.Minute) }
+// Defaults of Service's limits (and of the coordinator's configuration).
+const (
+	DefaultLeaseTTL = 30 * time.Second
+	DefaultMaxTTL   = 10 * time.Minute
+	DefaultMaxWait  = time.Minute
+	// AnswerMargin is how long an acquire's answer may take beyond the
+	// time it waits for the lease (the coordinator's write timeout, a
+	// client's request timeout).
+	AnswerMargin = 30 * time.Second
+)
+
+func (s *Service) defaultTTL() time.Duration { return orDefault(s.DefaultTTL, DefaultLeaseTTL) }
+func (s *Service) maxTTL() time.Duration     { return orDefault(s.MaxTTL, DefaultMaxTTL) }
+func (s *Service) maxWait() time.Duration    { return orDefault(s.MaxWait, DefaultMaxWait) }
 
 func orDefault(d, def time.Duration) time.Duration {
 	if d > 0 {

@@ -118,7 +118,7 @@ type advanceRequest struct {
 }
 
 func decodeStrict(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec := json.NewDecoder(io.LimitReader(r.Body, fencegate.MaxAPIBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "body: %v", err).WriteJSON(w)

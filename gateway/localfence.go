@@ -96,10 +96,10 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 		opts.MaxEntries = 100000
 	}
 	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = 31 * time.Second
+		opts.DrainTimeout = fencegate.DefaultDrainTimeout
 	}
 	if opts.StoreTimeout <= 0 {
-		opts.StoreTimeout = 5 * time.Second
+		opts.StoreTimeout = fencegate.DefaultStoreTimeout
 	}
 	f := &LocalFence{
 		store:        store,

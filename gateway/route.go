@@ -113,7 +113,8 @@ type RouteOptions struct {
 	Vars func(name string) bool
 	// MaxBodyBytes caps request bodies (413 beyond); 0: no limit.
 	MaxBodyBytes int64
-	// Timeout bounds one forwarded request; 0: 30 s.
+	// Timeout bounds one forwarded request; 0:
+	// fencegate.DefaultUpstreamTimeout.
 	Timeout time.Duration
 	// DrainTimeout bounds the wait of a newer write for older ones in
 	// flight.
@@ -179,7 +180,7 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 		}
 	}
 	if rt.timeout <= 0 {
-		rt.timeout = 30 * time.Second
+		rt.timeout = fencegate.DefaultUpstreamTimeout
 	}
 	rt.inspector, _ = up.(Inspector)
 	rt.errWriter, _ = up.(ErrorWriter)

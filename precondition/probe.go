@@ -29,6 +29,9 @@ type ProbeTarget interface {
 // ProbeWriters is how many conditional writes the probe races by default.
 const ProbeWriters = 16
 
+// ProbeTimeout bounds one run of the racing probe (serve at start, doctor).
+const ProbeTimeout = 30 * time.Second
+
 // Probe races n conditional writes (n <= 1: ProbeWriters) to one absent
 // probe object, then n to the version one of them created: exactly one of
 // each round may win, the others must be refused with 412 (or 409, which

@@ -28,10 +28,10 @@ import (
 // Timeouts of the operator listeners (admin, acme-http). The coordinator's
 // write timeout follows its max_wait (an acquire may wait that long).
 const (
-	apiReadHeaderTimeout = 10 * time.Second
+	apiReadHeaderTimeout = config.DefaultReadHeaderTimeout
 	apiReadTimeout       = 30 * time.Second
 	apiWriteTimeout      = time.Minute
-	apiIdleTimeout       = 2 * time.Minute
+	apiIdleTimeout       = config.DefaultIdleTimeout
 	acmeMaxConnections   = 128
 	// fdReserve are descriptors kept for the store, upstream dials beyond
 	// one per gateway connection, log files and the like.
@@ -81,7 +81,7 @@ func (s *Server) apiServer(h http.Handler, writeTimeout time.Duration) *http.Ser
 		ReadTimeout:       apiReadTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       apiIdleTimeout,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    config.DefaultMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 }

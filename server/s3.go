@@ -52,7 +52,7 @@ func checkHTTPUpstream(rc config.Route, h *httpup.Upstream, stores []gateway.Sto
 	if len(stores) == 0 || rc.Precondition != "etag" || rc.Upstream.CheckPath == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), precondition.ProbeTimeout)
 	defer cancel()
 	if err := h.CheckConditionalWrites(ctx, rc.Upstream.CheckPath, 0); err != nil {
 		return fmt.Errorf("precondition etag: %w", err)

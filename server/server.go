@@ -336,7 +336,7 @@ func sameStore(a, b config.Store) bool {
 // Shutdown stops accepting, waits for in-flight requests up to the
 // configured shutdown timeout (or ctx), then closes the store.
 func (s *Server) Shutdown(ctx context.Context) error {
-	timeout := 30 * time.Second
+	timeout := config.DefaultShutdownTimeout
 	if s.cfg.Gateway != nil {
 		timeout = s.cfg.Gateway.ShutdownTimeout
 	}

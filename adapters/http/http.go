@@ -190,10 +190,14 @@ func NewTransport(tlsConfig *tls.Config) *http.Transport {
 	}
 }
 
+// BufferSize is the size of one copy step of a streamed body (the proxy's
+// pooled buffers; the S3 adapter's chunk reader).
+const BufferSize = 32 << 10
+
 // bufferPool recycles ReverseProxy's copy buffers.
 type bufferPool struct{}
 
-var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+var buffers = sync.Pool{New: func() any { b := make([]byte, BufferSize); return &b }}
 
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }

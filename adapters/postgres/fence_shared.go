@@ -140,16 +140,16 @@ const (
 // fence_unavailable (the database may be down at start). Close ends them.
 func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = 31 * time.Second
+		opts.DrainTimeout = fencegate.DefaultDrainTimeout
 	}
 	if opts.ForwardTimeout <= 0 {
-		opts.ForwardTimeout = 30 * time.Second
+		opts.ForwardTimeout = fencegate.DefaultUpstreamTimeout
 	}
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = s.Timeout
 	}
 	if opts.StoreTimeout <= 0 {
-		opts.StoreTimeout = 5 * time.Second
+		opts.StoreTimeout = fencegate.DefaultStoreTimeout
 	}
 	if opts.AcquireTimeout <= 0 {
 		opts.AcquireTimeout = time.Second

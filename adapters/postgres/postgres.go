@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate"
 )
 
 // Store is a pool of connections to one PostgreSQL database.
@@ -38,7 +40,7 @@ type Options struct {
 // pending, which need the database now.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
-		opts.Timeout = 5 * time.Second
+		opts.Timeout = fencegate.DefaultStoreTimeout
 	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {

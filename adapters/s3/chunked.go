@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	httpup "github.com/fencegate/fencegate/adapters/http"
 )
 
 // chunkSigner re-signs a signed aws-chunked body
@@ -64,7 +66,7 @@ func (c *sigChain) trailerSig(canonical []byte) string {
 
 func newChunkSigner(body io.Reader, a *authRequest, key []byte, trailer bool, max int) *chunkSigner {
 	return &chunkSigner{
-		src:     bufio.NewReaderSize(body, 32<<10),
+		src:     bufio.NewReaderSize(body, httpup.BufferSize),
 		in:      sigChain{key: key, amzDate: a.amzDateRaw, scope: a.scope(), prev: a.signature},
 		trailer: trailer,
 		max:     max,

@@ -19,6 +19,8 @@ import (
 	"github.com/fencegate/fencegate/coordinator/client"
 	"github.com/fencegate/fencegate/internal/recorder"
 	"github.com/fencegate/fencegate/server"
+
+	"github.com/fencegate/fencegate"
 )
 
 // demoCmd plays the stale-owner story of docs/design.md §1 against a real
@@ -139,7 +141,7 @@ func putWith(hc *http.Client, url string, token int64, value string) (int, strin
 		return 0, "", err
 	}
 	if token != 0 {
-		req.Header.Set("Fencing-Token", strconv.FormatInt(token, 10))
+		req.Header.Set(fencegate.DefaultTokenHeader, strconv.FormatInt(token, 10))
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

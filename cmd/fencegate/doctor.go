@@ -10,6 +10,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
 )
 
@@ -59,7 +60,7 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 			continue
 		}
 		checked++
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
 		opts := server.S3Options(rc, cfg.Gateway.TokenHeader)
 		opts.ETags = nopETags{}
 		up, err := s3.New(cctx, opts)

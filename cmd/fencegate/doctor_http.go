@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
 )
 
@@ -34,7 +34,7 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 		checked++
 		h, err := httpup.New(server.HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader))
 		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
 			err = h.CheckConditionalWrites(cctx, p, 0)
 			cancel()
 		}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/coordinator/client"
@@ -90,7 +89,7 @@ func (c *leaseCmd) Run(ctx context.Context, args []string) error {
 		}
 		token = t
 	}
-	cl := &client.Client{URL: *url, Owner: *owner, APIKey: apiKey(*key), HTTPClient: &http.Client{Timeout: *wait + 30*time.Second}}
+	cl := &client.Client{URL: *url, Owner: *owner, APIKey: apiKey(*key), HTTPClient: &http.Client{Timeout: *wait + coordinator.AnswerMargin}}
 
 	var rec coordinator.LeaseResponse
 	var err error

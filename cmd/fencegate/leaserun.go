@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/coordinator/client"
 )
 
@@ -85,7 +86,7 @@ func (c *leaseRunCmd) Run(ctx context.Context, args []string) error {
 	acqCtx, cancelAcq := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAcq()
 	stopAbort := context.AfterFunc(ctx, cancelAcq)
-	cl := &client.Client{URL: *url, Owner: *owner, HTTPClient: &http.Client{Timeout: *wait + 30*time.Second}}
+	cl := &client.Client{URL: *url, Owner: *owner, HTTPClient: &http.Client{Timeout: *wait + coordinator.AnswerMargin}}
 	lease, err := cl.Acquire(acqCtx, res, client.Options{TTL: *ttl, Wait: *wait})
 	if err != nil {
 		if ctx.Err() != nil {

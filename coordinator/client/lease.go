@@ -214,7 +214,7 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode != http.StatusConflict {
 		return resp, err
 	}
-	b, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	b, rerr := io.ReadAll(io.LimitReader(resp.Body, fencegate.MaxRefusalBody))
 	fe := decodeError(resp, b)
 	if rerr == nil && fe != nil && fe.Code == fencegate.CodeStaleToken {
 		resp.Body.Close()

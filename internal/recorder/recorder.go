@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate"
 )
 
 // Applied is one write the upstream applied.
@@ -78,7 +80,7 @@ func (rec *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.history = append(rec.history, Applied{
 		Key: key, Method: r.Method, Value: string(body),
-		Token: r.Header.Get("Fencing-Token"), At: time.Now(),
+		Token: r.Header.Get(fencegate.DefaultTokenHeader), At: time.Now(),
 	})
 	rec.mu.Unlock()
 	w.WriteHeader(http.StatusOK)

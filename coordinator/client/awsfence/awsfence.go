@@ -33,7 +33,7 @@ import (
 
 // Header is the header the gateway reads the token from (its default
 // token_header).
-const Header = "Fencing-Token"
+const Header = fencegate.DefaultTokenHeader
 
 // WithToken returns an s3.Options function that sends token() in the
 // Fencing-Token header of every request. token is called per request (and
@@ -101,7 +101,7 @@ var staleBody = middleware.DeserializeMiddlewareFunc("FencingStaleBody",
 		if err != nil || !ok || slot == nil || resp.StatusCode != http.StatusConflict {
 			return out, md, err
 		}
-		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, fencegate.MaxRefusalBody))
 		resp.Body.Close()
 		resp.Body = io.NopCloser(bytes.NewReader(b)) // for the SDK's deserializer
 		var doc struct {
