@@ -341,7 +341,7 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 		slog.Int("status", e.Status),
 	}
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("cause", e.Err.Error()))
+		attrs = append(attrs, slog.String("err", e.Err.Error()))
 	}
 	if g.logContext != nil {
 		attrs = append(attrs, g.logContext(r.Context())...)

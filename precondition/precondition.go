@@ -243,7 +243,7 @@ func (t *Tracker) refusal(ctx context.Context, w *Write) error {
 	log.LogAttrs(ctx, slog.LevelError, fencegate.CodePreconditionFailed,
 		slog.String("route", t.Route), slog.String("resource", w.resource),
 		slog.Int64("token", w.token),
-		slog.String("cause", up+" refused the write's ETag precondition: the object was changed by a write that bypassed the gateway, or a delayed older write"))
+		slog.String("err", up+" refused the write's ETag precondition: the object was changed by a write that bypassed the gateway, or a delayed older write"))
 	return &fencegate.Error{
 		Status: http.StatusPreconditionFailed, Code: fencegate.CodePreconditionFailed,
 		Message: "the object is not the version this gateway last wrote (a write bypassed the gateway, or a delayed one landed); " +
@@ -264,7 +264,7 @@ func (w *Write) record(ctx context.Context, etag string) {
 		}
 		log.LogAttrs(ctx, slog.LevelError, "record etag failed",
 			slog.String("route", w.t.Route), slog.String("resource", w.resource),
-			slog.Int64("token", w.token), slog.String("cause", err.Error()))
+			slog.Int64("token", w.token), slog.String("err", err.Error()))
 	}
 }
 
