@@ -1,6 +1,7 @@
 // Package fencegate holds the domain types shared by the gateway, the lease
-// coordinator and their adapters: fencing tokens, fence state and the error
-// body every refusal uses.
+// coordinator and their adapters: fencing tokens, fence state, the error
+// body every refusal uses, the HTTP method registry (methods.go) and the
+// defaults that several packages share.
 //
 // A fencing token is a strictly increasing number handed out per lease
 // acquisition. The gateway stores, per resource, the highest token it has

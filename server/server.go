@@ -1,6 +1,8 @@
 // Package server assembles one fencegate process from its configuration:
 // the store, the fence, the gateway and its routes, the admin listener, and
-// the listeners' lifecycle (start, reload, graceful shutdown).
+// the listeners' lifecycle (start, reload, graceful shutdown). It is the one
+// package besides config that knows the configuration's shape: options.go
+// maps each section to the options of the library it configures.
 package server
 
 import (

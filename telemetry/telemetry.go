@@ -3,8 +3,9 @@
 // trace ids that refusal logs carry.
 //
 // Metrics are always on: they cost a few atomic adds per request. Tracing is
-// on only when telemetry.otlp_endpoint is set; when it is off, nothing is
-// wrapped (no HTTP instrumentation, no fence decorator), so it costs nothing.
+// on only when an OTLP endpoint is set (Options.OTLPEndpoint, the file's
+// telemetry.otlp_endpoint); when it is off, nothing is wrapped (no HTTP
+// instrumentation, no fence decorator), so it costs nothing.
 //
 // Nothing here touches OpenTelemetry's global providers: the tracer provider
 // and the W3C trace-context propagator are handed to each instrumentation

@@ -1,6 +1,8 @@
 // Package postgres is fencegate's PostgreSQL store: the connection pool and
-// the versioned schema migrations shared by the fence (adapters/postgres
-// fence files) and the lease coordinator (lease files).
+// the versioned schema migrations shared by the fence (fence_*.go: records,
+// the local and the shared fence's markers, resets), the lease coordinator
+// (lease.go), ETag records (etag.go), recovery (recovery.go) and the ACME
+// certificate storage that replicas share (certstore.go).
 package postgres
 
 import (

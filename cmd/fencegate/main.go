@@ -1,12 +1,9 @@
 // Command fencegate is the fencing write-gateway: one binary for the proxy,
-// the lease coordinator and their operator tools.
-//
-//	fencegate serve    -c FILE          run what FILE configures
-//	fencegate validate -c FILE          check FILE and exit
-//	fencegate fence    show|advance|list inspect, raise or list fences (admin API)
-//	fencegate refusals                  the gateway's recent refusals (admin API)
-//	fencegate demo                      play the stale-owner story locally
-//	fencegate version
+// the lease coordinator and their operator tools. Each subcommand lives in a
+// file of its own and only wires: the configuration is mapped to the
+// libraries by package server. `fencegate help` lists the subcommands
+// (serve, validate, config, lease, fence, refusals, migrate, doctor, demo,
+// upstream, version).
 package main
 
 import (
