@@ -335,24 +335,9 @@ func (f *LocalFence) State(ctx context.Context, resource string) (fencegate.Fenc
 func (f *LocalFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
 	sh := f.shard(resource)
 	for {
-		sh.mu.Lock()
-		e, created := sh.get(resource)
-		if created {
-			if err := f.load(ctx, sh, e); err != nil {
-				return fencegate.FenceState{}, err
-			}
-			continue
-		}
-		ch := e.loading
-		if ch == nil {
-			ch = e.advancing
-		}
-		if ch != nil {
-			sh.mu.Unlock()
-			if err := wait(ctx, ch, nil); err != nil {
-				return fencegate.FenceState{}, err
-			}
-			continue
+		e, err := f.settled(ctx, sh, resource)
+		if err != nil {
+			return fencegate.FenceState{}, err
 		}
 		if token <= e.state.Highest {
 			st := e.state
@@ -362,6 +347,33 @@ func (f *LocalFence) Advance(ctx context.Context, resource string, token int64, 
 		}
 		if err := f.advance(ctx, sh, e, token, owner); err != nil {
 			return fencegate.FenceState{}, err
+		}
+	}
+}
+
+// settled returns resource's entry once it is loaded and no advance or
+// reset of it is under way (waiting for them to end), with sh.mu held. On
+// an error sh.mu is not held.
+func (f *LocalFence) settled(ctx context.Context, sh *fenceShard, resource string) (*fenceEntry, error) {
+	for {
+		sh.mu.Lock()
+		e, created := sh.get(resource)
+		if created {
+			if err := f.load(ctx, sh, e); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		ch := e.loading
+		if ch == nil {
+			ch = e.advancing
+		}
+		if ch == nil {
+			return e, nil
+		}
+		sh.mu.Unlock()
+		if err := wait(ctx, ch, nil); err != nil {
+			return nil, err
 		}
 	}
 }

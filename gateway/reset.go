@@ -22,59 +22,42 @@ type ResetFunc func(ctx context.Context) (fencegate.FenceState, error)
 // would not survive a lowering: then Lower refuses (409, retry).
 func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc) (fencegate.FenceState, error) {
 	sh := f.shard(resource)
-	for {
-		sh.mu.Lock()
-		e, created := sh.get(resource)
-		if created {
-			if err := f.load(ctx, sh, e); err != nil {
-				return fencegate.FenceState{}, err
-			}
-			continue
-		}
-		ch := e.loading
-		if ch == nil {
-			ch = e.advancing
-		}
-		if ch != nil {
-			sh.mu.Unlock()
-			if err := wait(ctx, ch, nil); err != nil {
-				return fencegate.FenceState{}, err
-			}
-			continue
-		}
-		if n := len(e.inflight); n > 0 {
-			sh.mu.Unlock()
-			return fencegate.FenceState{}, &fencegate.Error{
-				Status: http.StatusConflict, Code: fencegate.CodeFenceDraining,
-				Message:  fmt.Sprintf("%d writes for %s are in flight; a fence is lowered only when none is (retry)", n, resource),
-				Resource: resource, RetryAfter: time.Second,
-			}
-		}
-		// Hold writes off the way an advance does: they wait on advancing.
-		done := make(chan struct{})
-		e.advancing = done
-		sh.mu.Unlock()
-
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
-		st, err := reset(sctx)
-		cancel()
-
-		sh.mu.Lock()
-		e.advancing = nil
-		if err == nil {
-			st.Resource = resource
-			e.state = st
-			e.older = 0
-		}
-		close(done)
-		sh.mu.Unlock()
-		if err != nil {
-			if _, ok := err.(*fencegate.Error); ok {
-				return fencegate.FenceState{}, err
-			}
-			return fencegate.FenceState{}, fencegate.Unavailable(resource, fmt.Errorf("reset fence: %w", err))
-		}
-		st.Ready = true
-		return st, nil
+	e, err := f.settled(ctx, sh, resource)
+	if err != nil {
+		return fencegate.FenceState{}, err
 	}
+	if n := len(e.inflight); n > 0 {
+		sh.mu.Unlock()
+		return fencegate.FenceState{}, &fencegate.Error{
+			Status: http.StatusConflict, Code: fencegate.CodeFenceDraining,
+			Message:  fmt.Sprintf("%d writes for %s are in flight; a fence is lowered only when none is (retry)", n, resource),
+			Resource: resource, RetryAfter: time.Second,
+		}
+	}
+	// Hold writes off the way an advance does: they wait on advancing.
+	done := make(chan struct{})
+	e.advancing = done
+	sh.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
+	st, err := reset(sctx)
+	cancel()
+
+	sh.mu.Lock()
+	e.advancing = nil
+	if err == nil {
+		st.Resource = resource
+		e.state = st
+		e.older = 0
+	}
+	close(done)
+	sh.mu.Unlock()
+	if err != nil {
+		if _, ok := err.(*fencegate.Error); ok {
+			return fencegate.FenceState{}, err
+		}
+		return fencegate.FenceState{}, fencegate.Unavailable(resource, fmt.Errorf("reset fence: %w", err))
+	}
+	st.Ready = true
+	return st, nil
 }
