@@ -263,15 +263,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		})
 		defer stop()
 	}
-	rw := &statusWriter{ResponseWriter: w}
+	rw := &StatusWriter{ResponseWriter: w}
 	err := rt.upstream.Forward(rw, r.WithContext(withRequest(ctx, req)))
-	o.Status = rw.status
+	o.Status = rw.Status
 	if err == nil {
 		if g.log.Enabled(r.Context(), slog.LevelDebug) {
 			g.log.LogAttrs(r.Context(), slog.LevelDebug, o.Decision,
 				slog.String("route", rt.Name), slog.String("method", r.Method),
 				slog.String("resource", o.Resource), slog.Int64("token", o.Token),
-				slog.String("owner", o.Owner), slog.Int("status", rw.status))
+				slog.String("owner", o.Owner), slog.Int("status", rw.Status))
 		}
 		return
 	}
@@ -302,7 +302,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 	if ref.Err == nil && !errors.Is(err, ref) {
 		ref.Err = err // the cause, for the log line; never a cycle
 	}
-	if rw.status != 0 {
+	if rw.Status != 0 {
 		// The answer had started: nothing more can be said to the client.
 		o.Decision, o.Err = ref.Code, err
 		return
@@ -411,30 +411,6 @@ func (b *sentBody) Read(p []byte) (int, error) {
 }
 
 func (b *sentBody) Close() error { return b.rc.Close() }
-
-// statusWriter remembers whether, and with what status, the answer started.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer (flush,
-// deadlines), which ReverseProxy relies on for streaming.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Request is what the gateway learnt about an admitted request; upstreams
 // find it in the request context (RequestFrom).

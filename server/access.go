@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -25,13 +26,13 @@ func (s *Server) accessLog(listener string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		e := &accessEntry{}
-		aw := &accessWriter{ResponseWriter: w}
+		aw := &gateway.StatusWriter{ResponseWriter: w}
 		h.ServeHTTP(aw, r.WithContext(context.WithValue(r.Context(), accessKey{}, e)))
 		e.mu.Lock()
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.String("route", e.route), slog.Int("status", aw.status()),
-			slog.Int64("bytes", aw.n), slog.Duration("duration", time.Since(start)),
+			slog.String("route", e.route), slog.Int("status", cmp.Or(aw.Status, http.StatusOK)),
+			slog.Int64("bytes", aw.Bytes), slog.Duration("duration", time.Since(start)),
 			slog.Int64("token", e.token), slog.String("decision", e.decision),
 			slog.String("trace_id", e.traceID),
 		}
@@ -65,37 +66,3 @@ func (e *accessEntry) observed(ctx context.Context, o *gateway.Outcome) {
 		e.traceID = sc.TraceID().String()
 	}
 }
-
-// accessWriter counts the status and body bytes sent.
-type accessWriter struct {
-	http.ResponseWriter
-	code int
-	n    int64
-}
-
-func (w *accessWriter) WriteHeader(code int) {
-	if w.code == 0 && code >= 200 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *accessWriter) Write(p []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(p)
-	w.n += int64(n)
-	return n, err
-}
-
-func (w *accessWriter) status() int {
-	if w.code == 0 {
-		return http.StatusOK
-	}
-	return w.code
-}
-
-// Unwrap lets http.ResponseController reach the connection (flush,
-// deadlines), which the gateway's streaming relies on.
-func (w *accessWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

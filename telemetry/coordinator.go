@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/coordinator"
+	"github.com/fencegate/fencegate/gateway"
 )
 
 // Lease attributes, beside fencing.resource, fencing.owner and
@@ -291,9 +292,9 @@ func (t *Telemetry) InstrumentCoordinator(h http.Handler) http.Handler {
 			return
 		}
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &gateway.StatusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r)
-		m.AcquireWait.WithLabelValues(acquireOutcome(sw.status)).Observe(time.Since(start).Seconds())
+		m.AcquireWait.WithLabelValues(acquireOutcome(sw.Status)).Observe(time.Since(start).Seconds())
 	})
 	if !t.Tracing() {
 		return timed
@@ -322,24 +323,3 @@ func acquireOutcome(status int) string {
 	}
 	return "invalid"
 }
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
