@@ -553,14 +553,10 @@ func (f *SharedFence) State(ctx context.Context, resource string) (fencegate.Fen
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	f.roundTrips.Add(1)
-	st, err := scanFence(f.pool.QueryRow(ctx, loadFenceSQL, resource))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fencegate.FenceState{Resource: resource, Ready: true}, nil
-	}
+	st, err := loadFence(ctx, f.pool, resource)
 	if err != nil {
 		return st, fencegate.Unavailable(resource, err)
 	}
-	st.Resource = resource
 	return st, nil
 }
 
@@ -571,14 +567,8 @@ func (f *SharedFence) State(ctx context.Context, resource string) (fencegate.Fen
 func (f *SharedFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
-	b := &pgx.Batch{}
-	queueAdvance(b, resource, token, owner)
 	f.roundTrips.Add(1)
-	br := f.pool.SendBatch(ctx, b)
-	st, raised, err := readAdvance(br)
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+	st, raised, err := advanceFence(ctx, f.pool, resource, token, owner)
 	if err != nil {
 		return st, fencegate.Unavailable(resource, fmt.Errorf("advance fence to %d: %w", token, err))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Store is the durable record behind a gateway.LocalFence when one gateway
@@ -52,12 +53,22 @@ func queueAdvance(b *pgx.Batch, resource string, token int64, owner string) {
 func (s *Store) LoadFence(ctx context.Context, resource string) (fencegate.FenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	st, err := scanFence(s.Pool.QueryRow(ctx, loadFenceSQL, resource))
+	st, err := loadFence(ctx, s.Pool, resource)
+	if err != nil {
+		return st, fmt.Errorf("load fence %s: %w", resource, err)
+	}
+	return st, nil
+}
+
+// loadFence reads resource's fence record; a resource never fenced is a
+// ready fence at 0.
+func loadFence(ctx context.Context, pool *pgxpool.Pool, resource string) (fencegate.FenceState, error) {
+	st, err := scanFence(pool.QueryRow(ctx, loadFenceSQL, resource))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fencegate.FenceState{Resource: resource, Ready: true}, nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("load fence %s: %w", resource, err)
+		return st, err
 	}
 	st.Resource = resource
 	return st, nil
@@ -68,13 +79,7 @@ func (s *Store) LoadFence(ctx context.Context, resource string) (fencegate.Fence
 func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	b := &pgx.Batch{}
-	queueAdvance(b, resource, token, owner)
-	br := s.Pool.SendBatch(ctx, b)
-	st, raised, err := readAdvance(br)
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+	st, raised, err := advanceFence(ctx, s.Pool, resource, token, owner)
 	if err != nil {
 		return st, fmt.Errorf("advance fence %s to %d: %w", resource, token, err)
 	}
@@ -84,6 +89,20 @@ func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 	}
 	st.Resource = resource
 	return st, nil
+}
+
+// advanceFence raises resource's fence to token in one round trip,
+// committed with a WAL flush; raised is false if the fence already stood at
+// token or above.
+func advanceFence(ctx context.Context, pool *pgxpool.Pool, resource string, token int64, owner string) (st fencegate.FenceState, raised bool, err error) {
+	b := &pgx.Batch{}
+	queueAdvance(b, resource, token, owner)
+	br := pool.SendBatch(ctx, b)
+	st, raised, err = readAdvance(br)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return st, raised, err
 }
 
 // readAdvance reads the results of queueAdvance from br; raised is false if
