@@ -40,6 +40,7 @@ package precondition
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -182,6 +183,19 @@ func (t *Tracker) Begin(ctx context.Context, resource string, token int64, kind 
 func (t *Tracker) headFailed(resource string, err error) error {
 	return &fencegate.Error{Status: http.StatusBadGateway, Code: fencegate.CodeUpstreamUnavailable,
 		Message: "cannot learn the object's current ETag from the upstream", Resource: resource, Err: err}
+}
+
+// Response does the bookkeeping of the upstream's answer to the write
+// (Answered) inside an upstream's RoundTripper: it returns resp, or the
+// precondition_failed refusal with the answer read (a bounded amount, so
+// the connection can be reused) and closed.
+func (w *Write) Response(ctx context.Context, resp *http.Response) (*http.Response, error) {
+	if err := w.Answered(ctx, resp.StatusCode, resp.Header.Get("ETag")); err != nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, fencegate.MaxRefusalBody))
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
 }
 
 // Answered does the bookkeeping of the upstream's answer (status and ETag

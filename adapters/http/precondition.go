@@ -85,12 +85,14 @@ func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || ew == nil {
 		return resp, err
 	}
-	if err := ew.Answered(req.Context(), resp.StatusCode, resp.Header.Get("ETag")); err != nil {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		return nil, err
-	}
-	return resp, nil
+	return ew.Response(req.Context(), resp)
+}
+
+// discard reads a little of an answer the gateway does not need (so that
+// the connection can be reused) and closes it.
+func discard(resp *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
 }
 
 // headETag asks the upstream for the ETag header of the object at path ("" if
@@ -113,8 +115,7 @@ func (h *Upstream) headETag(ctx context.Context, path, auth string) (string, err
 	if err != nil {
 		return "", err
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	resp.Body.Close()
+	discard(resp)
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusNoContent:
 		if e := resp.Header.Get("ETag"); e != "" {
@@ -168,8 +169,7 @@ func (p *httpProbe) do(ctx context.Context, method, body, ifMatch string) (*http
 	if err != nil {
 		return nil, err
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	resp.Body.Close()
+	discard(resp)
 	return resp, nil
 }
 

@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -477,12 +476,7 @@ func (u *Upstream) response(ctx context.Context, f *forward, resp *http.Response
 	if f.etag == nil {
 		return resp, nil
 	}
-	if err := f.etag.Answered(ctx, resp.StatusCode, resp.Header.Get("ETag")); err != nil {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		return nil, err
-	}
-	return resp, nil
+	return f.etag.Response(ctx, resp)
 }
 
 // addPrecondition makes the write conditional on the ETag the gateway last
