@@ -11,6 +11,7 @@ package fencegate
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -73,6 +74,8 @@ const (
 	// fence.max_advance allows, or a fence reset asks for a value below the
 	// highest token issued. 409.
 	CodeTokenOutOfRange = "token_out_of_range"
+	// CodeInternal: a failure inside fencegate with no better code. 500.
+	CodeInternal = "internal_error"
 )
 
 // Error is a refusal made by fencegate itself (not by an upstream). Its JSON
@@ -134,6 +137,9 @@ func Errorf(status int, code, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// The constructors below are the one place each refusal code gets its status
+// (and, where it is fixed, its wording and Retry-After).
+
 // StaleError is the headline refusal: token is older than highest.
 func StaleError(resource string, token, highest int64) *Error {
 	return &Error{
@@ -159,6 +165,108 @@ func Unavailable(resource string, err error) *Error {
 	}
 }
 
+// Draining refuses a newer write whose older in-flight writes did not end
+// within drain (I2); cause, if any, says why the wait could not finish.
+func Draining(resource string, token int64, drain time.Duration, cause error) *Error {
+	return &Error{
+		Status: http.StatusServiceUnavailable, Code: CodeFenceDraining,
+		Message:  fmt.Sprintf("an older write for %s is still in flight after %s; not forwarding token %d before it ends", resource, drain, token),
+		Resource: resource, Token: token, Highest: token,
+		RetryAfter: time.Second, Err: cause,
+	}
+}
+
+// Unverified turns the error of a token verifier into the refusal: a *Error
+// (unknown_fencing_token) as it is, anything else fence_unavailable.
+func Unverified(resource string, token int64, err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return Unavailable(resource, fmt.Errorf("verify token %d: %w", token, err))
+}
+
+// Internal is the refusal for a failure with no better code; err goes to
+// the log only.
+func Internal(err error) *Error {
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error", Err: err}
+}
+
+// AsError returns err's *Error, or Internal(err).
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return Internal(err)
+}
+
+// MissingToken: a fenced write without the token header. 428.
+func MissingToken(header string) *Error {
+	return Errorf(http.StatusPreconditionRequired, CodeMissingToken,
+		"this write is fenced: send the lease's token in the %s header", header)
+}
+
+// InvalidToken: a token header that is not one canonical token. 400.
+func InvalidToken(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, CodeInvalidToken, format, args...)
+}
+
+// NoRoute: no route matches the request. 404.
+func NoRoute(method, host, path string) *Error {
+	return Errorf(http.StatusNotFound, CodeNoRoute, "no route for %s %s%s", method, host, path)
+}
+
+// InvalidResource: the request maps to no single resource key. 400.
+func InvalidResource(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, CodeInvalidResource, format, args...)
+}
+
+// InvalidMethod: a method spelling or override the gateway will not fence. 400.
+func InvalidMethod(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, CodeInvalidMethod, format, args...)
+}
+
+// InvalidRequest: a request whose shape could change after the decision. 400.
+func InvalidRequest(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, CodeInvalidRequest, format, args...)
+}
+
+// Forbidden: owner may not write resource. 403.
+func Forbidden(owner, resource string) *Error {
+	e := Errorf(http.StatusForbidden, CodeForbidden, "%s may not write %s", owner, resource)
+	e.Resource = resource
+	return e
+}
+
+// BodyTooLarge: the body exceeds a route's limit of max bytes. 413.
+func BodyTooLarge(max int64) *Error {
+	return Errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+		"request body exceeds this route's limit of %d bytes", max)
+}
+
+// TooManyWrites: a route already forwards limit writes. 503.
+func TooManyWrites(limit int) *Error {
+	e := Errorf(http.StatusServiceUnavailable, CodeTooManyWrites,
+		"this route already forwards %d writes, its limit; retry later", limit)
+	e.RetryAfter = time.Second
+	return e
+}
+
+// UpstreamTimeout: the upstream did not answer within d. 504.
+func UpstreamTimeout(d time.Duration) *Error {
+	return Errorf(http.StatusGatewayTimeout, CodeUpstreamTimeout, "upstream did not answer within %s", d)
+}
+
+// UpstreamUnavailable: the upstream could not be reached; reason must not
+// name internal addresses. 502.
+func UpstreamUnavailable(reason string) *Error {
+	return Errorf(http.StatusBadGateway, CodeUpstreamUnavailable, "upstream request failed: %s", reason)
+}
+
 // ParseToken validates the values of the token header. A token is exactly one
 // canonical decimal integer in 1..2^63-1: no sign, no spaces, no leading zeros,
 // no list. Returns a *Error with code missing_fencing_token (no header) or
@@ -166,17 +274,14 @@ func Unavailable(resource string, err error) *Error {
 func ParseToken(header string, values []string) (int64, *Error) {
 	switch len(values) {
 	case 0:
-		return 0, Errorf(http.StatusPreconditionRequired, CodeMissingToken,
-			"this write is fenced: send the lease's token in the %s header", header)
+		return 0, MissingToken(header)
 	case 1:
 	default:
-		return 0, Errorf(http.StatusBadRequest, CodeInvalidToken,
-			"%s must be sent exactly once, got %d values", header, len(values))
+		return 0, InvalidToken("%s must be sent exactly once, got %d values", header, len(values))
 	}
 	v := values[0]
 	bad := func(why string) (int64, *Error) {
-		return 0, Errorf(http.StatusBadRequest, CodeInvalidToken,
-			"%s %s: must be a decimal integer from 1 to %d", header, why, int64(MaxToken))
+		return 0, InvalidToken("%s %s: must be a decimal integer from 1 to %d", header, why, int64(MaxToken))
 	}
 	if v == "" {
 		return bad("is empty")

@@ -238,9 +238,4 @@ func requestResource(r *http.Request) (string, *http.Request, error) {
 	return v.Resource, r2, nil
 }
 
-func refusal(err error) *fencegate.Error {
-	if e, ok := err.(*fencegate.Error); ok {
-		return e
-	}
-	return &fencegate.Error{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error", Err: err}
-}
+func refusal(err error) *fencegate.Error { return fencegate.AsError(err) }

@@ -105,7 +105,7 @@ func (a *FenceAPI) show(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := a.Fence.State(r.Context(), res)
 	if err != nil {
-		asRefusal(err).WriteJSON(w)
+		fencegate.AsError(err).WriteJSON(w)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -149,7 +149,7 @@ func (a *FenceAPI) advance(w http.ResponseWriter, r *http.Request) {
 		if err := a.Limit(ctx, res, req.Token); err != nil {
 			a.log().LogAttrs(ctx, slog.LevelWarn, "fence_advance_refused",
 				slog.String("resource", res), slog.Int64("token", req.Token), slog.String("operator", op), slog.String("err", err.Error()))
-			asRefusal(err).WriteJSON(w)
+			fencegate.AsError(err).WriteJSON(w)
 			return
 		}
 	}
@@ -161,7 +161,7 @@ func (a *FenceAPI) advance(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := a.Fence.Advance(ctx, res, req.Token, req.Owner)
 	if err != nil {
-		asRefusal(err).WriteJSON(w)
+		fencegate.AsError(err).WriteJSON(w)
 		return
 	}
 	a.log().LogAttrs(ctx, slog.LevelWarn, "fence_advanced_by_hand",
@@ -212,7 +212,7 @@ func (a *FenceAPI) reset(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.log().LogAttrs(ctx, slog.LevelWarn, "fence_reset_refused",
 			slog.String("resource", res), slog.Int64("to", req.To), slog.String("operator", op), slog.String("err", err.Error()))
-		asRefusal(err).WriteJSON(w)
+		fencegate.AsError(err).WriteJSON(w)
 		return
 	}
 	a.log().LogAttrs(ctx, slog.LevelWarn, "fence_reset_by_hand",

@@ -41,18 +41,16 @@ func (id Identity) Allows(resource string) bool {
 	return false
 }
 
-// authenticate runs the route's Authenticator, if any. It answers the
-// refusal itself and reports ok=false; otherwise it returns the request to
-// go on with: without the consumed credential header, so the worker's own
-// Authorization never reaches the upstream.
-func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, rt *Route, o *Outcome) (*http.Request, Identity, bool) {
+// authenticate runs the route's Authenticator, if any, and returns the
+// request to go on with: without the consumed credential header, so the
+// worker's own Authorization never reaches the upstream.
+func (g *Gateway) authenticate(r *http.Request, rt *Route, o *Outcome) (*http.Request, Identity, *fencegate.Error) {
 	if rt.Auth == nil {
-		return r, Identity{}, true
+		return r, Identity{}, nil
 	}
 	id, err := rt.Auth.Authenticate(r)
 	if err != nil {
-		g.refuse(w, r, rt, o, asRefusal(err))
-		return r, id, false
+		return r, id, fencegate.AsError(err)
 	}
 	o.Owner = id.Owner
 	if id.Credential != "" && r.Header.Get(id.Credential) != "" {
@@ -63,7 +61,7 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, rt *Route
 		r2.Header.Del(id.Credential)
 		r = &r2
 	}
-	return r, id, true
+	return r, id, nil
 }
 
 // authorize refuses (403 forbidden) a write to any resource outside the
@@ -72,10 +70,7 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, rt *Route
 func authorize(id Identity, keys []string) *fencegate.Error {
 	for _, k := range keys {
 		if !id.Allows(k) {
-			e := fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
-				"%s may not write %s", id.Owner, k)
-			e.Resource = k
-			return e
+			return fencegate.Forbidden(id.Owner, k)
 		}
 	}
 	return nil

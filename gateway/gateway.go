@@ -98,58 +98,62 @@ type Observer interface {
 	Observe(ctx context.Context, o *Outcome)
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. serve runs the request flow; a refusal
+// it returns is answered here, and the outcome is recorded once, here.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	o := &Outcome{Method: r.Method}
-	defer func() {
+	defer func() { // deferred: ReverseProxy aborts a broken answer with a panic
 		o.Duration = time.Since(start)
 		if g.Observer != nil {
 			g.Observer.Observe(r.Context(), o)
 		}
 	}()
+	if rt, ref := g.serve(w, r, o); ref != nil {
+		g.refuse(w, r, rt, o, ref)
+	}
+}
 
+// serve is the request flow of the README ("How a request flows"). It
+// returns the refusal to answer, if any, with the route whose dialect
+// answers it (nil: JSON). A nil refusal means the answer was given (or
+// nobody is listening for one) and o tells how the request ended.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Route, *fencegate.Error) {
+	// 1. Match a route, on the canonical path.
+	host := canonicalHost(r.Host)
 	escaped := r.URL.EscapedPath()
 	segs, err := resource.CleanPath(escaped)
 	if err != nil {
 		// The raw path only chooses the refusal's dialect (S3 clients expect
 		// XML); nothing is forwarded.
-		rt := g.match(canonicalHost(r.Host), escaped, r.Method)
-		g.refuse(w, r, rt, o, &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidResource,
-			Message: "refused path: " + err.Error()})
-		return
+		return g.match(host, escaped, r.Method), fencegate.InvalidResource("refused path: %s", err)
 	}
 	cpath := resource.JoinPath(segs, len(segs) > 0 && strings.HasSuffix(escaped, "/"))
-	host := canonicalHost(r.Host)
 	// The method is checked before routing: match.methods and the fenced
 	// set compare it exactly, so a spelling the upstream folds must not
 	// reach either. The route found without the method only picks the
 	// refusal's dialect.
 	if ref := checkMethod(r); ref != nil {
-		g.refuse(w, r, g.match(host, cpath, ""), o, ref)
-		return
+		return g.match(host, cpath, ""), ref
 	}
 	rt := g.match(host, cpath, r.Method)
 	if rt == nil {
-		g.refuse(w, r, nil, o, fencegate.Errorf(http.StatusNotFound, fencegate.CodeNoRoute,
-			"no route for %s %s%s", r.Method, host, cpath))
-		return
+		return nil, fencegate.NoRoute(r.Method, host, cpath)
 	}
 	o.Route = rt.Name
-	if ref := checkHeaders(r, g.decidedHeaders(rt)); ref != nil {
-		g.refuse(w, r, rt, o, ref)
-		return
-	}
-	r, id, ok := g.authenticate(w, r, rt, o)
-	if !ok {
-		return
-	}
 
+	// 2. Shape checks, the sender, what the route's inspector reads.
+	if ref := checkHeaders(r, g.decidedHeaders(rt)); ref != nil {
+		return rt, ref
+	}
+	r, id, ref := g.authenticate(r, rt, o)
+	if ref != nil {
+		return rt, ref
+	}
 	var insp Inspection
 	if rt.inspector != nil {
 		if insp, err = rt.inspector.Inspect(r); err != nil {
-			g.refuse(w, r, rt, o, asRefusal(err))
-			return
+			return rt, fencegate.AsError(err)
 		}
 		o.Owner = insp.Owner
 	}
@@ -157,46 +161,39 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		insp.Owner, o.Owner = id.Owner, id.Owner
 	}
 	req := &Request{Route: rt, Path: cpath, Owner: insp.Owner, Inspected: insp.State}
-
 	if !rt.fences(r.Method) {
 		o.Decision = "passthrough"
-		g.forward(w, r, rt, req, o, nil)
-		return
+		return rt, g.forward(w, r, rt, req, o, nil)
 	}
 
-	token, perr := fencegate.ParseToken(g.tokenHeader, r.Header.Values(g.tokenHeader))
-	if perr != nil {
-		g.refuse(w, r, rt, o, perr)
-		return
+	// 3. The token.
+	token, ref := fencegate.ParseToken(g.tokenHeader, r.Header.Values(g.tokenHeader))
+	if ref != nil {
+		return rt, ref
 	}
 	req.Token, o.Token = token, token
 
-	keys, kerr := rt.resources(host, cpath, segs, r.Header, insp)
-	if kerr != nil {
-		g.refuse(w, r, rt, o, kerr)
-		return
+	// 4. The resource keys, and whether the sender may write them.
+	keys, ref := rt.resources(host, cpath, segs, r.Header, insp)
+	if ref != nil {
+		return rt, ref
 	}
 	req.Resources = keys
 	o.Resource = strings.Join(keys, ",")
 	if ref := authorize(id, keys); ref != nil {
-		g.refuse(w, r, rt, o, ref)
-		return
+		return rt, ref
 	}
-
 	if rt.maxBody > 0 && r.ContentLength > rt.maxBody {
-		g.refuse(w, r, rt, o, tooLarge(rt.maxBody))
-		return
+		return rt, fencegate.BodyTooLarge(rt.maxBody)
 	}
 	if ref := rt.writes.acquire(); ref != nil {
-		g.refuse(w, r, rt, o, ref)
-		return
+		return rt, ref
 	}
 	defer rt.writes.release()
 	rt.inflight.Add(1)
 	defer rt.inflight.Add(-1)
 
-	// Admit every resource the request writes, in sorted order so that two
-	// multi-resource requests cannot wait on each other.
+	// 5. The fence.
 	body := &sentBody{rc: r.Body, want: r.ContentLength}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		body.done.Store(true)
@@ -204,39 +201,28 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, abort := context.WithCancelCause(r.Context())
 	defer abort(nil)
 	fenceStart := time.Now()
-	permits := make([]Permit, 0, len(keys))
+	permits, err := g.admit(r.Context(), rt, keys, token, insp.Owner, body, abort, o)
 	defer func() {
 		for _, p := range permits {
 			p.Release()
 		}
 	}()
-	for _, key := range keys {
-		p, err := g.fence.Admit(r.Context(), Write{
-			Resource: key, Token: token, Owner: insp.Owner,
-			DrainTimeout: rt.drainTimeout,
-			Abort:        func() { abort(errSuperseded) },
-			BodySent:     body.done.Load,
-		})
-		if err != nil {
-			o.Wait = time.Since(fenceStart)
-			if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
-				// The client gave up while waiting (drain); nobody listens.
-				o.Decision, o.Resource, o.Err = "client_closed", key, err
-				return
-			}
-			ref := asRefusal(err)
-			if ref.Resource == "" {
-				ref.Resource = key
-			}
-			o.Resource, o.Highest = key, ref.Highest
-			g.refuse(w, r, rt, o, ref)
-			return
-		}
-		permits = append(permits, p)
-	}
 	o.Wait = time.Since(fenceStart)
+	if err != nil {
+		if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+			// The client gave up while waiting (drain); nobody listens.
+			o.Decision, o.Err = "client_closed", err
+			return rt, nil
+		}
+		ref := fencegate.AsError(err)
+		if ref.Resource == "" {
+			ref.Resource = o.Resource
+		}
+		return rt, ref
+	}
 	o.Decision = "forwarded"
 
+	// 6. Forward; 7., the record, is ServeHTTP's.
 	out := r.WithContext(ctx)
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = body
@@ -244,12 +230,36 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			body.rc = http.MaxBytesReader(w, r.Body, rt.maxBody)
 		}
 	}
-	g.forward(w, out, rt, req, o, ctx)
+	return rt, g.forward(w, out, rt, req, o, ctx)
 }
 
-// forward hands the request to the route's upstream and turns a failure
-// before the answer started into a refusal.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req *Request, o *Outcome, abortCtx context.Context) {
+// admit admits every resource the request writes, in sorted order so that
+// two multi-resource requests cannot wait on each other. It returns the
+// permits it got, to be released, and on failure sets o.Resource to the key
+// that failed.
+func (g *Gateway) admit(ctx context.Context, rt *Route, keys []string, token int64, owner string,
+	body *sentBody, abort context.CancelCauseFunc, o *Outcome) ([]Permit, error) {
+	permits := make([]Permit, 0, len(keys))
+	for _, key := range keys {
+		p, err := g.fence.Admit(ctx, Write{
+			Resource: key, Token: token, Owner: owner,
+			DrainTimeout: rt.drainTimeout,
+			Abort:        func() { abort(errSuperseded) },
+			BodySent:     body.done.Load,
+		})
+		if err != nil {
+			o.Resource = key
+			return permits, err
+		}
+		permits = append(permits, p)
+	}
+	return permits, nil
+}
+
+// forward hands the request to the route's upstream. A failure before the
+// answer started is returned as the refusal to answer; after, it is only
+// recorded in o.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req *Request, o *Outcome, abortCtx context.Context) *fencegate.Error {
 	ctx, cancel := context.WithTimeout(r.Context(), rt.timeout)
 	defer cancel()
 	if r.Body != nil && r.Body != http.NoBody {
@@ -273,7 +283,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 				slog.String("resource", o.Resource), slog.Int64("token", o.Token),
 				slog.String("owner", o.Owner), slog.Int("status", rw.Status))
 		}
-		return
+		return nil
 	}
 	var ref *fencegate.Error
 	var mbe *http.MaxBytesError
@@ -285,18 +295,16 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		ref = fencegate.StaleError(o.Resource, o.Token, st.Highest)
 		ref.Message += " (superseded while the request body was being sent; the upstream did not receive it whole)"
 	case errors.As(err, &mbe):
-		ref = tooLarge(rt.maxBody)
+		ref = fencegate.BodyTooLarge(rt.maxBody)
 	case errors.Is(err, context.DeadlineExceeded):
-		ref = fencegate.Errorf(http.StatusGatewayTimeout, fencegate.CodeUpstreamTimeout,
-			"upstream did not answer within %s", rt.timeout)
+		ref = fencegate.UpstreamTimeout(rt.timeout)
 	case errors.Is(r.Context().Err(), context.Canceled):
 		// The client went away; nobody is listening for an answer.
 		o.Decision, o.Err = "client_closed", err
-		return
+		return nil
 	default:
 		if !errors.As(err, &ref) {
-			ref = fencegate.Errorf(http.StatusBadGateway, fencegate.CodeUpstreamUnavailable,
-				"upstream request failed: %s", upstreamErrMessage(err))
+			ref = fencegate.UpstreamUnavailable(upstreamErrMessage(err))
 		}
 	}
 	if ref.Err == nil && !errors.Is(err, ref) {
@@ -305,9 +313,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 	if rw.Status != 0 {
 		// The answer had started: nothing more can be said to the client.
 		o.Decision, o.Err = ref.Code, err
-		return
+		return nil
 	}
-	g.refuse(w, r, rt, o, ref)
+	return ref
 }
 
 // refuse answers a refusal in the route's dialect and logs it.
@@ -356,19 +364,6 @@ func (g *Gateway) match(host, path, method string) *Route {
 		}
 	}
 	return nil
-}
-
-func asRefusal(err error) *fencegate.Error {
-	var e *fencegate.Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return &fencegate.Error{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error", Err: err}
-}
-
-func tooLarge(max int64) *fencegate.Error {
-	return fencegate.Errorf(http.StatusRequestEntityTooLarge, fencegate.CodeBodyTooLarge,
-		"request body exceeds this route's limit of %d bytes", max)
 }
 
 // upstreamErrMessage keeps internal addresses out of client answers.

@@ -1,9 +1,6 @@
 package gateway
 
 import (
-	"net/http"
-	"time"
-
 	"github.com/fencegate/fencegate"
 )
 
@@ -33,10 +30,7 @@ func (l *writeLimit) acquire() *fencegate.Error {
 	case l.slots <- struct{}{}:
 		return nil
 	default:
-		e := fencegate.Errorf(http.StatusServiceUnavailable, fencegate.CodeTooManyWrites,
-			"this route already forwards %d writes, its limit; retry later", cap(l.slots))
-		e.RetryAfter = time.Second
-		return e
+		return fencegate.TooManyWrites(cap(l.slots))
 	}
 }
 

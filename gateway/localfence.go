@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"net/http"
 	"sync"
 	"time"
 
@@ -187,12 +186,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			}
 			if err != nil {
 				if err == errDrainTimeout {
-					return nil, &fencegate.Error{
-						Status: http.StatusServiceUnavailable, Code: fencegate.CodeFenceDraining,
-						Message:  fmt.Sprintf("an older write for %s is still in flight after %s; not forwarding token %d before it ends", w.Resource, drainTimeout, w.Token),
-						Resource: w.Resource, Token: w.Token, Highest: w.Token,
-						RetryAfter: time.Second,
-					}
+					return nil, fencegate.Draining(w.Resource, w.Token, drainTimeout, nil)
 				}
 				return nil, err
 			}
@@ -212,14 +206,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 func (f *LocalFence) verifyToken(ctx context.Context, resource string, token int64) error {
 	vctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
-	err := f.verify(vctx, resource, token)
-	if err == nil {
-		return nil
-	}
-	if fe, ok := err.(*fencegate.Error); ok {
-		return fe
-	}
-	return fencegate.Unavailable(resource, fmt.Errorf("verify token %d: %w", token, err))
+	return fencegate.Unverified(resource, token, f.verify(vctx, resource, token))
 }
 
 // load reads e's record from the store. Called with sh.mu held; returns with

@@ -242,8 +242,7 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 		// A list-valued header sent twice or comma-joined has no one
 		// value; upstreams disagree on which element they act on.
 		if vs := h.Values(name); len(vs) > 1 || (len(vs) == 1 && strings.Contains(vs[0], ",")) {
-			return nil, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidResource,
-				"%s feeds the resource key and must be sent once, as a single value", name)
+			return nil, fencegate.InvalidResource("%s feeds the resource key and must be sent once, as a single value", name)
 		}
 	}
 	objects := insp.Objects
@@ -255,11 +254,10 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 		rv.extra = vars
 		k, err := rt.tmpl.Expand(rv.lookup)
 		if err != nil {
-			return nil, &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidResource, Message: err.Error()}
+			return nil, fencegate.InvalidResource("%s", err)
 		}
 		if len(k) > resource.MaxKeyLen {
-			return nil, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidResource,
-				"resource key is %d bytes; the limit is %d", len(k), resource.MaxKeyLen)
+			return nil, fencegate.InvalidResource("resource key is %d bytes; the limit is %d", len(k), resource.MaxKeyLen)
 		}
 		keys = append(keys, k)
 	}

@@ -28,15 +28,13 @@ func checkMethod(r *http.Request) *fencegate.Error {
 	m := r.Method
 	for i := 0; i < len(m); i++ {
 		if c := m[i]; c >= 'a' && c <= 'z' {
-			return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidMethod,
-				"method %q is not in canonical form: HTTP methods are case-sensitive; send %s",
+			return fencegate.InvalidMethod("method %q is not in canonical form: HTTP methods are case-sensitive; send %s",
 				bounded(m), bounded(strings.ToUpper(m)))
 		}
 	}
 	for _, h := range methodOverrideHeaders {
 		if _, ok := r.Header[h]; ok {
-			return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidMethod,
-				"%s is refused: the gateway fences the method sent, and an override would make the upstream apply another", h)
+			return fencegate.InvalidMethod("%s is refused: the gateway fences the method sent, and an override would make the upstream apply another", h)
 		}
 	}
 	return nil
@@ -81,21 +79,21 @@ func checkHeaders(r *http.Request, decided []string) *fencegate.Error {
 			k := textproto.CanonicalMIMEHeaderKey(opt)
 			_, present := r.Header[k]
 			if isDecided(k) || (present && !hopFields[k]) {
-				return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+				return fencegate.InvalidRequest(
 					"Connection names %s: the gateway would drop it after deciding on this request", bounded(k))
 			}
 		}
 	}
 	for k := range r.Trailer {
 		if _, present := r.Header[k]; present || isDecided(k) {
-			return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+			return fencegate.InvalidRequest(
 				"trailer %s is refused: it would arrive after the gateway decided on the request's headers", bounded(k))
 		}
 	}
 	for k := range r.Header {
 		for _, d := range decided {
 			if k != d && aliasOf(k, d) {
-				return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+				return fencegate.InvalidRequest(
 					"header %s is refused: upstreams may read it as %s, which the gateway decided on", bounded(k), d)
 			}
 		}

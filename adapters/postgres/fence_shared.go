@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -404,12 +403,7 @@ func (f *SharedFence) pause(ctx context.Context, w gateway.Write, d time.Duratio
 }
 
 func draining(w gateway.Write, drain time.Duration, err error) error {
-	return &fencegate.Error{
-		Status: http.StatusServiceUnavailable, Code: fencegate.CodeFenceDraining,
-		Message:  fmt.Sprintf("an older write for %s is still in flight after %s; not forwarding token %d before it ends", w.Resource, drain, w.Token),
-		Resource: w.Resource, Token: w.Token, Highest: w.Token,
-		RetryAfter: time.Second, Err: err,
-	}
+	return fencegate.Draining(w.Resource, w.Token, drain, err)
 }
 
 // drainState is what an advance or drain round trip found.
@@ -535,16 +529,7 @@ func (f *SharedFence) checkIssued(ctx context.Context, resource string, token in
 	defer cancel()
 	f.roundTrips.Add(1)
 	f.waited.Add(1)
-	err := f.verify(vctx, resource, token)
-	var fe *fencegate.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &fe):
-		return fe
-	default:
-		return fencegate.Unavailable(resource, fmt.Errorf("verify token %d: %w", token, err))
-	}
+	return fencegate.Unverified(resource, token, f.verify(vctx, resource, token))
 }
 
 // State implements gateway.Fence. Ready is the durable flag: false after an
