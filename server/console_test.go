@@ -211,17 +211,27 @@ func browser(t *testing.T, headers map[string]any) context.Context {
 	return ctx
 }
 
-// screenshotDir is where the pages' screenshots go: docs/console (they are
-// the documentation's images), or FENCEGATE_SCREENSHOT_DIR.
+// screenshotDir is where the pages' screenshots go. By default a
+// directory of the test's own ($FENCEGATE_TEST_ARTIFACTS/console when that
+// is set, so CI can keep them, else t.TempDir()), so a test run leaves the
+// work tree alone. FENCEGATE_UPDATE_SCREENSHOTS=1 writes them into
+// docs/console, the documentation's images; FENCEGATE_SCREENSHOT_DIR names
+// a directory of its own (as before).
 func screenshotDir(t *testing.T) string {
 	if d := os.Getenv("FENCEGATE_SCREENSHOT_DIR"); d != "" {
 		return d
 	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
+	if os.Getenv("FENCEGATE_UPDATE_SCREENSHOTS") == "1" {
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(root, "docs", "console")
 	}
-	return filepath.Join(root, "docs", "console")
+	if d := os.Getenv("FENCEGATE_TEST_ARTIFACTS"); d != "" {
+		return filepath.Join(d, "console")
+	}
+	return t.TempDir()
 }
 
 func shoot(t *testing.T, ctx context.Context, name string) {
