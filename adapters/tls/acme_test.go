@@ -123,7 +123,7 @@ func TestACMEPebble(t *testing.T) {
 	for _, challenge := range []string{"http-01", "tls-alpn-01"} {
 		t.Run(challenge, func(t *testing.T) {
 			httpPort, tlsPort := testenv.FreePort(t), testenv.FreePort(t)
-			ca := acmetest.StartPebble(t, httpPort, tlsPort)
+			ca := testenv.Pebble(t, testenv.PebbleConfig{HTTPPort: httpPort, TLSPort: tlsPort, Validate: true})
 			dbURL := testenv.Postgres(t).URL
 			c := config.TLS{Mode: "acme", Listeners: []string{"gateway"}, ACME: &config.ACME{
 				Domains:      []string{"localhost"},
