@@ -3,9 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/md5"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -793,22 +791,15 @@ func TestS3SignedChunkedUpload(t *testing.T) {
 				t.Fatal(err)
 			}
 			auth := req.Header.Get("Authorization")
-			prev := auth[strings.LastIndex(auth, "Signature=")+len("Signature="):]
-			scope := now.Format("20060102") + "/us-east-1/s3/aws4_request"
-			k := s3HMAC([]byte("AWS4"+s3WorkerSecret), now.Format("20060102"))
-			for _, s := range []string{"us-east-1", "s3", "aws4_request"} {
-				k = s3HMAC(k, s)
-			}
+			chain := testenv.NewChunkChain(s3WorkerSecret, now, "us-east-1", auth[strings.LastIndex(auth, "Signature=")+len("Signature="):])
 			var body bytes.Buffer
 			for i, c := range chunks {
-				sts := "AWS4-HMAC-SHA256-PAYLOAD\n" + now.Format("20060102T150405Z") + "\n" + scope + "\n" + prev + "\n" +
-					s3SHA256Hex(nil) + "\n" + s3SHA256Hex(c)
-				prev = hex.EncodeToString(s3HMAC(k, sts))
+				sig := chain.Chunk(c)
 				data := c
 				if tc.tamper == "chunk" && i == 1 {
 					data = bytes.ToUpper(c)
 				}
-				fmt.Fprintf(&body, "%x;chunk-signature=%s\r\n", len(c), prev)
+				fmt.Fprintf(&body, "%x;chunk-signature=%s\r\n", len(c), sig)
 				body.Write(data)
 				if len(c) > 0 || !tc.trailer {
 					body.WriteString("\r\n")
@@ -817,14 +808,13 @@ func TestS3SignedChunkedUpload(t *testing.T) {
 			if tc.trailer {
 				// The trailer's signature chains from the final chunk's
 				// and covers the canonical trailer "name:value\n".
-				sts := "AWS4-HMAC-SHA256-TRAILER\n" + now.Format("20060102T150405Z") + "\n" + scope + "\n" + prev + "\n" +
-					s3SHA256Hex([]byte(trailer+"\n"))
+				sig := chain.Trailer(trailer)
 				sent := trailer
 				if tc.tamper == "trailer" {
 					// Another valid CRC32, not the one the worker signed.
 					sent = "x-amz-checksum-crc32:AAAAAA=="
 				}
-				fmt.Fprintf(&body, "%s\r\nx-amz-trailer-signature:%s\r\n\r\n", sent, hex.EncodeToString(s3HMAC(k, sts)))
+				fmt.Fprintf(&body, "%s\r\nx-amz-trailer-signature:%s\r\n\r\n", sent, sig)
 			}
 			if body.Len() != size {
 				t.Fatalf("encoded %d bytes; computed %d", body.Len(), size)
@@ -863,17 +853,6 @@ func TestS3SignedChunkedUpload(t *testing.T) {
 			}
 		})
 	}
-}
-
-func s3HMAC(key []byte, data string) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(data))
-	return m.Sum(nil)
-}
-
-func s3SHA256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
 
 // Presigned URLs (query-string SigV4) are verified too; the fencing token
