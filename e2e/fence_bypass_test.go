@@ -106,30 +106,6 @@ admin: {listen: $ADMIN}
 `, upstream)
 }
 
-// send makes one request with the given headers (several values per name
-// allowed) and returns status and body.
-func send(t *testing.T, method, url string, hdr [][2]string, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range hdr {
-		if kv[0] == "Host" {
-			req.Host = kv[1]
-			continue
-		}
-		req.Header[kv[0]] = append(req.Header[kv[0]], kv[1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // rawResp is one response read off a raw connection.
 type rawResp struct {
 	StatusCode int
