@@ -93,17 +93,9 @@ func storeCases() []storeCase {
 }
 
 func coordYAML(upstream, store, extra string) string {
-	return fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 10s}
-      resource: "{path}"
-%sadmin: {listen: $ADMIN}
+	return ordersGateway(upstream, "10s") + store + `admin: {listen: $ADMIN}
 coordinator: {enabled: true, listen: $COORDINATOR}
-%s`, upstream, store, extra)
+` + extra
 }
 
 // Finding 5: `fence advance R 9223372036854775807` bricked R, and a hand
@@ -247,19 +239,11 @@ func TestSharedReplicaWithoutCoordinatorVerifiesByDefault(t *testing.T) {
 	pg := testenv.Postgres(t)
 	up := newSharedUpstream(t)
 	withCoord := startFencegate(t, sharedYAML("shared", pg.URL, up.url, true))
-	plain := fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 10s}
-      resource: "{path}"
-store:
+	plain := ordersGateway(up.url, "10s") + fmt.Sprintf(`store:
   postgres: {url: %q, timeout: 2s}
 fence: {mode: shared}
 admin: {listen: $ADMIN}
-`, up.url, pg.URL)
+`, pg.URL)
 	replica := startFencegate(t, plain)
 	const r = "/orders/forged"
 	st, body := write(t, "PUT", replica.URL("gateway")+r, "9223372036854775807", "forged")
@@ -395,18 +379,10 @@ func TestAdminTrickleDoesNotStarveGateway(t *testing.T) {
 func TestReadyzShowsNoSecrets(t *testing.T) {
 	pg := testenv.PostgresIsolated(t)
 	_, up := newUpstream(t)
-	p := startFencegate(t, fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q}
-      resource: "{path}"
-store:
+	p := startFencegate(t, ordersGateway(up, "")+fmt.Sprintf(`store:
   postgres: {url: %q, timeout: 1s}
 admin: {listen: $ADMIN}
-`, up, pg.URL))
+`, pg.URL))
 	pg.Stop(t)
 	st, body := call(t, "GET", p.URL("admin")+"/readyz", "")
 	if st != 503 {

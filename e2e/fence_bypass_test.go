@@ -75,15 +75,7 @@ func (u *wsgiUpstream) summary(t *testing.T) string {
 // bypassYAML: an orders route keyed by path, a tenants route keyed by the
 // X-Tenant header, a case-insensitive docs route before a catch-all.
 func bypassYAML(upstream string) string {
-	return fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %[1]q, timeout: 10s}
-      resource: "{path}"
-    - name: tenants
+	return ordersGateway(upstream, "10s") + fmt.Sprintf(`    - name: tenants
       match: {path_prefix: /tenants/}
       upstream: {url: %[1]q, timeout: 10s}
       resource: "{header.X-Tenant}:{path}"

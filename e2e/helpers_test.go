@@ -18,6 +18,19 @@ import (
 	"github.com/fencegate/fencegate/internal/recorder"
 )
 
+// do sends req with the default client and returns status and body,
+// failing the test on a transport error.
+func do(t testing.TB, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // write sends a fenced write and returns status and body.
 func write(t testing.TB, method, url string, token string, body string) (int, string) {
 	t.Helper()
@@ -28,14 +41,7 @@ func write(t testing.TB, method, url string, token string, body string) (int, st
 	if token != "" {
 		req.Header.Set("Fencing-Token", token)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	b.ReadFrom(resp.Body)
-	return resp.StatusCode, b.String()
+	return do(t, req)
 }
 
 // send makes one request with the given headers (several values per name
@@ -53,13 +59,7 @@ func send(t *testing.T, method, url string, hdr [][2]string, body string) (int, 
 		}
 		req.Header[kv[0]] = append(req.Header[kv[0]], kv[1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return do(t, req)
 }
 
 // call sends method url with body and headers ("K: v") and returns status
@@ -82,13 +82,7 @@ func call(t *testing.T, method, url, body string, headers ...string) (int, strin
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return do(t, req)
 }
 
 const jsonCT = "Content-Type: application/json"
@@ -115,11 +109,27 @@ func waitLog(t *testing.T, p *Proc, parts ...string) {
 	}
 }
 
-// acquire takes a lease and returns its token.
+// acquire takes a one-minute lease and returns its token.
 func acquire(t *testing.T, coord, resource, owner string) int64 {
 	t.Helper()
-	st, body := call(t, "POST", coord+"/v1/leases/acquire", fmt.Sprintf(`{"resource":%q,"owner":%q,"ttl":"1m"}`, resource, owner), jsonCT)
-	var out struct{ Token int64 }
+	return acquireTTL(t, coord, resource, owner, "1m")
+}
+
+// sharedAcquire takes a one-second lease (the shared-fence tests let
+// leases lapse) and returns its token.
+func sharedAcquire(t *testing.T, coord, resource, owner string) int64 {
+	t.Helper()
+	return acquireTTL(t, coord, resource, owner, "1s")
+}
+
+// acquireTTL takes a lease of ttl through the coordinator's HTTP API and
+// returns its token.
+func acquireTTL(t *testing.T, coord, resource, owner, ttl string) int64 {
+	t.Helper()
+	st, body := call(t, "POST", coord+"/v1/leases/acquire", fmt.Sprintf(`{"resource":%q,"owner":%q,"ttl":%q}`, resource, owner, ttl), jsonCT)
+	var out struct {
+		Token int64 `json:"token"`
+	}
 	if st != 200 || json.Unmarshal([]byte(body), &out) != nil || out.Token <= 0 {
 		t.Fatalf("acquire %s by %s: %d %s", resource, owner, st, body)
 	}
@@ -134,22 +144,34 @@ func release(t *testing.T, coord, resource, owner string, token int64) {
 	}
 }
 
-// gatewayYAML is a gateway on the embedded store in front of upstream.
-func gatewayYAML(upstream string) string {
-	return fmt.Sprintf(`
+// ordersGateway is the gateway section most tests use: one route "orders"
+// for /orders/, keyed by path, in front of upstream, with the given upstream
+// timeout ("" for the default).
+func ordersGateway(upstream, timeout string) string {
+	up := fmt.Sprintf("{url: %q}", upstream)
+	if timeout != "" {
+		up = fmt.Sprintf("{url: %q, timeout: %s}", upstream, timeout)
+	}
+	return `
 gateway:
   listen: $GATEWAY
   routes:
     - name: orders
       match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 10s}
+      upstream: ` + up + `
       resource: "{path}"
-store:
-  embedded: {path: $DIR/fencegate.db}
-admin: {listen: $ADMIN}
-`, upstream)
+`
 }
 
+// gatewayYAML is a gateway on the embedded store in front of upstream.
+func gatewayYAML(upstream string) string {
+	return ordersGateway(upstream, "10s") + `store:
+  embedded: {path: $DIR/fencegate.db}
+admin: {listen: $ADMIN}
+`
+}
+
+// newUpstream is a recording upstream (internal/recorder) and its URL.
 func newUpstream(t *testing.T) (*recorder.Recorder, string) {
 	rec := &recorder.Recorder{}
 	srv := httptest.NewServer(rec)
@@ -157,10 +179,12 @@ func newUpstream(t *testing.T) (*recorder.Recorder, string) {
 	return rec, srv.URL
 }
 
+// applied summarises the writes rec applied to key.
 func applied(rec *recorder.Recorder, key string) string {
 	return recorder.Summary(rec.HistoryOf(key))
 }
 
+// exitCode runs cmd and returns its exit status (-1 if it did not run).
 func exitCode(cmd *exec.Cmd) int {
 	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -172,6 +196,7 @@ func exitCode(cmd *exec.Cmd) int {
 	return 0
 }
 
+// getJSON decodes the JSON answer to GET url into v.
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -184,6 +209,7 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 }
 
+// waitFor waits (bounded: 10s) until cond holds.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -195,6 +221,7 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// wantCode checks a JSON refusal: status and error code.
 func wantCode(t *testing.T, what string, status int, body string, wantStatus int, code string) {
 	t.Helper()
 	if status != wantStatus || !strings.Contains(body, `"error":"`+code+`"`) {
@@ -202,11 +229,14 @@ func wantCode(t *testing.T, what string, status int, body string, wantStatus int
 	}
 }
 
+// writeResult is one write's status and body, for collecting from
+// goroutines.
 type writeResult struct {
 	status int
 	body   string
 }
 
+// write2 is a PUT write as a writeResult.
 func write2(t *testing.T, url, token, body string) writeResult {
 	st, b := write(t, "PUT", url, token, body)
 	return writeResult{st, b}
@@ -233,22 +263,4 @@ func tryWriteTimeout(url, token, body string, timeout time.Duration) (int, strin
 	var b bytes.Buffer
 	b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String(), nil
-}
-
-func sharedAcquire(t *testing.T, coord, resource, owner string) int64 {
-	t.Helper()
-	in, _ := json.Marshal(map[string]any{"resource": resource, "owner": owner, "ttl": "1s"})
-	resp, err := http.Post(coord+"/v1/leases/acquire", "application/json", bytes.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Token int64 `json:"token"`
-	}
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || json.Unmarshal(body, &out) != nil || out.Token <= 0 {
-		t.Fatalf("acquire %s for %s: %d %s", resource, owner, resp.StatusCode, body)
-	}
-	return out.Token
 }

@@ -36,19 +36,11 @@ func sharedYAMLTimeout(mode, dbURL, upstream string, coordinator bool, timeout t
 	if coordinator {
 		coord, verify = "coordinator: {enabled: true, listen: $COORDINATOR, default_ttl: 1s}\n", ""
 	}
-	return fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: %s}
-      resource: "{path}"
-store:
+	return ordersGateway(upstream, timeout.String()) + fmt.Sprintf(`store:
   postgres: {url: %q, timeout: 2s}
 fence: {mode: %s%s}
 admin: {listen: $ADMIN}
-%s`, upstream, timeout, dbURL, mode, verify, coord)
+%s`, dbURL, mode, verify, coord)
 }
 
 // sharedUpstream is a recording upstream; hold, if set, sees each request
