@@ -13,6 +13,8 @@ import (
 )
 
 // Compose schema: the fields this compose file uses.
+// compose is the strict schema of the subset of the compose specification
+// compose.yaml uses.
 type compose struct {
 	Services map[string]struct {
 		Image string `yaml:"image"`

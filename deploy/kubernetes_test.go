@@ -19,7 +19,7 @@ import (
 )
 
 // Strict schemas: the subset of the Kubernetes API (field names as in
-// k8s.io/api) and of the compose specification these files use.
+// k8s.io/api) these manifests use.
 
 type meta struct {
 	Name   string            `yaml:"name"`
