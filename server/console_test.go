@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,27 +63,10 @@ log:
 type consoleEnv struct {
 	srv       *server.Server
 	admin     string // http://host:port
-	logs      *syncBuffer
+	logs      *testenv.LogBuffer
 	bulk      []string // /bulk/NNN fences, sorted
 	refusals  int
 	collector *httptest.Server
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startConsole(t *testing.T) *consoleEnv {
@@ -102,7 +83,7 @@ func startConsole(t *testing.T) *consoleEnv {
 	y := fmt.Sprintf(consoleYAML, auth.HashKey(consoleKey))
 	y = strings.NewReplacer("$UPSTREAM", up.URL, "$DIR", dir, "$COLLECTOR", col.URL).Replace(y)
 	cfg := parse(t, y, up.URL, dir)
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	s, err := server.New(context.Background(), cfg, server.Options{
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)), ConfigFile: "console.yaml",
 	})

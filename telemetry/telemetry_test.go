@@ -1,7 +1,6 @@
 package telemetry_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/recorder"
+	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/telemetry"
 )
 
@@ -70,7 +70,7 @@ type harness struct {
 	fence    *gateway.LocalFence
 	rec      *recorder.Recorder
 	url      string // the gateway
-	logs     *syncBuffer
+	logs     *testenv.LogBuffer
 	upstream struct {
 		sync.Mutex
 		traceparents []string
@@ -79,7 +79,7 @@ type harness struct {
 
 func newHarness(t *testing.T, tracing bool) *harness {
 	t.Helper()
-	h := &harness{store: &memStore{}, rec: &recorder.Recorder{}, logs: &syncBuffer{}}
+	h := &harness{store: &memStore{}, rec: &recorder.Recorder{}, logs: &testenv.LogBuffer{}}
 	var opts telemetry.Options
 	if tracing {
 		h.spans = tracetest.NewInMemoryExporter()
@@ -528,23 +528,6 @@ func gauge(t *testing.T, h *harness, name string) float64 {
 // waitBriefly paces a loop that polls for a state; no assertion depends on
 // how long anything takes.
 func waitBriefly() { time.Sleep(time.Millisecond) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // `fencegate validate` refuses an endpoint the exporter could not use.
 func TestConfigValidatesEndpoint(t *testing.T) {
