@@ -11,9 +11,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -27,78 +25,6 @@ import (
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/jackc/pgx/v5"
 )
-
-// call sends method url with body and headers ("K: v") and returns status
-// and body.
-func call(t *testing.T, method, url, body string, headers ...string) (int, string) {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range headers {
-		k, v, _ := strings.Cut(h, ": ")
-		if k == "Host" {
-			req.Host = v
-			continue
-		}
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-const jsonCT = "Content-Type: application/json"
-
-// waitLog waits (bounded) for a log line holding every one of parts: the
-// process's output reaches the test through a pipe, after the reply.
-func waitLog(t *testing.T, p *Proc, parts ...string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		for _, line := range strings.Split(p.Log(), "\n") {
-			ok := true
-			for _, s := range parts {
-				ok = ok && strings.Contains(line, s)
-			}
-			if ok {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line with %q:\n%s", parts, p.log.Tail(10))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// acquire takes a lease and returns its token.
-func acquire(t *testing.T, coord, resource, owner string) int64 {
-	t.Helper()
-	st, body := call(t, "POST", coord+"/v1/leases/acquire", fmt.Sprintf(`{"resource":%q,"owner":%q,"ttl":"1m"}`, resource, owner), jsonCT)
-	var out struct{ Token int64 }
-	if st != 200 || json.Unmarshal([]byte(body), &out) != nil || out.Token <= 0 {
-		t.Fatalf("acquire %s by %s: %d %s", resource, owner, st, body)
-	}
-	return out.Token
-}
-
-func release(t *testing.T, coord, resource, owner string, token int64) {
-	t.Helper()
-	st, body := call(t, "POST", coord+"/v1/leases/release", fmt.Sprintf(`{"resource":%q,"owner":%q,"token":%d}`, resource, owner, token), jsonCT)
-	if st != 200 {
-		t.Fatalf("release: %d %s", st, body)
-	}
-}
 
 func boltCoordYAML(upstream, extra string) string {
 	return gatewayYAML(upstream) + "coordinator: {enabled: true, listen: $COORDINATOR}\n" + extra
@@ -167,17 +93,9 @@ func storeCases() []storeCase {
 }
 
 func coordYAML(upstream, store, extra string) string {
-	return fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 10s}
-      resource: "{path}"
-%sadmin: {listen: $ADMIN}
+	return ordersGateway(upstream, "10s") + store + `admin: {listen: $ADMIN}
 coordinator: {enabled: true, listen: $COORDINATOR}
-%s`, upstream, store, extra)
+` + extra
 }
 
 // Finding 5: `fence advance R 9223372036854775807` bricked R, and a hand
@@ -321,19 +239,11 @@ func TestSharedReplicaWithoutCoordinatorVerifiesByDefault(t *testing.T) {
 	pg := testenv.Postgres(t)
 	up := newSharedUpstream(t)
 	withCoord := startFencegate(t, sharedYAML("shared", pg.URL, up.url, true))
-	plain := fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 10s}
-      resource: "{path}"
-store:
+	plain := ordersGateway(up.url, "10s") + fmt.Sprintf(`store:
   postgres: {url: %q, timeout: 2s}
 fence: {mode: shared}
 admin: {listen: $ADMIN}
-`, up.url, pg.URL)
+`, pg.URL)
 	replica := startFencegate(t, plain)
 	const r = "/orders/forged"
 	st, body := write(t, "PUT", replica.URL("gateway")+r, "9223372036854775807", "forged")
@@ -469,18 +379,10 @@ func TestAdminTrickleDoesNotStarveGateway(t *testing.T) {
 func TestReadyzShowsNoSecrets(t *testing.T) {
 	pg := testenv.PostgresIsolated(t)
 	_, up := newUpstream(t)
-	p := startFencegate(t, fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q}
-      resource: "{path}"
-store:
+	p := startFencegate(t, ordersGateway(up, "")+fmt.Sprintf(`store:
   postgres: {url: %q, timeout: 1s}
 admin: {listen: $ADMIN}
-`, up, pg.URL))
+`, pg.URL))
 	pg.Stop(t)
 	st, body := call(t, "GET", p.URL("admin")+"/readyz", "")
 	if st != 503 {

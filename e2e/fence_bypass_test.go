@@ -75,15 +75,7 @@ func (u *wsgiUpstream) summary(t *testing.T) string {
 // bypassYAML: an orders route keyed by path, a tenants route keyed by the
 // X-Tenant header, a case-insensitive docs route before a catch-all.
 func bypassYAML(upstream string) string {
-	return fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %[1]q, timeout: 10s}
-      resource: "{path}"
-    - name: tenants
+	return ordersGateway(upstream, "10s") + fmt.Sprintf(`    - name: tenants
       match: {path_prefix: /tenants/}
       upstream: {url: %[1]q, timeout: 10s}
       resource: "{header.X-Tenant}:{path}"
@@ -104,30 +96,6 @@ store:
   embedded: {path: $DIR/fencegate.db}
 admin: {listen: $ADMIN}
 `, upstream)
-}
-
-// send makes one request with the given headers (several values per name
-// allowed) and returns status and body.
-func send(t *testing.T, method, url string, hdr [][2]string, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range hdr {
-		if kv[0] == "Host" {
-			req.Host = kv[1]
-			continue
-		}
-		req.Header[kv[0]] = append(req.Header[kv[0]], kv[1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // rawResp is one response read off a raw connection.

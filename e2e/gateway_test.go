@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,33 +18,6 @@ import (
 	"github.com/fencegate/fencegate/internal/recorder"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
-
-// gatewayYAML is a gateway on the embedded store in front of upstream.
-func gatewayYAML(upstream string) string {
-	return fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 10s}
-      resource: "{path}"
-store:
-  embedded: {path: $DIR/fencegate.db}
-admin: {listen: $ADMIN}
-`, upstream)
-}
-
-func newUpstream(t *testing.T) (*recorder.Recorder, string) {
-	rec := &recorder.Recorder{}
-	srv := httptest.NewServer(rec)
-	t.Cleanup(srv.Close)
-	return rec, srv.URL
-}
-
-func applied(rec *recorder.Recorder, key string) string {
-	return recorder.Summary(rec.HistoryOf(key))
-}
 
 // Seed test 1: A acquires, pauses past its lease; B acquires a newer token
 // and writes; A resumes and writes. A is refused and the upstream holds only
@@ -388,40 +360,6 @@ func TestDemoCommand(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}
-	}
-}
-
-func exitCode(cmd *exec.Cmd) int {
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
-}
-
-func getJSON(t *testing.T, url string, v any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

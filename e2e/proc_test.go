@@ -4,16 +4,12 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +25,7 @@ type Proc struct {
 	CfgPath string
 	addrs   map[string]string // listener name -> host:port
 	cmd     *exec.Cmd
-	log     *logBuffer
+	log     *testenv.LogBuffer
 	exited  chan struct{}
 	// serveArgs are added to `fencegate serve -c FILE` on (re)start.
 	serveArgs []string
@@ -66,7 +62,7 @@ func startFencegate(t testing.TB, yaml string, env ...string) *Proc {
 
 func (p *Proc) start(env []string) {
 	p.t.Helper()
-	p.log = &logBuffer{}
+	p.log = &testenv.LogBuffer{}
 	p.cmd = exec.Command(p.bin, append([]string{"serve", "-c", p.CfgPath}, p.serveArgs...)...)
 	p.cmd.Dir = p.Dir
 	p.cmd.Env = append(os.Environ(), env...)
@@ -152,64 +148,12 @@ func (p *Proc) Exited() bool {
 // Log returns everything the process printed so far.
 func (p *Proc) Log() string { return p.log.String() }
 
-// logBuffer collects a process's output safely for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// Tail returns the last n lines.
-func (l *logBuffer) Tail(n int) string {
-	var lines []string
-	sc := bufio.NewScanner(strings.NewReader(l.String()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// write sends a fenced write and returns status and body.
-func write(t testing.TB, method, url string, token string, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Fencing-Token", token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	b.ReadFrom(resp.Body)
-	return resp.StatusCode, b.String()
-}
-
 // CLIProc is a fencegate command other than serve (e.g. `lease run`),
 // running in the background with its output collected.
 type CLIProc struct {
 	t      testing.TB
 	cmd    *exec.Cmd
-	Out    *logBuffer // stdout and stderr
+	Out    *testenv.LogBuffer // stdout and stderr
 	exited chan struct{}
 	code   int
 }
@@ -218,7 +162,7 @@ type CLIProc struct {
 // environment. Cleanup kills it if it is still running.
 func startCLI(t testing.TB, env []string, args ...string) *CLIProc {
 	t.Helper()
-	c := &CLIProc{t: t, Out: &logBuffer{}, exited: make(chan struct{})}
+	c := &CLIProc{t: t, Out: &testenv.LogBuffer{}, exited: make(chan struct{})}
 	c.cmd = exec.Command(testenv.BuildBinary(t, "./cmd/fencegate"), args...)
 	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout, c.cmd.Stderr = c.Out, c.Out

@@ -5,11 +5,9 @@ package e2e
 // is the durable state the invariants are checked on.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -38,19 +36,11 @@ func sharedYAMLTimeout(mode, dbURL, upstream string, coordinator bool, timeout t
 	if coordinator {
 		coord, verify = "coordinator: {enabled: true, listen: $COORDINATOR, default_ttl: 1s}\n", ""
 	}
-	return fmt.Sprintf(`
-gateway:
-  listen: $GATEWAY
-  routes:
-    - name: orders
-      match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: %s}
-      resource: "{path}"
-store:
+	return ordersGateway(upstream, timeout.String()) + fmt.Sprintf(`store:
   postgres: {url: %q, timeout: 2s}
 fence: {mode: %s%s}
 admin: {listen: $ADMIN}
-%s`, upstream, timeout, dbURL, mode, verify, coord)
+%s`, dbURL, mode, verify, coord)
 }
 
 // sharedUpstream is a recording upstream; hold, if set, sees each request
@@ -100,13 +90,6 @@ func sharedCheckHistory(t *testing.T, h []recorder.Applied) {
 			t.Fatalf("history[%d]: %s applied token %d after %d\n%s", i, a.Key, tok, last[a.Key], recorder.Summary(h))
 		}
 		last[a.Key] = tok
-	}
-}
-
-func wantCode(t *testing.T, what string, status int, body string, wantStatus int, code string) {
-	t.Helper()
-	if status != wantStatus || !strings.Contains(body, `"error":"`+code+`"`) {
-		t.Fatalf("%s: %d %s; want %d %s", what, status, body, wantStatus, code)
 	}
 }
 
@@ -481,57 +464,6 @@ func TestSharedRandomized(t *testing.T) {
 		t.Fatalf("ok %d, refused %d, failed %d: the run did not exercise both decisions", ok.Load(), refused.Load(), failed.Load())
 	}
 	t.Logf("ok %d, refused %d, failed %d, applied %d", ok.Load(), refused.Load(), failed.Load(), len(up.rec.History()))
-}
-
-type writeResult struct {
-	status int
-	body   string
-}
-
-func write2(t *testing.T, url, token, body string) writeResult {
-	st, b := write(t, "PUT", url, token, body)
-	return writeResult{st, b}
-}
-
-// tryWrite is write without failing the test on a transport error (a
-// replica being killed).
-func tryWrite(url, token, body string) (int, string, error) {
-	return tryWriteTimeout(url, token, body, 20*time.Second)
-}
-
-func tryWriteTimeout(url, token, body string, timeout time.Duration) (int, string, error) {
-	req, err := http.NewRequest("PUT", url, strings.NewReader(body))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Fencing-Token", token)
-	c := http.Client{Timeout: timeout}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	b.ReadFrom(resp.Body)
-	return resp.StatusCode, b.String(), nil
-}
-
-func sharedAcquire(t *testing.T, coord, resource, owner string) int64 {
-	t.Helper()
-	in, _ := json.Marshal(map[string]any{"resource": resource, "owner": owner, "ttl": "1s"})
-	resp, err := http.Post(coord+"/v1/leases/acquire", "application/json", bytes.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Token int64 `json:"token"`
-	}
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || json.Unmarshal(body, &out) != nil || out.Token <= 0 {
-		t.Fatalf("acquire %s for %s: %d %s", resource, owner, resp.StatusCode, body)
-	}
-	return out.Token
 }
 
 // waitForFence waits until the replica's admin API reports highest >= token.

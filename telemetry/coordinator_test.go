@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/coordinator"
+	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/telemetry"
 )
 
@@ -33,7 +34,7 @@ func TestCoordinatorInstrumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	svc := &coordinator.Service{Backend: tel.LeaseBackend(bolt.NewLeases(st), slog.New(slog.NewJSONHandler(logs, nil)))}
 	srv := httptest.NewServer(tel.InstrumentCoordinator(svc.Handler()))
 	t.Cleanup(srv.Close)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/testenv"
-	"github.com/jackc/pgx/v5"
 )
 
 func openFenceStore(t testing.TB, url string, opts Options) *Store {
@@ -467,206 +465,6 @@ func TestSharedFenceVerify(t *testing.T) {
 	}
 }
 
-// TestSharedFenceFailsClosed: with the database unreachable, writes are
-// refused with 503 fence_unavailable, promptly, and nothing is admitted.
-func TestSharedFenceFailsClosed(t *testing.T) {
-	t.Run("database unreachable", func(t *testing.T) {
-		url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/none?sslmode=disable&connect_timeout=1", testenv.FreePort(t))
-		st, err := Open(context.Background(), url, Options{SkipMigrate: true, Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		f := NewSharedFence(st, SharedFenceOptions{AcquireTimeout: 300 * time.Millisecond})
-		defer f.Close()
-		_, err = f.Admit(context.Background(), gateway.Write{Resource: "/x", Token: 1})
-		var fe *fencegate.Error
-		if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceUnavailable || fe.Status != http.StatusServiceUnavailable || fe.RetryAfter <= 0 {
-			t.Fatalf("admit with the database down: %v; want 503 fence_unavailable with Retry-After", err)
-		}
-	})
-}
-
-// TestSharedFenceLostSession: a replica's marker session dies with a write
-// in flight (its connection closed under it, as kill -9 or a cut link do).
-// The replica aborts the write, and the newer token through the other
-// replica is admitted only after the forward timeout has passed since the
-// older write's marker was read: a marker that vanished does not end the
-// drain early. The older token stays refused, and the replica gets a new
-// session by itself.
-func TestSharedFenceLostSession(t *testing.T) {
-	const forward = 1500 * time.Millisecond
-	fs, _ := replicas(t, 2, SharedFenceOptions{ForwardTimeout: forward, MarkerConns: 1})
-	r1, r2 := fs[0], fs[1]
-	aborted := make(chan struct{})
-	var abortOnce sync.Once
-	start := time.Now()
-	p, err := r1.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 1, Abort: func() { abortOnce.Do(func() { close(aborted) }) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Release()
-	sp := p.(*sharedPermit)
-	sp.s.conn.PgConn().Conn().Close() // the session dies
-	p2, err := r2.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 2, DrainTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatalf("token 2 after the session holding token 1 died: %v", err)
-	}
-	admitted := time.Since(start)
-	p2.Release()
-	if admitted < forward {
-		t.Fatalf("token 2 admitted %s after token 1's marker was read; want at least its forward timeout %s", admitted, forward)
-	}
-	select {
-	case <-aborted:
-	default:
-		t.Fatal("the write whose marker session died was not aborted")
-	}
-	if _, err := r2.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 1}); code(err) != fencegate.CodeStaleToken {
-		t.Fatalf("token 1: %v; want stale", err)
-	}
-	mustAdmit(t, r1, "/d", 2).Release() // r1 has a new session
-}
-
-// TestSharedFenceCleanCloseDoesNotDelayDrains: a replica that stops with
-// no write in flight unregisters its sessions: no drain waits for them.
-func TestSharedFenceCleanCloseDoesNotDelayDrains(t *testing.T) {
-	fs, st := replicas(t, 2, SharedFenceOptions{ForwardTimeout: time.Hour})
-	mustAdmit(t, fs[0], "/cc", 1).Release()
-	waitFor(t, func() bool { // the unlock went out
-		for _, l := range fs[0].lanes {
-			l.mu.Lock()
-			n := len(l.sess.entries) + len(l.sess.queue)
-			l.mu.Unlock()
-			if n > 0 {
-				return false
-			}
-		}
-		return true
-	})
-	fs[0].Close()
-	var n int
-	if err := st.Pool.QueryRow(context.Background(), `SELECT count(*) FROM fence_session WHERE dead_at IS NOT NULL`).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("dead sessions: %d, %v", n, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	p, err := fs[1].Admit(ctx, gateway.Write{Resource: "/cc", Token: 2})
-	if err != nil {
-		t.Fatalf("token 2 after a clean close (a drain waiting an hour would time out): %v", err)
-	}
-	p.Release()
-}
-
-// TestDirectSQLCannotLowerFence: invariant I7 holds in the database itself.
-func TestDirectSQLCannotLowerFence(t *testing.T) {
-	pg := testenv.Postgres(t)
-	st := openFenceStore(t, pg.URL, Options{})
-	ctx := context.Background()
-	if _, err := st.AdvanceFence(ctx, "/l", 42, "b"); err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range []string{
-		`UPDATE fence SET highest = 41 WHERE resource = '/l'`,
-		`UPDATE fence SET highest = highest - 1`,
-		`DELETE FROM fence WHERE resource = '/l'`,
-		`TRUNCATE fence`,
-		`UPDATE fence SET resource = '/other' WHERE resource = '/l'`,
-		`INSERT INTO fence (resource, highest) VALUES ('/l', 1) ON CONFLICT (resource) DO UPDATE SET highest = EXCLUDED.highest`,
-	} {
-		if _, err := st.Pool.Exec(ctx, sql); err == nil {
-			t.Errorf("%s: succeeded; want an error", sql)
-		}
-	}
-	got, err := st.LoadFence(ctx, "/l")
-	if err != nil || got.Highest != 42 {
-		t.Fatalf("after the attempts: %+v, %v; want highest 42", got, err)
-	}
-}
-
-func TestStoreAdvanceFence(t *testing.T) {
-	pg := testenv.Postgres(t)
-	st := openFenceStore(t, pg.URL, Options{})
-	ctx := context.Background()
-	steps := []struct {
-		token int64
-		want  int64
-	}{{5, 5}, {3, 5}, {5, 5}, {9, 9}, {8, 9}}
-	if got, err := st.LoadFence(ctx, "/s"); err != nil || got.Highest != 0 {
-		t.Fatalf("load of a new resource: %+v, %v; want highest 0", got, err)
-	}
-	for _, s := range steps {
-		got, err := st.AdvanceFence(ctx, "/s", s.token, "o")
-		if err != nil || got.Highest != s.want {
-			t.Fatalf("advance to %d: %+v, %v; want highest %d", s.token, got, err, s.want)
-		}
-	}
-	// The advance is committed synchronously even where the session
-	// default is asynchronous commit.
-	conn, err := st.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
-		t.Fatal(err)
-	}
-	b := &pgx.Batch{}
-	queueAdvance(b, "/s", 10, "o")
-	b.Queue("SHOW synchronous_commit")
-	br := conn.SendBatch(ctx, b)
-	for range 4 {
-		if _, err := br.Exec(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var sc string
-	if err := br.QueryRow().Scan(&sc); err != nil {
-		t.Fatal(err)
-	}
-	br.Close()
-	if sc != "off" {
-		t.Fatalf("session setting after the advance: %s; want off restored (SET LOCAL)", sc)
-	}
-	// The LocalFence over this store: the request path is the same.
-	lf := gateway.NewLocalFence(st, gateway.LocalFenceOptions{})
-	if _, err := lf.Admit(ctx, gateway.Write{Resource: "/s", Token: 9}); code(err) != fencegate.CodeStaleToken {
-		t.Fatalf("local fence on postgres, token 9 after 10: %v; want stale", err)
-	}
-	mustAdmit(t, lf, "/s", 11).Release()
-	if got, _ := st.LoadFence(ctx, "/s"); got.Highest != 11 {
-		t.Fatalf("stored highest %d; want 11", got.Highest)
-	}
-}
-
-// TestLocalFenceVerify: the local fence consults Verify only before an
-// advance, and a refused token does not raise the stored fence.
-func TestLocalFenceVerify(t *testing.T) {
-	pg := testenv.Postgres(t)
-	st := openFenceStore(t, pg.URL, Options{})
-	var calls atomic.Int64
-	lf := gateway.NewLocalFence(st, gateway.LocalFenceOptions{Verify: func(ctx context.Context, resource string, token int64) error {
-		calls.Add(1)
-		if token > 10 {
-			return &fencegate.Error{Status: http.StatusConflict, Code: fencegate.CodeUnknownToken, Resource: resource, Token: token}
-		}
-		return nil
-	}})
-	ctx := context.Background()
-	if _, err := lf.Admit(ctx, gateway.Write{Resource: "/lv", Token: 1 << 50}); code(err) != fencegate.CodeUnknownToken {
-		t.Fatalf("forged token: %v; want unknown_fencing_token", err)
-	}
-	for range 3 {
-		mustAdmit(t, lf, "/lv", 7).Release()
-	}
-	if n := calls.Load(); n != 2 {
-		t.Fatalf("verify called %d times; want 2", n)
-	}
-	if got, _ := st.LoadFence(ctx, "/lv"); got.Highest != 7 {
-		t.Fatalf("stored highest %d; want 7", got.Highest)
-	}
-}
-
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -675,13 +473,5 @@ func waitFor(t testing.TB, cond func() bool) {
 			t.Fatal("condition not reached in 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// The SQL texts spell the liveness lock's class in decimal; they must say
-// the same number as the constant.
-func TestSessionLockClassSQL(t *testing.T) {
-	if got := strconv.FormatInt(sessionLockClass, 10); got != sessionLockClassSQL {
-		t.Fatalf("sessionLockClassSQL = %s; want %s", sessionLockClassSQL, got)
 	}
 }

@@ -3,61 +3,32 @@ package s3
 import (
 	"bufio"
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/testenv"
 )
 
-// testChain signs aws-chunked bodies per AWS's spec ("Signature
-// calculations for the Authorization header: transferring payload in
-// multiple chunks", and its trailing-header variant), written out apart
-// from chunkSigner so the test does not check the code against itself.
-type testChain struct {
-	key            []byte
-	amzDate, scope string
-	prev           string
-}
-
-func newTestChain(secret, seed string) *testChain {
-	k := []byte("AWS4" + secret)
-	for _, s := range []string{"20260102", "us-east-1", "s3", "aws4_request"} {
-		m := hmac.New(sha256.New, k)
-		m.Write([]byte(s))
-		k = m.Sum(nil)
-	}
-	return &testChain{key: k, amzDate: "20260102T030405Z", scope: "20260102/us-east-1/s3/aws4_request", prev: seed}
-}
-
-func (c *testChain) next(kind, hash string) string {
-	m := hmac.New(sha256.New, c.key)
-	m.Write([]byte(kind + "\n" + c.amzDate + "\n" + c.scope + "\n" + c.prev + "\n" + hash))
-	c.prev = hex.EncodeToString(m.Sum(nil))
-	return c.prev
-}
-
-func testHash(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
-
-func (c *testChain) chunk(data []byte) string {
-	return c.next("AWS4-HMAC-SHA256-PAYLOAD", testHash(nil)+"\n"+testHash(data))
+// newTestChain starts the test signer's aws-chunked chain (testenv's, written
+// out apart from chunkSigner so the test does not check the code against
+// itself) for secret at 2026-01-02T03:04:05Z in us-east-1.
+func newTestChain(secret, seed string) *testenv.ChunkChain {
+	return testenv.NewChunkChain(secret, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), "us-east-1", seed)
 }
 
 // encodeChunked signs chunks (the last one empty) and, if trailer is set,
 // the trailer "name:value"; it returns the body and the offset just after
 // the last data byte.
-func encodeChunked(c *testChain, chunks [][]byte, trailer string) ([]byte, int) {
+func encodeChunked(c *testenv.ChunkChain, chunks [][]byte, trailer string) ([]byte, int) {
 	var b bytes.Buffer
 	lastData := 0
 	for _, d := range chunks {
-		fmt.Fprintf(&b, "%x;chunk-signature=%s\r\n", len(d), c.chunk(d))
+		fmt.Fprintf(&b, "%x;chunk-signature=%s\r\n", len(d), c.Chunk(d))
 		b.Write(d)
 		if len(d) > 0 {
 			lastData = b.Len()
@@ -65,7 +36,7 @@ func encodeChunked(c *testChain, chunks [][]byte, trailer string) ([]byte, int) 
 		}
 	}
 	if trailer != "" {
-		sig := c.next("AWS4-HMAC-SHA256-TRAILER", testHash([]byte(trailer+"\n")))
+		sig := c.Trailer(trailer)
 		fmt.Fprintf(&b, "%s\r\nx-amz-trailer-signature:%s\r\n", trailer, sig)
 	}
 	b.WriteString("\r\n")
@@ -74,7 +45,7 @@ func encodeChunked(c *testChain, chunks [][]byte, trailer string) ([]byte, int) 
 
 // decodeChunked verifies a signed aws-chunked body against c and returns
 // its data and trailer.
-func decodeChunked(t *testing.T, c *testChain, body []byte, withTrailer bool) ([]byte, string) {
+func decodeChunked(t *testing.T, c *testenv.ChunkChain, body []byte, withTrailer bool) ([]byte, string) {
 	t.Helper()
 	r := bufio.NewReader(bytes.NewReader(body))
 	line := func() string {
@@ -93,7 +64,7 @@ func decodeChunked(t *testing.T, c *testChain, body []byte, withTrailer bool) ([
 		}
 		d := make([]byte, n)
 		io.ReadFull(r, d)
-		if want := c.chunk(d); sig != want {
+		if want := c.Chunk(d); sig != want {
 			t.Fatalf("chunk of %d bytes signed %s; want %s (the gateway's chain)", n, sig, want)
 		}
 		data = append(data, d...)
@@ -108,7 +79,7 @@ func decodeChunked(t *testing.T, c *testChain, body []byte, withTrailer bool) ([
 	if withTrailer {
 		trailer = line()
 		name, sig, _ := strings.Cut(line(), ":")
-		if want := c.next("AWS4-HMAC-SHA256-TRAILER", testHash([]byte(trailer+"\n"))); name != "x-amz-trailer-signature" || sig != want {
+		if want := c.Trailer(trailer); name != "x-amz-trailer-signature" || sig != want {
 			t.Fatalf("trailer signature %s:%s; want %s (the gateway's chain)", name, sig, want)
 		}
 	}
@@ -174,13 +145,13 @@ func TestChunkSignerReSigns(t *testing.T) {
 			if tc.mangle != nil {
 				in = tc.mangle(in)
 			}
-			workerKey := newTestChain("worker-secret", "").key
+			workerKey := newTestChain("worker-secret", "").Key
 			s := newChunkSigner(bytes.NewReader(in), &authRequest{
 				date: "20260102", region: "us-east-1", service: "s3",
 				amzDateRaw: "20260102T030405Z", signature: "seedworker",
 			}, workerKey, tc.trailer, 1<<20)
 			gw := newTestChain("gateway-secret", "seedgateway")
-			s.setOutput(gw.key, gw.amzDate, gw.scope, "seedgateway")
+			s.setOutput(gw.Key, gw.AmzDate, gw.Scope, "seedgateway")
 			out, err := io.ReadAll(s)
 
 			if tc.wantErr != "" {

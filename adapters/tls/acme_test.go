@@ -116,7 +116,7 @@ func TestACMEPebble(t *testing.T) {
 	for _, challenge := range []string{"http-01", "tls-alpn-01"} {
 		t.Run(challenge, func(t *testing.T) {
 			httpPort, tlsPort := testenv.FreePort(t), testenv.FreePort(t)
-			ca := acmetest.StartPebble(t, httpPort, tlsPort)
+			ca := testenv.Pebble(t, testenv.PebbleConfig{HTTPPort: httpPort, TLSPort: tlsPort, Validate: true})
 			dbURL := testenv.Postgres(t).URL
 			c := tlsconf.Options{Mode: "acme", ACME: &tlsconf.ACME{
 				Domains:      []string{"localhost"},

@@ -1,35 +1,24 @@
 // Package acmetest is test PKI for the TLS and authentication tests: a CA
-// that issues server and client certificates, and a Pebble ACME CA that
-// validates challenges for real (testenv.Pebble marks every challenge
-// valid without dialing, which would leave fencegate's HTTP-01 and
-// TLS-ALPN-01 answers untested).
+// that issues server and client certificates. The Pebble ACME CA they use
+// is testenv.Pebble (with PebbleConfig.Validate, so fencegate's HTTP-01 and
+// TLS-ALPN-01 answers are dialed for real).
 package acmetest
 
 import (
-	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
-	"fmt"
-	"io"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/fencegate/fencegate/internal/testenv"
 )
 
 // CA is a throwaway certificate authority.
@@ -152,146 +141,4 @@ func Pool(pems ...[]byte) *x509.CertPool {
 
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-// Pebble is a running Pebble ACME CA that validates challenges by dialing
-// the domain at HTTPPort (HTTP-01) and TLSPort (TLS-ALPN-01). Use the
-// domain "localhost": the system resolver maps it to 127.0.0.1 from
-// /etc/hosts, so nothing leaves the machine.
-type Pebble struct {
-	DirectoryURL string
-	// ListenerCAFile is the PEM file of the CA of Pebble's own HTTPS
-	// listener: fencegate's tls.acme.trusted_roots.
-	ListenerCAFile string
-	// RootPEM is the root that signs issued certificates (new per start).
-	RootPEM           []byte
-	HTTPPort, TLSPort int
-
-	cmd    *exec.Cmd
-	done   chan struct{}
-	log    *os.File
-	client *http.Client
-}
-
-// StartPebble starts Pebble on loopback with challenge ports httpPort and
-// tlsPort (where the code under test must answer), skipping the test when
-// the binary is missing (failing with CI=true).
-func StartPebble(t testing.TB, httpPort, tlsPort int) *Pebble {
-	t.Helper()
-	bin, err := testenv.LookBinary("pebble")
-	if err != nil {
-		if testenv.CI() {
-			t.Fatalf("pebble missing (run scripts/tools.sh pebble): %v", err)
-		}
-		t.Skipf("pebble missing (run scripts/tools.sh pebble): %v", err)
-	}
-	dir := t.TempDir()
-	ca := NewCA(t, "pebble listener CA")
-	leaf := ca.Issue(t, "127.0.0.1", []string{"127.0.0.1", "localhost"}, false)
-	certFile, keyFile := leaf.Write(t, dir, "listener")
-	p := &Pebble{HTTPPort: httpPort, TLSPort: tlsPort, ListenerCAFile: filepath.Join(dir, "listener-ca.pem")}
-	WriteFile(t, p.ListenerCAFile, ca.PEM)
-	p.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: Pool(ca.PEM)}}}
-
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		api, mgmt := testenv.FreePort(t), testenv.FreePort(t)
-		cfg := map[string]any{"pebble": map[string]any{
-			"listenAddress":                  fmt.Sprintf("127.0.0.1:%d", api),
-			"managementListenAddress":        fmt.Sprintf("127.0.0.1:%d", mgmt),
-			"certificate":                    certFile,
-			"privateKey":                     keyFile,
-			"httpPort":                       httpPort,
-			"tlsPort":                        tlsPort,
-			"ocspResponderURL":               "",
-			"externalAccountBindingRequired": false,
-			"retryAfter":                     map[string]int{"authz": 1, "order": 1},
-			"keyAlgorithm":                   "ecdsa",
-			"profiles":                       map[string]any{"default": map[string]any{"description": "default", "validityPeriod": 7776000}},
-		}}
-		b, _ := json.Marshal(cfg)
-		cfgFile := filepath.Join(dir, "pebble.json")
-		WriteFile(t, cfgFile, b)
-		p.log, err = os.Create(filepath.Join(dir, "pebble.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.cmd = exec.Command(bin, "-config", cfgFile)
-		// No validation shortcuts: the VA dials the challenge ports.
-		p.cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0")
-		p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		p.done = make(chan struct{})
-		go func(c *exec.Cmd, d chan struct{}) { c.Wait(); close(d) }(p.cmd, p.done)
-		p.DirectoryURL = fmt.Sprintf("https://127.0.0.1:%d/dir", api)
-		if lastErr = p.waitUp(); lastErr == nil {
-			t.Cleanup(p.Stop)
-			resp, err := p.client.Get(fmt.Sprintf("https://127.0.0.1:%d/roots/0", mgmt))
-			if err != nil {
-				t.Fatalf("pebble root: %v", err)
-			}
-			p.RootPEM, _ = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return p
-		}
-		p.Stop()
-	}
-	t.Fatalf("pebble did not start: %v\n%s", lastErr, p.Log())
-	return nil
-}
-
-func (p *Pebble) waitUp() error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := p.client.Get(p.DirectoryURL)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("pebble exited: %w", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// Stop ends Pebble (idempotent): afterwards any ACME request fails.
-func (p *Pebble) Stop() {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.cmd.Process.Kill()
-	<-p.done
-}
-
-// Log returns Pebble's output.
-func (p *Pebble) Log() string {
-	b, _ := os.ReadFile(p.log.Name())
-	return string(b)
-}
-
-// Orders counts the orders Pebble logged (one line per new order), to
-// prove a replica did not ask the CA again.
-func (p *Pebble) Orders() int {
-	n := 0
-	sc := bufio.NewScanner(strings.NewReader(p.Log()))
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), "There are now") && strings.Contains(sc.Text(), "orders") {
-			n++
-		}
-	}
-	return n
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,17 +11,25 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // PebbleConfig sets the ports pebble's validation authority dials for
-// challenges. Zero means a free port. With PEBBLE_VA_ALWAYS_VALID (always set
-// here) pebble marks every challenge valid without dialing, so these only
-// matter to tests that inspect the configuration.
+// challenges. Zero means a free port. Unless Validate is set, pebble runs
+// with PEBBLE_VA_ALWAYS_VALID and marks every challenge valid without
+// dialing, so the ports only matter to tests that inspect the configuration.
 type PebbleConfig struct {
 	HTTPPort int // HTTP-01 challenge port
 	TLSPort  int // TLS-ALPN-01 challenge port
+	// Validate makes pebble validate challenges for real: its VA dials the
+	// domain at HTTPPort (HTTP-01) and TLSPort (TLS-ALPN-01), where the code
+	// under test must answer. Use the domain "localhost": the system
+	// resolver maps it to 127.0.0.1 from /etc/hosts, so nothing leaves the
+	// machine.
+	Validate bool
 }
 
 // ACMEServer is a running pebble ACME test CA.
@@ -36,11 +45,17 @@ type ACMEServer struct {
 	// fetched from /roots/0. Pebble makes a new one at every start.
 	RootPEM           []byte
 	HTTPPort, TLSPort int
+	// ListenerCAFile is a PEM file of TLSCertPEM: what a client (such as
+	// fencegate's tls.acme.trusted_roots) must trust to talk to pebble.
+	ListenerCAFile string
+
+	proc *process
 }
 
 // Pebble starts pebble on 127.0.0.1 with a loopback-only config, no
-// validation sleeps, every challenge valid (no DNS needed) and no random
-// badNonce rejections, and stops it at the end of the test.
+// validation sleeps, every challenge valid (no DNS needed) unless
+// cfg.Validate, and no random badNonce rejections, and stops it at the end
+// of the test.
 func Pebble(t testing.TB, cfg PebbleConfig) *ACMEServer {
 	t.Helper()
 	bin := tool(t, "pebble", "pebble")
@@ -62,10 +77,14 @@ func Pebble(t testing.TB, cfg PebbleConfig) *ACMEServer {
 	if cfg.TLSPort == 0 {
 		cfg.TLSPort = FreePort(t)
 	}
-	s := &ACMEServer{TLSCertPEM: certPEM, HTTPPort: cfg.HTTPPort, TLSPort: cfg.TLSPort}
+	s := &ACMEServer{TLSCertPEM: certPEM, HTTPPort: cfg.HTTPPort, TLSPort: cfg.TLSPort, ListenerCAFile: certFile}
 	configFile := filepath.Join(dir, "pebble-config.json")
-	env := []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_VA_ALWAYS_VALID=1", "PEBBLE_WFE_NONCEREJECT=0"}
-	_, ports := startServer(t, "pebble", 2, env, bin,
+	env := []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0"}
+	if !cfg.Validate {
+		env = append(env, "PEBBLE_VA_ALWAYS_VALID=1")
+	}
+	var ports []int
+	s.proc, ports = startServer(t, "pebble", 2, env, bin,
 		func(p []int) []string {
 			var c struct {
 				Pebble map[string]any `json:"pebble"`
@@ -88,6 +107,10 @@ func Pebble(t testing.TB, cfg PebbleConfig) *ACMEServer {
 			b, _ := json.MarshalIndent(c, "", "  ")
 			if err := os.WriteFile(configFile, b, 0o644); err != nil {
 				t.Fatal(err)
+			}
+			if cfg.Validate {
+				// The system resolver: "localhost" from /etc/hosts.
+				return []string{"-config", configFile}
 			}
 			// The DNS resolver is never used with PEBBLE_VA_ALWAYS_VALID;
 			// point it at loopback so nothing leaves the machine anyway.
@@ -117,4 +140,26 @@ func (s *ACMEServer) HTTPClient() *http.Client {
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool},
 	}}
+}
+
+// Stop ends pebble now (idempotent): afterwards every ACME request fails.
+func (s *ACMEServer) Stop() { s.proc.stop(syscall.SIGKILL, 10*time.Second) }
+
+// Log returns pebble's output so far.
+func (s *ACMEServer) Log() string {
+	b, _ := os.ReadFile(s.proc.log)
+	return string(b)
+}
+
+// Orders counts the orders pebble logged (one line per new order), to
+// prove a replica did not ask the CA again.
+func (s *ACMEServer) Orders() int {
+	n := 0
+	sc := bufio.NewScanner(strings.NewReader(s.Log()))
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "There are now") && strings.Contains(sc.Text(), "orders") {
+			n++
+		}
+	}
+	return n
 }

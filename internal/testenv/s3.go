@@ -2,14 +2,9 @@ package testenv
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +61,7 @@ func (s *S3Server) Do(t testing.TB, method, path string, body []byte) (*http.Res
 		t.Fatalf("testenv: %v", err)
 	}
 	req.ContentLength = int64(len(body))
-	signV4(req, body, s.AccessKey, s.SecretKey, s.Region, time.Now())
+	SignV4(req, body, s.AccessKey, s.SecretKey, s.Region, time.Now())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("testenv: %s %s: %v", method, path, err)
@@ -77,78 +72,4 @@ func (s *S3Server) Do(t testing.TB, method, path string, body []byte) (*http.Res
 		t.Fatalf("testenv: %s %s: %v", method, path, err)
 	}
 	return resp, b
-}
-
-// signV4 signs req for service s3 (AWS Signature Version 4, header form).
-// Only what test requests need: no query-string signing of exotic values.
-func signV4(req *http.Request, body []byte, access, secret, region string, now time.Time) {
-	now = now.UTC()
-	amzDate := now.Format("20060102T150405Z")
-	day := now.Format("20060102")
-	sum := sha256.Sum256(body)
-	payload := hex.EncodeToString(sum[:])
-	req.Header.Set("X-Amz-Date", amzDate)
-	req.Header.Set("X-Amz-Content-Sha256", payload)
-	req.Header.Set("Host", req.URL.Host)
-
-	names := []string{"host", "x-amz-content-sha256", "x-amz-date"}
-	if req.ContentLength > 0 {
-		req.Header.Set("Content-Length", strconv.FormatInt(req.ContentLength, 10))
-	}
-	sort.Strings(names)
-	var canonHeaders strings.Builder
-	for _, n := range names {
-		v := req.Header.Get(n)
-		if n == "host" {
-			v = req.URL.Host
-		}
-		canonHeaders.WriteString(n + ":" + strings.TrimSpace(v) + "\n")
-	}
-	signed := strings.Join(names, ";")
-	q := req.URL.Query()
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var cq []string
-	for _, k := range keys {
-		for _, v := range q[k] {
-			cq = append(cq, awsEscape(k)+"="+awsEscape(v))
-		}
-	}
-	path := req.URL.EscapedPath()
-	if path == "" {
-		path = "/"
-	}
-	canon := strings.Join([]string{req.Method, path, strings.Join(cq, "&"), canonHeaders.String(), signed, payload}, "\n")
-	scope := day + "/" + region + "/s3/aws4_request"
-	ch := sha256.Sum256([]byte(canon))
-	toSign := "AWS4-HMAC-SHA256\n" + amzDate + "\n" + scope + "\n" + hex.EncodeToString(ch[:])
-	k := hmacSHA256([]byte("AWS4"+secret), day)
-	k = hmacSHA256(k, region)
-	k = hmacSHA256(k, "s3")
-	k = hmacSHA256(k, "aws4_request")
-	sig := hex.EncodeToString(hmacSHA256(k, toSign))
-	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential="+access+"/"+scope+", SignedHeaders="+signed+", Signature="+sig)
-}
-
-func hmacSHA256(key []byte, data string) []byte {
-	h := hmac.New(sha256.New, key)
-	h.Write([]byte(data))
-	return h.Sum(nil)
-}
-
-// awsEscape is RFC 3986 percent-encoding of everything but unreserved characters.
-func awsEscape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
 }
