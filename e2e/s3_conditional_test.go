@@ -198,9 +198,198 @@ var versityConditions = []string{
 	"route objects: note: CopyObject destination If-Match/If-None-Match not honoured (a CopyObject with If-Match on the source's ETag (not the destination's) answered 200, want 412 and replaced the destination",
 }
 
-var _ = aws.String
-var _ = s3.New
-var _ = types.ObjectIdentifier{}
-var _ = awsfence.Fixed
-var _ = context.Background
-var _ = time.Second
+// condRouteYAML is s3RouteYAML with s3.check_bucket, so that serve runs
+// the probes at start and conditions what the store honours.
+func condRouteYAML(name, host, endpoint string, srv *testenv.S3Server, precondition, timeout string) string {
+	return strings.Replace(s3RouteYAML(name, host, endpoint, srv, precondition, timeout),
+		"        clients:", "        check_bucket: "+s3Bucket+"\n        clients:", 1)
+}
+
+// condStore is the store a race runs against: VersityGW, or the honouring
+// double (for the conditions VersityGW ignores).
+type condStore struct {
+	name     string
+	endpoint string
+	body     func(t *testing.T, key string) string
+}
+
+func versityStore(t *testing.T) (*testenv.S3Server, condStore) {
+	srv := testenv.Versity(t)
+	srv.CreateBucket(t, s3Bucket)
+	e := &s3Env{S3: srv}
+	return srv, condStore{"versitygw", srv.Endpoint, e.objectBody}
+}
+
+func doubleStore(t *testing.T) (*testenv.S3Server, condStore) {
+	d := newCondS3(t, true)
+	srv := &testenv.S3Server{Endpoint: d.URL, AccessKey: "double", SecretKey: "double-secret", Region: "us-east-1"}
+	return srv, condStore{"honouring double", d.URL, func(_ *testing.T, key string) string { return d.body(key) }}
+}
+
+// condRace is the delayed-forward race of a delete or copy: A (token 1)
+// wrote "job"; A's late operation (late) is handed to the store through a
+// toxiproxy delay past the gateway's timeout; B (token 2) then writes
+// "job"; when A's request reaches the store it carries the gateway's
+// condition on the version B replaced, if the store honours it for that
+// operation. It returns the gateway's log and "job"'s content once A's
+// request has landed.
+func condRace(t *testing.T, store func(*testing.T) (*testenv.S3Server, condStore), precondition string,
+	late func(c *s3.Client) error) (log, got string) {
+	t.Helper()
+	srv, st := store(t)
+	tp := testenv.Toxiproxy(t)
+	proxy := tp.Proxy(t, "s3", strings.TrimPrefix(st.endpoint, "http://"))
+	p := startFencegate(t, s3GatewayYAML(
+		condRouteYAML("slow", "localhost", "http://"+proxy.Listen, srv, precondition, "1s"),
+		condRouteYAML("fast", "", st.endpoint, srv, precondition, "30s")))
+	gw := p.URL("gateway")
+	slow := s3Worker(strings.Replace(gw, "127.0.0.1", "localhost", 1), s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1))
+	a, b := s3Worker(gw, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1)), s3Worker(gw, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(2))
+	if err := putObject(t, a, "src", "copy source"); err != nil {
+		t.Fatalf("A's source write: %v", err)
+	}
+	if err := putObject(t, a, "job", "A-first"); err != nil {
+		t.Fatalf("A's first write: %v", err)
+	}
+	proxy.AddToxic(t, testenv.Toxic{Name: "delay", Type: "latency", Stream: "upstream",
+		Attributes: map[string]any{"latency": 3000}})
+	sent := time.Now()
+	wantRefusal(t, late(slow), "upstream_timeout", http.StatusGatewayTimeout)
+	if err := putObject(t, b, "job", "B"); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+	time.Sleep(time.Until(sent.Add(5 * time.Second)))
+	return p.Log(), st.body(t, "job")
+}
+
+func lateDelete(c *s3.Client) error {
+	_, err := c.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(s3Bucket), Key: aws.String("job")})
+	return err
+}
+
+func lateDeleteObjects(c *s3.Client) error {
+	_, err := c.DeleteObjects(context.Background(), &s3.DeleteObjectsInput{Bucket: aws.String(s3Bucket),
+		Delete: &types.Delete{Objects: []types.ObjectIdentifier{{Key: aws.String("job")}}}})
+	return err
+}
+
+func lateCopy(c *s3.Client) error {
+	_, err := c.CopyObject(context.Background(), &s3.CopyObjectInput{Bucket: aws.String(s3Bucket), Key: aws.String("job"),
+		CopySource: aws.String(s3Bucket + "/src")})
+	return err
+}
+
+// A late stale DeleteObject: VersityGW honours If-Match on DeleteObject
+// (probed at start), so the gateway's condition on A's version makes it
+// refuse A's delete after B's write; without the precondition it deletes
+// B's object. DeleteObjects is conditioned per entry where the store
+// honours <ETag> (the double; VersityGW ignores it, so there the late
+// DeleteObjects still deletes B's object: the window that remains, said by
+// serve at start and by doctor).
+func TestS3ConditionalDeleteRace(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		store        func(*testing.T) (*testenv.S3Server, condStore)
+		precondition string
+		late         func(*s3.Client) error
+		want, log    string
+	}{
+		{"DeleteObject/versitygw", versityStore, "etag", lateDelete, "B", "upstream honours conditional DeleteObject If-Match"},
+		{"DeleteObject/versitygw/no precondition", versityStore, "none", lateDelete, "<absent>", ""},
+		{"DeleteObjects/honouring double", doubleStore, "etag", lateDeleteObjects, "B", "upstream honours conditional DeleteObjects <ETag>"},
+		{"DeleteObjects/versitygw ignores <ETag>", versityStore, "etag", lateDeleteObjects, "<absent>", "upstream does not honour DeleteObjects <ETag>: forwarded unconditioned"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log, got := condRace(t, tc.store, tc.precondition, tc.late)
+			if got != tc.want {
+				t.Fatalf("job = %q; want %q", got, tc.want)
+			}
+			if !strings.Contains(log, tc.log) {
+				t.Fatalf("log lacks %q:\n%s", tc.log, log)
+			}
+		})
+	}
+}
+
+// A late stale CopyObject onto "job": refused by a store that honours
+// destination conditions (the double); VersityGW ignores them, so the late
+// copy still replaces B's object there (pinned; docs/s3.md).
+func TestS3ConditionalCopyRace(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		store     func(*testing.T) (*testenv.S3Server, condStore)
+		want, log string
+	}{
+		{"honouring double", doubleStore, "B", "upstream honours conditional CopyObject destination"},
+		{"versitygw ignores destination conditions", versityStore, "copy source", "upstream does not honour CopyObject destination If-Match/If-None-Match: forwarded unconditioned"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log, got := condRace(t, tc.store, "etag", lateCopy)
+			if got != tc.want {
+				t.Fatalf("job = %q; want %q", got, tc.want)
+			}
+			if !strings.Contains(log, tc.log) {
+				t.Fatalf("log lacks %q:\n%s", tc.log, log)
+			}
+		})
+	}
+}
+
+// DeleteObjects against a store that honours <ETag>: after a write that
+// bypassed the gateway, the gateway's <ETag> makes the store refuse that
+// entry alone (PreconditionFailed, logged precondition_failed) while the
+// other entry is deleted; the rewritten body carries recomputed checksums
+// (the double checks the SDK's CRC32). Without honouring (the ignoring
+// double) no <ETag> is added and both are deleted.
+func TestS3DeleteObjectsConditioned(t *testing.T) {
+	for _, honour := range []bool{true, false} {
+		t.Run(fmt.Sprintf("honour=%v", honour), func(t *testing.T) {
+			d := newCondS3(t, honour)
+			srv := &testenv.S3Server{Endpoint: d.URL, AccessKey: "double", SecretKey: "double-secret", Region: "us-east-1"}
+			p := startFencegate(t, s3GatewayYAML(condRouteYAML("objects", "", d.URL, srv, "etag", "5s")))
+			w := s3Worker(p.URL("gateway"), s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1))
+			for _, k := range []string{"a", "b"} {
+				if err := putObject(t, w, k, "v1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			direct := s3Worker(d.URL, "double", "double-secret", awsfence.Fixed(0))
+			if err := putObject(t, direct, "a", "bypass"); err != nil {
+				t.Fatal(err)
+			}
+			d.mu.Lock()
+			d.etagEntries = 0
+			d.mu.Unlock()
+			out, err := w.DeleteObjects(context.Background(), &s3.DeleteObjectsInput{Bucket: aws.String(s3Bucket),
+				Delete: &types.Delete{Objects: []types.ObjectIdentifier{{Key: aws.String("a")}, {Key: aws.String("b")}}}})
+			if err != nil {
+				t.Fatalf("DeleteObjects: %v", err)
+			}
+			if d.body("b") != "<absent>" {
+				t.Fatal("b not deleted")
+			}
+			if !honour {
+				if d.etagEntries != 0 || d.body("a") != "<absent>" || len(out.Errors) != 0 {
+					t.Fatalf("ignoring store: %d <ETag> entries sent, a = %q, errors %v; want none, deleted, none", d.etagEntries, d.body("a"), out.Errors)
+				}
+				return
+			}
+			if d.etagEntries != 2 {
+				t.Fatalf("%d entries carried <ETag>; want 2", d.etagEntries)
+			}
+			if len(out.Errors) != 1 || aws.ToString(out.Errors[0].Key) != "a" || aws.ToString(out.Errors[0].Code) != "PreconditionFailed" {
+				t.Fatalf("errors %+v; want a: PreconditionFailed", out.Errors)
+			}
+			if got := d.body("a"); got != "bypass" {
+				t.Fatalf("a = %q; want the bypassing write left alone", got)
+			}
+			waitFor(t, func() bool { return strings.Contains(p.Log(), `"msg":"precondition_failed"`) })
+			// b counts as deleted: writing it again is If-None-Match: *.
+			if err := putObject(t, w, "b", "v2"); err != nil {
+				t.Fatalf("rewrite of the deleted b: %v", err)
+			}
+			// a keeps the gateway's record: the next write is refused too.
+			wantRefusal(t, putObject(t, w, "a", "v2"), "precondition_failed", http.StatusPreconditionFailed)
+		})
+	}
+}
