@@ -85,7 +85,11 @@ func race(ctx context.Context, t ProbeTarget, n int, ifMatch string) (won int, e
 		go func() {
 			defer wg.Done()
 			<-start
-			st, e, err := t.Put(ctx, fmt.Sprintf("fencegate probe writer %d", i), ifMatch)
+			// Each round's bodies differ from the last round's: a store
+			// with content-derived ETags (MD5) would otherwise give a
+			// winner of this round the ETag of the last one, and a second
+			// writer would rightly match it.
+			st, e, err := t.Put(ctx, fmt.Sprintf("fencegate probe writer %d (%s)", i, ifMatch), ifMatch)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

@@ -40,6 +40,19 @@ func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transp
 		if err := up.ProbeRace(ctx, rc.S3.CheckBucket, 0); err != nil {
 			return nil, fmt.Errorf("precondition etag: %w", err)
 		}
+		// Delete and copy conditions: used where the store honours them,
+		// the operation forwarded unconditioned (still fenced) where not.
+		c, err := up.ProbeConditions(ctx, rc.S3.CheckBucket, 0)
+		if err != nil {
+			return nil, fmt.Errorf("precondition etag: %w", err)
+		}
+		c.Each(func(op string, f s3.Finding) {
+			if f.Honoured {
+				log.Info("upstream honours conditional "+op, "route", rc.Name)
+			} else {
+				log.Warn("upstream does not honour "+op+": forwarded unconditioned (fenced, but a delayed one can land)", "route", rc.Name, "cause", f.Detail)
+			}
+		})
 	}
 	return up, nil
 }

@@ -48,14 +48,42 @@ var deleteObjectFields = map[string]bool{
 // reader does. Entities are the five predefined ones and character
 // references (encoding/xml in strict mode refuses the rest).
 func parseDeleteObjects(body []byte) ([]string, *s3Error) {
+	doc, err := parseDeleteDoc(body)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(doc.objects))
+	for i, o := range doc.objects {
+		keys[i] = o.fields["Key"]
+	}
+	return keys, nil
+}
+
+// deleteDoc is a parsed DeleteObjects body: what the gateway needs to write
+// it anew with per-object <ETag> conditions (conditions.go).
+type deleteDoc struct {
+	quiet   *string // <Quiet>'s text, nil if absent
+	objects []deleteObject
+}
+
+// deleteObject is one <Object>: its fields' text, by element name, and
+// their order in the body.
+type deleteObject struct {
+	fields map[string]string
+	order  []string
+}
+
+// parseDeleteDoc parses a DeleteObjects body by the rules of
+// parseDeleteObjects.
+func parseDeleteDoc(body []byte) (*deleteDoc, *s3Error) {
 	d := xml.NewDecoder(bytes.NewReader(body))
 	d.Strict = true
 	p := deleteParser{d: d}
-	keys, err := p.parse()
+	doc, err := p.parse()
 	if err != nil {
 		return nil, errMalformedXML("DeleteObjects body: " + err.Error())
 	}
-	return keys, nil
+	return doc, nil
 }
 
 type deleteParser struct {
@@ -121,7 +149,7 @@ func short(s string) string {
 
 func isSpace(b []byte) bool { return len(bytes.TrimLeft(b, " \t\r\n")) == 0 }
 
-func (p *deleteParser) parse() ([]string, error) {
+func (p *deleteParser) parse() (*deleteDoc, error) {
 	// Prolog: whitespace, then the root.
 	for {
 		tok, err := p.next()
@@ -140,7 +168,7 @@ func (p *deleteParser) parse() ([]string, error) {
 		}
 		break
 	}
-	var keys []string
+	doc := &deleteDoc{}
 	quiet := false
 	for done := false; !done; {
 		tok, err := p.next()
@@ -161,22 +189,24 @@ func (p *deleteParser) parse() ([]string, error) {
 			}
 			switch t.Name.Local {
 			case "Object":
-				if len(keys) == maxDeleteObjects {
+				if len(doc.objects) == maxDeleteObjects {
 					return nil, errors.New("more than " + strconv.Itoa(maxDeleteObjects) + " objects")
 				}
-				k, err := p.object()
+				o, err := p.object()
 				if err != nil {
 					return nil, err
 				}
-				keys = append(keys, k)
+				doc.objects = append(doc.objects, o)
 			case "Quiet":
 				if quiet {
 					return nil, errors.New("<Quiet> given twice")
 				}
 				quiet = true
-				if _, err := p.text("Quiet"); err != nil {
+				q, err := p.text("Quiet")
+				if err != nil {
 					return nil, err
 				}
+				doc.quiet = &q
 			default:
 				return nil, errors.New("unknown element <" + short(t.Name.Local) + "> in <Delete>")
 			}
@@ -184,14 +214,14 @@ func (p *deleteParser) parse() ([]string, error) {
 			done = true
 		}
 	}
-	if len(keys) == 0 {
+	if len(doc.objects) == 0 {
 		return nil, errors.New("no <Object>")
 	}
 	// Epilog: whitespace only, up to the end of the body.
 	for {
 		tok, err := p.next()
 		if err == io.EOF {
-			return keys, nil
+			return doc, nil
 		}
 		if err != nil {
 			return nil, err
@@ -202,48 +232,44 @@ func (p *deleteParser) parse() ([]string, error) {
 	}
 }
 
-// object reads the children of an <Object> up to its end tag and returns
-// its key.
-func (p *deleteParser) object() (string, error) {
-	seen := map[string]bool{}
-	var key string
+// object reads the children of an <Object> up to its end tag.
+func (p *deleteParser) object() (deleteObject, error) {
+	o := deleteObject{fields: map[string]string{}}
 	for {
 		tok, err := p.next()
 		if err == io.EOF {
-			return "", errors.New("unterminated <Object>")
+			return o, errors.New("unterminated <Object>")
 		}
 		if err != nil {
-			return "", err
+			return o, err
 		}
 		switch t := tok.(type) {
 		case xml.CharData:
 			if !isSpace(t) {
-				return "", errors.New("text directly inside <Object>")
+				return o, errors.New("text directly inside <Object>")
 			}
 		case xml.StartElement:
 			name := t.Name.Local
 			if len(t.Attr) > 0 {
-				return "", errors.New("attributes are allowed on <Delete> only")
+				return o, errors.New("attributes are allowed on <Delete> only")
 			}
 			if !deleteObjectFields[name] {
-				return "", errors.New("unknown element <" + short(name) + "> in <Object>")
+				return o, errors.New("unknown element <" + short(name) + "> in <Object>")
 			}
-			if seen[name] {
-				return "", errors.New("<" + name + "> given twice in one <Object>")
+			if _, seen := o.fields[name]; seen {
+				return o, errors.New("<" + name + "> given twice in one <Object>")
 			}
-			seen[name] = true
 			s, err := p.text(name)
 			if err != nil {
-				return "", err
+				return o, err
 			}
-			if name == "Key" {
-				key = s
-			}
+			o.fields[name] = s
+			o.order = append(o.order, name)
 		case xml.EndElement:
-			if !seen["Key"] || key == "" {
-				return "", errors.New("<Object> without a <Key>")
+			if o.fields["Key"] == "" {
+				return o, errors.New("<Object> without a <Key>")
 			}
-			return key, nil
+			return o, nil
 		}
 	}
 }

@@ -13,6 +13,7 @@
 package s3
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -55,7 +57,8 @@ type Upstream struct {
 	etags       ETagStore
 	precondEtag bool
 	tracker     *precondition.Tracker
-	stampHeader string // "" unless s3.stamp: the metadata header carrying the token
+	conds       atomic.Pointer[Conditions] // nil: unmeasured
+	stampHeader string                     // "" unless s3.stamp: the metadata header carrying the token
 	transport   http.RoundTripper
 	proxy       *httpup.Proxy
 	log         *slog.Logger
@@ -229,11 +232,12 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 		insp.Vars = u.vars(t.bucket, t.key)
 	}
 	if t.op == opDeleteObjects {
-		keys, err := deleteObjectKeys(r)
+		d, err := readDeleteObjects(r)
 		if err != nil {
 			return gateway.Inspection{}, err.refusal()
 		}
-		for _, k := range keys {
+		insp.State.(*inspected).del = d
+		for _, k := range d.keys {
 			insp.Objects = append(insp.Objects, u.vars(t.bucket, k))
 		}
 	}
@@ -299,6 +303,11 @@ type forward struct {
 	// etag is the write's ETag bookkeeping (precondition: etag); nil if
 	// the write is not tracked.
 	etag *precondition.Write
+	// deletes is the bookkeeping of each object of a DeleteObjects.
+	deletes []deleteWrite
+	// bodyHeaders are set on the outbound request: the integrity headers
+	// of a DeleteObjects body the gateway wrote anew.
+	bodyHeaders map[string]string
 }
 
 type forwardKey struct{}
@@ -309,6 +318,7 @@ type inspected struct {
 	auth   *authRequest
 	key    []byte
 	target target
+	del    *deleteRequest // DeleteObjects: the body Inspect read
 }
 
 // Forward implements gateway.Upstream.
@@ -348,20 +358,59 @@ func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 	if a.payloadHash == streamingSigned || a.payloadHash == streamingSignedTrailer {
 		f.chunks = newChunkSigner(r.Body, a, key, a.payloadHash == streamingSignedTrailer, u.maxChunk)
 	}
-	if u.precondEtag && f.token > 0 && f.resource != "" {
+	out := r.WithContext(context.WithValue(r.Context(), forwardKey{}, f))
+	if u.precondEtag && f.token > 0 && f.resource != "" && t.op != opDeleteObjects {
 		if err := u.addPrecondition(r, f); err != nil {
 			return err
 		}
 	}
-	err := u.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
+	if u.precondEtag && f.token > 0 && t.op == opDeleteObjects && in.del != nil && req != nil && req.Route != nil {
+		rt := req.Route
+		body, err := u.addDeleteObjectsPreconditions(r, f, in.del, func(bucket, key string) (string, error) {
+			return rt.ResourceOf(u.vars(bucket, key))
+		})
+		if err != nil {
+			return err
+		}
+		if body != nil {
+			set, payload, ok, serr := rebody(r.Header, f.payloadHash, in.del.body, body)
+			switch {
+			case serr != nil:
+				for _, d := range f.deletes {
+					d.w.Answered(r.Context(), serr.Status, "")
+				}
+				return serr.refusal()
+			case ok:
+				// The gateway has the whole body (Inspect read it);
+				// reading it marks it sent for the gateway's drain logic,
+				// which then waits for the answer instead of aborting.
+				io.Copy(io.Discard, r.Body)
+				out.Body = io.NopCloser(bytes.NewReader(body))
+				out.ContentLength = int64(len(body))
+				f.bodyHeaders, f.payloadHash = set, payload
+			default:
+				// An integrity header the gateway cannot compute: the
+				// body goes as sent, its objects unconditioned.
+				for _, d := range f.deletes {
+					d.w.IfMatch = ""
+				}
+			}
+		}
+	}
+	err := u.proxy.Forward(w, out)
 	if err != nil && f.chunks != nil && f.chunks.err != nil {
 		return f.chunks.err.refusal()
 	}
-	if err != nil && f.etag != nil {
+	if err != nil && (f.etag != nil || f.deletes != nil) {
 		var ref *fencegate.Error
 		if !errors.As(err, &ref) {
 			// The request may or may not have reached S3.
-			f.etag.Failed(r.Context())
+			if f.etag != nil {
+				f.etag.Failed(r.Context())
+			}
+			for _, d := range f.deletes {
+				d.w.Failed(r.Context())
+			}
 		}
 	}
 	return err
@@ -384,6 +433,9 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	h.Set("X-Amz-Content-Sha256", f.payloadHash)
 	if f.etag != nil {
 		f.etag.Apply(h)
+	}
+	for k, v := range f.bodyHeaders {
+		h.Set(k, v)
 	}
 	if f.chunks != nil {
 		out.Body = f.chunks
@@ -473,6 +525,10 @@ func (st *signingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // response does the ETag bookkeeping of a write's answer. A 412 to a
 // precondition the gateway added becomes the precondition_failed refusal.
 func (u *Upstream) response(ctx context.Context, f *forward, resp *http.Response) (*http.Response, error) {
+	if f.deletes != nil {
+		f.deletesAnswered(ctx, resp)
+		return resp, nil
+	}
 	if f.etag == nil {
 		return resp, nil
 	}
@@ -491,13 +547,16 @@ func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 	case opPutObject:
 		kind = precondition.Replace
 	case opDeleteObject:
-		kind = precondition.Delete
+		// If-Match where the store honours it (ProbeConditions); the
+		// delete is tracked either way.
+		kind, conditional = precondition.Delete, u.Conditions().Delete.Honoured
 	case opCompleteMultipart:
 		kind = precondition.Opaque
 	case opCopyObject:
-		// S3-compatible stores differ on destination preconditions; the
-		// copy is fenced and its ETag re-learnt.
-		kind, conditional = precondition.Opaque, false
+		// S3-compatible stores differ on destination preconditions
+		// (ProbeConditions); the copy is fenced and its ETag re-learnt
+		// either way.
+		kind, conditional = precondition.Opaque, u.Conditions().CopyDest.Honoured
 	default:
 		return nil
 	}

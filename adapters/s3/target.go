@@ -178,6 +178,22 @@ const maxDeleteBody = 2 << 20
 // (parseDeleteObjects) so that no store can read other keys from the same
 // bytes; the keys are validated like path keys.
 func deleteObjectKeys(r *http.Request) ([]string, *s3Error) {
+	d, err := readDeleteObjects(r)
+	if err != nil {
+		return nil, err
+	}
+	return d.keys, nil
+}
+
+// deleteRequest is a DeleteObjects request as Inspect read it: the body's
+// bytes, its parsed document and the validated key of each <Object>.
+type deleteRequest struct {
+	body []byte
+	doc  *deleteDoc
+	keys []string
+}
+
+func readDeleteObjects(r *http.Request) (*deleteRequest, *s3Error) {
 	if strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Content-Encoding"), ",")), "aws-chunked") {
 		return nil, errNotImplemented("DeleteObjects with an aws-chunked body is not supported by the gateway")
 	}
@@ -191,24 +207,25 @@ func deleteObjectKeys(r *http.Request) ([]string, *s3Error) {
 	if len(body) > maxDeleteBody {
 		return nil, errMalformedXML("DeleteObjects body is too large")
 	}
-	// The gateway forwards exactly the bytes it parsed. Replacing the
-	// inbound body is the one mutation of the request the adapter makes:
-	// the gateway streams r.Body on after Inspect.
+	// The gateway forwards exactly the bytes it parsed (or, with per-object
+	// ETag conditions, a canonical rewrite of the same document). Replacing
+	// the inbound body is the one mutation of the request the adapter
+	// makes: the gateway streams r.Body on after Inspect.
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	raw, perr := parseDeleteObjects(body)
+	doc, perr := parseDeleteDoc(body)
 	if perr != nil {
 		return nil, perr
 	}
-	keys := make([]string, len(raw))
-	for i, rk := range raw {
+	keys := make([]string, len(doc.objects))
+	for i, o := range doc.objects {
 		// The XML key is already decoded; check it like a decoded path key.
-		k, err := decodeKey(strings.ReplaceAll(url.PathEscape(rk), "%2F", "/"))
+		k, err := decodeKey(strings.ReplaceAll(url.PathEscape(o.fields["Key"]), "%2F", "/"))
 		if err != nil {
 			return nil, err
 		}
 		keys[i] = k
 	}
-	return keys, nil
+	return &deleteRequest{body: body, doc: doc, keys: keys}, nil
 }
 
 // upstreamPath is the path-style path of t on the upstream.

@@ -4,6 +4,12 @@
 //	scripts/tools.sh versitygw
 //	go test ./bench/s3 -run '^$' -bench . -benchtime 400x -count 1
 //
+// With S3BENCH_INPROC=1 the gateway runs inside the test process (server.New),
+// so that -cpuprofile covers it (the client's SDK work is in the profile too;
+// focus on fencegate and net/http frames):
+//
+//	S3BENCH_INPROC=1 go test ./bench/s3 -run '^$' -bench 'PutObject/4KiB/gateway$' -benchtime 2000x -cpuprofile /tmp/gw.prof
+//
 // Each sub-benchmark reports throughput (MB/s), p50/p99 latency and, for the
 // gateway, its peak resident memory, read from /proc after the run.
 package s3bench
@@ -12,6 +18,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -28,8 +36,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/coordinator/client/awsfence"
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/server"
 )
 
 const bucket = "bench"
@@ -68,6 +78,9 @@ log: {level: warn}
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	if os.Getenv("S3BENCH_INPROC") != "" {
+		return inProcess(b, cfg), os.Getpid()
+	}
 	cmd := exec.Command(bin, "serve", "-c", path)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -85,6 +98,24 @@ log: {level: warn}
 		time.Sleep(25 * time.Millisecond)
 	}
 	return "http://" + gw, cmd.Process.Pid
+}
+
+// inProcess serves cfg in the test process.
+func inProcess(b *testing.B, yaml string) string {
+	cfg, err := config.Parse("bench.yaml", []byte(yaml))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	srv, err := server.New(ctx, cfg, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + srv.Addr("gateway")
 }
 
 func client(endpoint, access, secret string) *s3.Client {

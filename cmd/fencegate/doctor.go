@@ -70,6 +70,10 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 		if err == nil {
 			err = up.ProbeRace(cctx, b, 0)
 		}
+		var conds s3.Conditions
+		if err == nil {
+			conds, err = up.ProbeConditions(cctx, b, 0)
+		}
 		cancel()
 		if err != nil {
 			failed++
@@ -77,6 +81,13 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 			continue
 		}
 		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PutObject, racing writes included (bucket %s)\n", rc.Name, rc.S3.Endpoint, b)
+		conds.Each(func(op string, f s3.Finding) {
+			if f.Honoured {
+				fmt.Printf("route %s: ok: %s honoured: the gateway makes it conditional\n", rc.Name, op)
+			} else {
+				fmt.Printf("route %s: note: %s not honoured (%s): the gateway forwards it unconditioned; it is fenced, but a delayed one can still land\n", rc.Name, op, f.Detail)
+			}
+		})
 	}
 	hc, hf := doctorHTTPRoutes(ctx, cfg, *probePath)
 	checked, failed = checked+hc, failed+hf
