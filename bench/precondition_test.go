@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
-	"github.com/fencegate/fencegate/config"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -60,17 +60,17 @@ func BenchmarkPrecondition(b *testing.B) {
 		}
 		defer st.Close()
 		gw := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-		opts := gateway.HTTPUpstreamOptions{Route: "orders"}
+		opts := httpup.Options{URL: upstream.URL, Route: "orders"}
 		if pre == "etag" {
 			opts.ETags = st
 		}
-		up, err := gateway.NewHTTPUpstream(&config.Upstream{URL: upstream.URL}, opts)
+		up, err := httpup.New(opts)
 		if err != nil {
 			b.Fatal(err)
 		}
-		rt, err := gateway.NewRoute(config.Route{
-			Name: "orders", Match: config.Match{PathPrefix: "/" + pre + "/"}, Resource: "{path}",
-			FencedMethods: []string{"PUT", "POST", "PATCH", "DELETE"}, Precondition: pre,
+		rt, err := gateway.NewRoute(gateway.RouteOptions{
+			Name: "orders", PathPrefix: "/" + pre + "/", Resource: "{path}",
+			FencedMethods: []string{"PUT", "POST", "PATCH", "DELETE"},
 		}, up)
 		if err != nil {
 			b.Fatal(err)
