@@ -11,16 +11,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -294,4 +298,83 @@ func TestCompletion(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fencegateLine finds the command lines in code: `fencegate ...` in
+// backticks, or a code block's line, up to what ends a shell command.
+var fencegateLine = regexp.MustCompile("(?:^|[\\s(`])(?:\\./)?fencegate((?: +[^|&;)#<>`\\n]*)?)")
+
+// TestDocsCommandLines: every fencegate command line in README.md and
+// docs/*.md names a real command and real flags, and has arguments a
+// command accepts (the docs and the golden help cannot drift apart).
+func TestDocsCommandLines(t *testing.T) {
+	files, _ := filepath.Glob("../../docs/*.md")
+	files = append(files, "../../README.md")
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inBlock := false
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "```") {
+				inBlock = !inBlock
+				continue
+			}
+			for _, m := range fencegateLine.FindAllStringSubmatch(line, -1) {
+				if !inBlock && !strings.Contains(line, "`fencegate"+m[1]) && !strings.Contains(line, "`./fencegate"+m[1]) {
+					continue // prose: "fencegate serves ..."
+				}
+				text := regexp.MustCompile(`\s+\d$`).ReplaceAllString(m[1], "") // 2>log
+				args := strings.Fields(strings.NewReplacer(`"`, "", "'", "").Replace(text))
+				if len(args) == 0 || strings.ContainsAny(args[0], "[|.:,\\") || args[0] == "is" || strings.Contains(text, ": ") {
+					// Not a command line: "fencegate lease run: lease ... lost" quotes a message.
+					continue
+				}
+				// A synopsis (lease acquire [-ttl 30s] RESOURCE, reset R -to T)
+				// or prose: the command words and flag names only.
+				synopsis := !inBlock || strings.ContainsAny(text, "[|") || strings.Contains(text, "...") || slices.ContainsFunc(args, isPlaceholder)
+				if synopsis {
+					args = commandWords(args)
+				}
+				n++
+				root := newRoot(io.Discard, io.Discard)
+				c, rest, err := root.Find(normalizeArgs(root, args))
+				if err == nil {
+					err = c.ParseFlags(rest)
+				}
+				if errors.Is(err, pflag.ErrHelp) {
+					err = nil
+				}
+				if err == nil && c.HasAvailableSubCommands() && len(c.Flags().Args()) > 0 {
+					err = unknownCommand(c, c.Flags().Args()[0])
+				}
+				if err == nil && !synopsis && c.Args != nil {
+					err = c.Args(c, c.Flags().Args())
+				}
+				if err != nil {
+					t.Errorf("%s:%d: fencegate%s: %v", f, i+1, m[1], err)
+				}
+			}
+		}
+	}
+	if n < 40 {
+		t.Fatalf("found only %d command lines in the docs", n)
+	}
+}
+
+// commandWords is the leading words of args that are not flags.
+func commandWords(args []string) []string {
+	for i, a := range args {
+		if strings.HasPrefix(a, "-") || strings.HasPrefix(a, "[") || strings.HasPrefix(a, "/") || isPlaceholder(a) {
+			return args[:i]
+		}
+	}
+	return args
+}
+
+// isPlaceholder: RESOURCE, T, CMD in a synopsis.
+func isPlaceholder(a string) bool {
+	return regexp.MustCompile(`^[A-Z][A-Z_]*$`).MatchString(a)
 }
