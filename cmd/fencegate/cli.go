@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -491,4 +492,14 @@ func apiKey(flag string) string {
 		return flag
 	}
 	return os.Getenv("FENCEGATE_API_KEY")
+}
+
+// unreachable says which flag names the address a request could not
+// reach; other errors pass unchanged.
+func unreachable(err error, flag, env, addr string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && !ue.Timeout() {
+		return fmt.Errorf("%w (is %s right? set it with --%s or %s)", err, addr, flag, env)
+	}
+	return err
 }

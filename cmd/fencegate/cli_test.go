@@ -173,6 +173,8 @@ func TestUsageErrorsGolden(t *testing.T) {
 		{"config-unknown", []string{"config", "scheme"}, exitUsage},
 		{"completion-unknown-shell", []string{"completion", "tcsh"}, exitUsage},
 		{"validate-missing-file", []string{"validate", "-c", "testdata/no-such.yaml"}, exitFailed},
+		{"coordinator-unreachable", []string{"lease", "acquire", "/orders/7", "--coordinator", "http://127.0.0.1:1"}, exitFailed},
+		{"admin-unreachable", []string{"fence", "show", "/orders/7", "-admin", "http://127.0.0.1:1"}, exitFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, code := runCLI(tc.args...)

@@ -121,7 +121,7 @@ func (c *fenceCmd) Run(ctx context.Context, args []string) error {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return unreachable(err, "admin", "FENCEGATE_ADMIN", c.admin)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

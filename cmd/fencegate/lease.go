@@ -136,7 +136,7 @@ func (c *leaseCmd) Run(ctx context.Context, args []string) error {
 	case "release":
 		released, err := cl.Release(ctx, res, token)
 		if err != nil {
-			return leaseExit(err)
+			return leaseExit(unreachable(err, "coordinator", "FENCEGATE_COORDINATOR", c.url))
 		}
 		if c.out == "json" {
 			return printJSON(c.stdout(), coordinator.ReleaseResponse{Released: released})
@@ -145,7 +145,7 @@ func (c *leaseCmd) Run(ctx context.Context, args []string) error {
 		return nil
 	}
 	if err != nil {
-		return leaseExit(err)
+		return leaseExit(unreachable(err, "coordinator", "FENCEGATE_COORDINATOR", c.url))
 	}
 	if c.out == "json" {
 		if err := printJSON(c.stdout(), rec); err != nil {

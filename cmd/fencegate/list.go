@@ -205,7 +205,7 @@ func (c *adminClient) get(ctx context.Context, path string, v any) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return unreachable(err, "admin", "FENCEGATE_ADMIN", c.base)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
