@@ -2,36 +2,40 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/spf13/cobra"
 )
 
-// configCmd prints the configuration's machine contract:
+// config prints the configuration's machine contract:
 //
 //	fencegate config schema    the JSON Schema of the YAML file
 //
 // Editors that speak the YAML language server use it from a first line
 // `# yaml-language-server: $schema=PATH-OR-URL` (see configs/*.yaml).
-type configCmd struct{}
+type configSchemaCmd struct{ printer }
 
-const configSynopsis = `schema
-
-  schema    print the JSON Schema (2020-12) of the configuration file
-
-Example:
-  fencegate config schema > fencegate.schema.json
+func newConfigCmd() *cobra.Command {
+	c := &configSchemaCmd{}
+	schema := wrap(&cobra.Command{
+		Use:   "schema",
+		Short: "print the JSON Schema (2020-12) of the configuration file",
+		Long: `Schema prints the JSON Schema (2020-12) of the YAML configuration file.
+Editors that speak the YAML language server check and complete a file whose
+first line names it: # yaml-language-server: $schema=PATH-OR-URL`,
+		Example: `  fencegate config schema > fencegate.schema.json
   # then, first line of fencegate.yaml:
-  # yaml-language-server: $schema=fencegate.schema.json`
+  # yaml-language-server: $schema=fencegate.schema.json`,
+		Args: noArgs,
+	}, c)
+	return group(&cobra.Command{
+		Use:     "config",
+		Short:   "print the configuration's JSON Schema",
+		Example: "  fencegate config schema > fencegate.schema.json",
+	}, schema)
+}
 
-func (c *configCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("config", configSynopsis)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 || fs.Arg(0) != "schema" {
-		return usagef("want: fencegate config schema")
-	}
-	_, err := os.Stdout.Write(api.ConfigSchema)
+func (c *configSchemaCmd) Run(ctx context.Context, args []string) error {
+	_, err := c.stdout().Write(api.ConfigSchema)
 	return err
 }

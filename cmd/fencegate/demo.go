@@ -21,27 +21,45 @@ import (
 	"github.com/fencegate/fencegate/server"
 
 	"github.com/fencegate/fencegate"
+	"github.com/spf13/cobra"
 )
 
 // demoCmd plays the stale-owner story of docs/design.md §1 against a real
 // gateway and a real lease coordinator in one process on the embedded store,
 // in front of a sample upstream, and fails if the upstream ends up with the
 // zombie's write.
-type demoCmd struct{}
+type demoCmd struct {
+	printer
+	dir string
+}
+
+func newDemoCmd() *cobra.Command {
+	c := &demoCmd{}
+	cmd := &cobra.Command{
+		Use:   "demo [--dir DIR]",
+		Short: "run the stale-owner story on the embedded store",
+		Long: `Demo plays the stale-owner story in one process: a real gateway and lease
+coordinator on the embedded store in front of a sample upstream. Worker A
+takes a lease and pauses past it, worker B takes the lease and writes, A
+wakes up and writes with its old token and is refused. Exit status 1 if
+the upstream ends up with A's write.`,
+		Example: `  fencegate demo
+  fencegate demo --dir /tmp/fg     # keep the store to look at afterwards`,
+		Args: noArgs,
+	}
+	cmd.Flags().StringVar(&c.dir, "dir", "", "store `directory` (default: a temporary one, removed afterwards)")
+	cmd.MarkFlagDirname("dir")
+	return wrap(cmd, c)
+}
 
 func (c *demoCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("demo", "[-dir DIR]")
-	dir := fs.String("dir", "", "store `directory` (default: a temporary one, removed afterwards)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *dir == "" {
+	if c.dir == "" {
 		tmp, err := os.MkdirTemp("", "fencegate-demo-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		*dir = tmp
+		c.dir = tmp
 	}
 
 	// The sample upstream: applies writes, remembers the order.
@@ -67,7 +85,7 @@ store:
 coordinator: {enabled: true, listen: 127.0.0.1:0}
 admin: {listen: ""}
 log: {level: error}
-`, upLn.Addr(), filepath.Join(*dir, "fencegate.db"))
+`, upLn.Addr(), filepath.Join(c.dir, "fencegate.db"))
 	cfg, err := config.Parse("demo.yaml", []byte(yaml))
 	if err != nil {
 		return err
@@ -85,8 +103,8 @@ log: {level: error}
 	const res = "/orders/7"
 	const ttl = 500 * time.Millisecond
 
-	say := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
-	say("fencegate demo: gateway %s, coordinator %s (embedded store in %s), sample upstream http://%s", gw, coord, *dir, upLn.Addr())
+	say := func(format string, args ...any) { fmt.Fprintf(c.stdout(), format+"\n", args...) }
+	say("fencegate demo: gateway %s, coordinator %s (embedded store in %s), sample upstream http://%s", gw, coord, c.dir, upLn.Addr())
 	say("")
 	// A takes the lease with one call and, being paused, never renews it.
 	workerA := &client.Client{URL: coord, Owner: "worker-A"}

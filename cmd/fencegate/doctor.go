@@ -12,33 +12,54 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
+
+	"github.com/spf13/cobra"
 )
 
 // doctorCmd checks that upstreams behave as the configuration needs: for S3
 // routes, that the store honours conditional writes (If-Match,
 // If-None-Match), which `precondition: etag` relies on.
-type doctorCmd struct{}
+type doctorCmd struct {
+	config, bucket, path string
+}
 
 type doctorFailed struct{ n int }
 
 func (e *doctorFailed) Error() string { return fmt.Sprintf("%d check(s) failed", e.n) }
 func (e *doctorFailed) ExitCode() int { return 1 }
 
+func newDoctorCmd() *cobra.Command {
+	c := &doctorCmd{}
+	cmd := &cobra.Command{
+		Use:   "doctor [-c FILE] [--bucket NAME] [--path PREFIX]",
+		Short: "check that upstreams behave as the configuration needs",
+		Long: `Doctor checks that the upstreams behave as the configuration needs: that
+S3 stores and HTTP upstreams with precondition: etag honour If-Match and
+If-None-Match, racing writes included, and that a shared PostgreSQL store
+keeps a server session per connection (no pooler in transaction mode). It
+writes probe objects under --bucket / --path. Exit status: 0 every check
+passed, 1 a check failed, 2 usage (nothing to check).`,
+		Example: `  fencegate doctor -c fencegate.yaml --bucket probe-bucket
+  fencegate doctor -c fencegate.yaml --path /probe/`,
+		Args: noArgs,
+	}
+	configFlag(cmd.Flags(), &c.config)
+	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket for the probe object (default: each route's s3.check_bucket)")
+	cmd.Flags().StringVar(&c.path, "path", "", "path prefix for the probe object of HTTP routes with precondition: etag (default: each route's upstream.check_path)")
+	return wrap(cmd, c)
+}
+
 func (c *doctorCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("doctor", "-c FILE [-bucket NAME] [-path PREFIX]")
-	path := configFlag(fs)
-	bucket := fs.String("bucket", "", "bucket for the probe object (default: each route's s3.check_bucket)")
-	probePath := fs.String("path", "", "path prefix for the probe object of HTTP routes with precondition: etag (default: each route's upstream.check_path)")
-	cfg, err := parseConfig(fs, path, args)
+	cfg, err := config.Load(c.config)
 	if err != nil {
 		return err
 	}
 	if _, err := server.BuildRoutes(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		return fmt.Errorf("%s: %w", *path, err)
+		return fmt.Errorf("%s: %w", c.config, err)
 	}
 	if cfg.Gateway == nil {
 		// A coordinator-only configuration has no upstream to check.
-		return usagef("%s configures no gateway: doctor checks the S3 routes of a gateway", *path)
+		return usagef("%s configures no gateway: doctor checks the S3 routes of a gateway", c.config)
 	}
 	failed, checked := 0, 0
 	if ok, err := checkSharedStore(ctx, cfg); ok {
@@ -51,12 +72,12 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 		if rc.S3 == nil {
 			continue
 		}
-		b := *bucket
+		b := c.bucket
 		if b == "" {
 			b = rc.S3.CheckBucket
 		}
 		if b == "" {
-			fmt.Printf("route %s: skipped (no -bucket and no s3.check_bucket)\n", rc.Name)
+			fmt.Printf("route %s: skipped (no --bucket and no s3.check_bucket)\n", rc.Name)
 			continue
 		}
 		checked++
@@ -89,10 +110,10 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 			}
 		})
 	}
-	hc, hf := doctorHTTPRoutes(ctx, cfg, *probePath)
+	hc, hf := doctorHTTPRoutes(ctx, cfg, c.path)
 	checked, failed = checked+hc, failed+hf
 	if checked == 0 {
-		return usagef("no route to check: pass -bucket or set s3.check_bucket (S3), -path or set upstream.check_path (HTTP routes with precondition: etag)")
+		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3), --path or set upstream.check_path (HTTP routes with precondition: etag)")
 	}
 	if failed > 0 {
 		return &doctorFailed{failed}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,9 +17,8 @@ func TestDoctorCoordinatorOnly(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := (&doctorCmd{}).Run(context.Background(), []string{"-c", path})
-	var ue *usageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "no gateway") {
-		t.Fatalf("got %v; want a usage error naming the missing gateway", err)
+	_, errOut, code := runCLI("doctor", "-c", path)
+	if code != exitUsage || !strings.Contains(errOut, "no gateway") {
+		t.Fatalf("exit %d, %q; want a usage error naming the missing gateway", code, errOut)
 	}
 }

@@ -8,139 +8,126 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
-// fenceCmd talks to a running gateway's admin API: the embedded store is
-// opened exclusively by the gateway, so operators go through it.
-type fenceCmd struct{}
+// fenceCmd is one of the fence subcommands that talk to a running
+// gateway's admin API: the embedded store is opened exclusively by the
+// gateway, so operators go through it.
+type fenceCmd struct {
+	printer
+	sub        string // show, advance, reset
+	admin, key string
+	to         int64
+	confirm    bool
+}
 
-const fenceSynopsis = `show|advance|reset [flags] RESOURCE [TOKEN] | export|import|rebuild -c FILE ...
+const fenceAdminHelp = `The admin listener is --admin (env FENCEGATE_ADMIN); its API key is read
+from FENCEGATE_API_KEY (or --api-key).`
 
-  show RESOURCE                      print the fence record
-  advance RESOURCE TOKEN             raise the fence to TOKEN (at most
-                                     fence.max_advance above the highest
-                                     token issued, or the fence's highest)
-  reset -to T -confirm RESOURCE      lower a fence raised by mistake to T;
-                                     refused unless no token above T was
-                                     ever issued for RESOURCE
-  list [-prefix P] [-o json]         list fences (every page; list.go)
+func newFenceCmd() *cobra.Command {
+	subs := []struct{ use, short, long, example string }{
+		{"show RESOURCE", "print the fence record",
+			"Show prints the fence record of RESOURCE as JSON: the highest token\naccepted, its owner, when, and the ETag the gateway knows.",
+			"  fencegate fence show /orders/7 --admin http://127.0.0.1:9090"},
+		{"advance RESOURCE TOKEN", "raise the fence to TOKEN",
+			"Advance raises the fence of RESOURCE to TOKEN, so that every older token is\nrefused from now on: at most fence.max_advance above the highest token\nissued, or the fence's highest.",
+			"  fencegate fence advance /orders/7 50"},
+		{"reset RESOURCE --to T --confirm [flags]", "lower a fence raised by mistake to T",
+			"Reset lowers the fence of RESOURCE to T; refused unless no token above T\nwas ever issued for RESOURCE. It needs --confirm.",
+			"  fencegate fence reset /orders/7 --to 42 --confirm"},
+	}
+	var cmds []*cobra.Command
+	for _, s := range subs {
+		c := &fenceCmd{sub: strings.Fields(s.use)[0]}
+		args := []string{"RESOURCE"}
+		if c.sub == "advance" {
+			args = append(args, "TOKEN")
+		}
+		cmd := &cobra.Command{
+			Use:     s.use,
+			Short:   s.short,
+			Long:    s.long + "\n\n" + fenceAdminHelp,
+			Example: s.example,
+			Args:    exactArgs(args...),
+		}
+		fs := cmd.Flags()
+		fs.StringVar(&c.admin, "admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
+		fs.StringVar(&c.key, "api-key", "", "admin API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+		fs.Int64Var(&c.to, "to", 0, "reset: the new highest token")
+		fs.BoolVar(&c.confirm, "confirm", false, "reset: yes, lower this fence")
+		if c.sub != "reset" {
+			// Accepted, as they always were, but they do nothing here.
+			fs.MarkHidden("to")
+			fs.MarkHidden("confirm")
+		}
+		cmds = append(cmds, wrap(cmd, c))
+	}
+	cmds = append(cmds, newListCmd("fences"), newFenceExportCmd(), newFenceImportCmd(), newFenceRebuildCmd())
+	return group(&cobra.Command{
+		Use:   "fence",
+		Short: "show, advance, reset, list, export, import or rebuild fences",
+		Long: `Fence inspects and changes the fences: show, advance, reset and list go
+through a running gateway's admin API; export, import and rebuild open the
+store itself (stop the gateway first on the embedded store).
 
-Flags come before RESOURCE. The admin API key is read from
-FENCEGATE_API_KEY (or -api-key).`
+` + fenceAdminHelp,
+		Example: `  fencegate fence show /orders/7
+  fencegate fence advance /orders/7 50
+  fencegate fence list --prefix /orders/ -o json
+  fencegate fence export -c fencegate.yaml -o fences.jsonl`,
+	}, cmds...)
+}
 
 func (c *fenceCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("fence", fenceSynopsis)
-	admin := fs.String("admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
-	key := fs.String("api-key", "", "admin API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
-	to := fs.Int64("to", 0, "reset: the new highest token")
-	confirm := fs.Bool("confirm", false, "reset: yes, lower this fence")
-	if len(args) == 0 {
-		return usagef("missing subcommand: show, advance, reset or list")
-	}
-	if ok, err := listSub(ctx, "fences", args); ok { // list.go
-		return err
-	}
-	sub := args[0]
-	if mk, ok := fenceStoreCmds[sub]; ok {
-		return mk().Run(ctx, args[1:])
-	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	// Also accept flags after RESOURCE (fence reset R -to T -confirm).
-	if fs.NArg() > 1 && len(fs.Arg(1)) > 0 && fs.Arg(1)[0] == '-' {
-		rest := append([]string(nil), fs.Args()...)
-		if err := parseFlags(fs, rest[1:]); err != nil {
-			return err
-		}
-		if fs.NArg() != 0 {
-			return usagef("unexpected argument %q", fs.Arg(0))
-		}
-		args = rest[:1]
-	} else {
-		args = fs.Args()
-	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	var req *http.Request
 	var err error
 	post := func(path string, v any) (*http.Request, error) {
 		body, _ := json.Marshal(v)
-		r, err := http.NewRequestWithContext(ctx, http.MethodPost, *admin+path, bytes.NewReader(body))
+		r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.admin+path, bytes.NewReader(body))
 		if err == nil {
 			r.Header.Set("Content-Type", "application/json")
 		}
 		return r, err
 	}
-	switch sub {
+	switch c.sub {
 	case "show":
-		if len(args) != 1 {
-			return usagef("show takes one RESOURCE")
-		}
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, *admin+"/v1/fences?resource="+url.QueryEscape(args[0]), nil)
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, c.admin+"/v1/fences?resource="+url.QueryEscape(args[0]), nil)
 	case "advance":
-		if len(args) != 2 {
-			return usagef("advance takes RESOURCE TOKEN")
-		}
 		tok, perr := strconv.ParseInt(args[1], 10, 64)
 		if perr != nil || tok <= 0 {
 			return usagef("TOKEN must be a positive integer, got %q", args[1])
 		}
 		req, err = post("/v1/fences/advance", map[string]any{"resource": args[0], "token": tok, "owner": "cli"})
 	case "reset":
-		if len(args) != 1 {
-			return usagef("reset takes one RESOURCE (and -to T -confirm)")
+		if c.to <= 0 {
+			return usagef("reset needs --to, a positive token")
 		}
-		if *to <= 0 {
-			return usagef("reset needs -to, a positive token")
+		if !c.confirm {
+			return usagef("reset lowers a fence: add --confirm if you mean it")
 		}
-		if !*confirm {
-			return usagef("reset lowers a fence: add -confirm if you mean it")
-		}
-		req, err = post("/v1/fences/reset", map[string]any{"resource": args[0], "to": *to, "confirm": args[0], "owner": "cli"})
-	default:
-		return usagef("unknown subcommand %q: want show, advance or reset", sub)
+		req, err = post("/v1/fences/reset", map[string]any{"resource": args[0], "to": c.to, "confirm": args[0], "owner": "cli"})
 	}
 	if err != nil {
 		return err
 	}
-	if k := apiKey(*key); k != "" {
+	if k := apiKey(c.key); k != "" {
 		req.Header.Set("Authorization", "Bearer "+k)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return unreachable(err, "admin", "FENCEGATE_ADMIN", c.admin)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("admin API answered %s: %s", resp.Status, bytes.TrimSpace(b))
 	}
-	os.Stdout.Write(b)
-	return nil
-}
-
-// fenceStoreCmds are the fence subcommands that work on the store itself
-// rather than through the admin API (fence_export.go).
-var fenceStoreCmds = map[string]func() command{
-	"export":  func() command { return &fenceExportCmd{} },
-	"import":  func() command { return &fenceImportCmd{} },
-	"rebuild": func() command { return &fenceRebuildCmd{} },
-}
-
-// apiKey is the -api-key flag, else FENCEGATE_API_KEY.
-func apiKey(flag string) string {
-	if flag != "" {
-		return flag
-	}
-	return os.Getenv("FENCEGATE_API_KEY")
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
+	_, err = c.stdout().Write(b)
+	return err
 }

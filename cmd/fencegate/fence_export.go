@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/server"
+	"github.com/spf13/cobra"
 )
 
 // fenceStore is what export, import and rebuild need of a store; bolt and
@@ -55,13 +56,32 @@ func openFenceStore(ctx context.Context, cfg *config.Config) (fenceStore, sequen
 }
 
 // fenceExportCmd writes every fence record as JSON lines.
-type fenceExportCmd struct{}
+type fenceExportCmd struct {
+	printer
+	config, out string
+}
+
+const fenceStoreHelp = `It opens the store the configuration names directly: on the embedded
+store, stop the gateway first (the file is opened by one process at a
+time). See docs/recovery.md.`
+
+func newFenceExportCmd() *cobra.Command {
+	c := &fenceExportCmd{}
+	cmd := &cobra.Command{
+		Use:   "export [-c FILE] [-o FILE]",
+		Short: "write every fence record as JSON lines",
+		Long: `Export writes every fence record of the store as JSON lines, for fence
+import into another store. ` + fenceStoreHelp,
+		Example: `  fencegate fence export -c fencegate.yaml -o fences.jsonl`,
+		Args:    noArgs,
+	}
+	configFlag(cmd.Flags(), &c.config)
+	cmd.Flags().StringVarP(&c.out, "output", "o", "-", "output `file` (- for stdout)")
+	return wrap(cmd, c)
+}
 
 func (c *fenceExportCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("fence export", "-c FILE [-o FILE]")
-	path := configFlag(fs)
-	out := fs.String("o", "-", "output `file` (- for stdout)")
-	cfg, err := parseConfig(fs, path, args)
+	cfg, err := config.Load(c.config)
 	if err != nil {
 		return err
 	}
@@ -70,10 +90,10 @@ func (c *fenceExportCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	var w io.Writer = os.Stdout
+	w := c.stdout()
 	var f *os.File
-	if *out != "-" {
-		if f, err = os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
+	if c.out != "-" {
+		if f, err = os.OpenFile(c.out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
 			return err
 		}
 		defer f.Close()
@@ -96,7 +116,7 @@ func (c *fenceExportCmd) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "exported %d fence(s)\n", n)
+	fmt.Fprintf(c.stderr(), "exported %d fence(s)\n", n)
 	return nil
 }
 
@@ -104,26 +124,39 @@ func (c *fenceExportCmd) Run(ctx context.Context, args []string) error {
 const importBatch = 1000
 
 // fenceImportCmd max-merges an export into the store.
-type fenceImportCmd struct{}
+type fenceImportCmd struct {
+	printer
+	config    string
+	keepETags bool
+}
+
+func newFenceImportCmd() *cobra.Command {
+	c := &fenceImportCmd{}
+	cmd := &cobra.Command{
+		Use:   "import [-c FILE] [--keep-etags] [FILE|-]",
+		Short: "merge an export into the store (a fence is only ever raised)",
+		Long: `Import merges the records of a fence export (FILE, or stdin) into the
+store: each fence becomes the higher of its own and the exported highest,
+and the coordinator's token sequence is raised above every imported token.
+` + fenceStoreHelp,
+		Example: `  fencegate fence import -c fencegate.yaml fences.jsonl
+  ssh old-host fencegate fence export | fencegate fence import -`,
+		Args: maxArgs(1),
+	}
+	configFlag(cmd.Flags(), &c.config)
+	cmd.Flags().BoolVar(&c.keepETags, "keep-etags", false, "keep the exported ETags (only if the upstream was not written since the export); "+
+		"default: mark them unknown, so the next conditional write learns the current one")
+	return wrap(cmd, c)
+}
 
 func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("fence import", "-c FILE [-keep-etags] [FILE|-]")
-	path := configFlag(fs)
-	keepETags := fs.Bool("keep-etags", false, "keep the exported ETags (only if the upstream was not written since the export); "+
-		"default: mark them unknown, so the next conditional write learns the current one")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 1 {
-		return usagef("import takes at most one FILE")
-	}
-	cfg, err := config.Load(*path)
+	cfg, err := config.Load(c.config)
 	if err != nil {
 		return err
 	}
 	var in io.Reader = os.Stdin
-	if fs.NArg() == 1 && fs.Arg(0) != "-" {
-		f, err := os.Open(fs.Arg(0))
+	if len(args) == 1 && args[0] != "-" {
+		f, err := os.Open(args[0])
 		if err != nil {
 			return err
 		}
@@ -135,14 +168,14 @@ func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	imp := &importer{st: st, seq: seq, keepETags: *keepETags}
+	imp := &importer{st: st, seq: seq, keepETags: c.keepETags}
 	if err := imp.run(ctx, in); err != nil {
 		return err
 	}
 	if err := server.AdoptStore(ctx, cfg, st); err != nil {
 		return fmt.Errorf("imported, but the store marker was not written: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "read %d record(s), raised or created %d fence(s); tokens issued from now on exceed %d\n", imp.read, imp.raised, imp.highest)
+	fmt.Fprintf(c.stderr(), "read %d record(s), raised or created %d fence(s); tokens issued from now on exceed %d\n", imp.read, imp.raised, imp.highest)
 	return nil
 }
 
@@ -221,39 +254,56 @@ func (imp *importer) flush(ctx context.Context) error {
 
 // fenceRebuildCmd raises fences from the stamps `stamp: true` left on S3
 // objects: each object's fence becomes at least its stamped token.
-type fenceRebuildCmd struct{}
+type fenceRebuildCmd struct {
+	printer
+	config, route, bucket, prefix string
+}
+
+func newFenceRebuildCmd() *cobra.Command {
+	c := &fenceRebuildCmd{}
+	cmd := &cobra.Command{
+		Use:   "rebuild [-c FILE] --bucket NAME [--route NAME] [--prefix P]",
+		Short: "raise fences from the token stamps on S3 objects",
+		Long: `Rebuild scans the objects of an S3 route's bucket for the token stamps
+that s3.stamp: true leaves on them, and raises each object's fence to at
+least its stamped token. ` + fenceStoreHelp,
+		Example: `  fencegate fence rebuild -c fencegate.yaml --bucket orders --prefix 2024/`,
+		Args:    noArgs,
+	}
+	configFlag(cmd.Flags(), &c.config)
+	cmd.Flags().StringVar(&c.route, "route", "", "S3 route whose objects are scanned (default: the only S3 route)")
+	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket to scan (required)")
+	cmd.Flags().StringVar(&c.prefix, "prefix", "", "scan only keys starting with this prefix")
+	return wrap(cmd, c)
+}
 
 func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("fence rebuild", "-c FILE -route NAME -bucket NAME [-prefix P]")
-	path := configFlag(fs)
-	routeName := fs.String("route", "", "S3 route whose objects are scanned (default: the only S3 route)")
-	bucket := fs.String("bucket", "", "bucket to scan (required)")
-	prefix := fs.String("prefix", "", "scan only keys starting with this prefix")
-	cfg, err := parseConfig(fs, path, args)
+	path, routeName, bucket, prefix := c.config, c.route, c.bucket, c.prefix
+	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
-	if *bucket == "" {
-		return usagef("-bucket is required")
+	if bucket == "" {
+		return usagef("--bucket is required")
 	}
 	var rc *config.Route
 	if cfg.Gateway != nil {
 		for i := range cfg.Gateway.Routes {
 			r := &cfg.Gateway.Routes[i]
-			if r.S3 == nil || (*routeName != "" && r.Name != *routeName) {
+			if r.S3 == nil || (routeName != "" && r.Name != routeName) {
 				continue
 			}
 			if rc != nil {
-				return usagef("several S3 routes: choose one with -route")
+				return usagef("several S3 routes: choose one with --route")
 			}
 			rc = r
 		}
 	}
 	if rc == nil {
-		return usagef("no S3 route %q in %s", *routeName, *path)
+		return usagef("no S3 route %q in %s", routeName, path)
 	}
 	if !rc.S3.Stamp {
-		fmt.Fprintf(os.Stderr, "warning: route %s has no s3.stamp: true; objects it wrote carry no stamp\n", rc.Name)
+		fmt.Fprintf(c.stderr(), "warning: route %s has no s3.stamp: true; objects it wrote carry no stamp\n", rc.Name)
 	}
 	opts := server.S3Options(*rc, cfg.Gateway.TokenHeader)
 	opts.ETags = nopETags{}
@@ -273,7 +323,7 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	// A rebuilt fence's ETag is unknown: the next conditional write learns
 	// it with a HEAD.
 	imp := &importer{st: st, seq: seq}
-	unstamped, err := up.ScanStamps(ctx, *bucket, *prefix, func(s s3.Stamp) error {
+	unstamped, err := up.ScanStamps(ctx, bucket, prefix, func(s s3.Stamp) error {
 		res, err := rt.ResourceOf(up.ObjectVars(s.Bucket, s.Key))
 		if err != nil {
 			return fmt.Errorf("object %s/%s: resource template %q: %w", s.Bucket, s.Key, rc.Resource, err)
@@ -290,7 +340,7 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	if err := server.AdoptStore(ctx, cfg, st); err != nil {
 		return fmt.Errorf("rebuilt, but the store marker was not written: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "scanned %d stamped object(s) (%d without a stamp), raised or created %d fence(s); tokens issued from now on exceed %d\n",
+	fmt.Fprintf(c.stderr(), "scanned %d stamped object(s) (%d without a stamp), raised or created %d fence(s); tokens issued from now on exceed %d\n",
 		imp.read, unstamped, imp.raised, imp.highest)
 	return nil
 }

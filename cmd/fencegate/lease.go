@@ -4,14 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/coordinator/client"
+	"github.com/spf13/cobra"
 )
 
 // Exit codes of fencegate lease, for scripts.
@@ -21,105 +24,135 @@ const (
 	exitNotHeld   = 5 // show: no live lease on the resource
 )
 
-// leaseCmd talks to a coordinator's HTTP API:
+// leaseCmd is one of the lease subcommands that talk to a coordinator's
+// HTTP API:
 //
-//	fencegate lease acquire [flags] RESOURCE        prints the token
-//	fencegate lease renew   [flags] RESOURCE TOKEN  prints the token
-//	fencegate lease release [flags] RESOURCE TOKEN  prints true or false
-//	fencegate lease show    [flags] RESOURCE        prints the token of the live lease
+//	fencegate lease acquire RESOURCE        prints the token
+//	fencegate lease renew   RESOURCE TOKEN  prints the token
+//	fencegate lease release RESOURCE TOKEN  prints true or false
+//	fencegate lease show    RESOURCE        prints the token of the live lease
 //
 // Exit status: 0 done, 1 any other failure (coordinator unreachable or
 // unavailable), 2 usage, 3 lease held, 4 lease lost, 5 (show) not held.
-type leaseCmd struct{}
+type leaseCmd struct {
+	printer
+	sub        string // acquire, renew, release, show
+	url, owner string
+	out, key   string
+	ttl, wait  time.Duration
+}
 
-const leaseSynopsis = `acquire|renew|release|show|run [flags] RESOURCE [TOKEN]
-
-  acquire RESOURCE        take the lease; prints its token
-  renew RESOURCE TOKEN    extend it; prints the token
-  release RESOURCE TOKEN  end it; prints true, or false if it was not current
-  show RESOURCE           prints the live lease's token
-  run RESOURCE -- CMD     run CMD under the lease ('fencegate lease run -h')
-
-Flags come before RESOURCE. Exit status: 0 ok, 1 other failure, 2 usage,
+const leaseExitStatus = `Exit status: 0 ok, 1 other failure (coordinator unreachable), 2 usage,
 3 lease held by another owner, 4 lease lost, 5 (show) no live lease.`
 
+func newLeaseCmd() *cobra.Command {
+	subs := []struct{ use, short, long, example string }{
+		{"acquire RESOURCE", "take the lease; prints its token",
+			"Acquire takes the lease on RESOURCE and prints its fencing token. With\n--wait it waits for a lease another owner holds; without, it exits 3 at once.",
+			"  tok=$(fencegate lease acquire /orders/7 --owner worker-a --ttl 30s --wait 10s)"},
+		{"renew RESOURCE TOKEN", "extend the lease; prints the token",
+			"Renew extends the lease with TOKEN on RESOURCE and prints the token; it\nexits 4 if the lease is no longer current (expired, released, superseded).",
+			"  fencegate lease renew /orders/7 42 --owner worker-a --ttl 30s"},
+		{"release RESOURCE TOKEN", "end the lease; prints true, or false if it was not current",
+			"Release ends the lease with TOKEN on RESOURCE; it prints true, or false\nif that lease was not current any more.",
+			"  fencegate lease release /orders/7 42 --owner worker-a"},
+		{"show RESOURCE", "print the live lease's token",
+			"Show prints the token of the live lease on RESOURCE (or the whole record\nwith -o json); it exits 5 if nobody holds it.",
+			"  fencegate lease show /orders/7 -o json"},
+	}
+	var cmds []*cobra.Command
+	for _, s := range subs {
+		c := &leaseCmd{sub: strings.Fields(s.use)[0]}
+		cmd := &cobra.Command{
+			Use:     s.use,
+			Short:   s.short,
+			Long:    s.long + "\n\n" + leaseExitStatus,
+			Example: s.example,
+			Args:    exactArgs(strings.Fields(s.use)[1:]...),
+		}
+		fs := cmd.Flags()
+		fs.StringVar(&c.url, "coordinator", envOr("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081"), "coordinator `URL` (env FENCEGATE_COORDINATOR)")
+		fs.StringVar(&c.owner, "owner", "", "lease owner `name` (default env FENCEGATE_OWNER, else the host name)")
+		fs.DurationVar(&c.ttl, "ttl", 0, "lease time for acquire and renew, like 30s or 1m (default: the coordinator's default_ttl)")
+		fs.DurationVar(&c.wait, "wait", 0, "acquire: how long to wait for a held lease, like 10s")
+		fs.StringVarP(&c.out, "output", "o", "token", "output: token or json (the whole record)")
+		fs.StringVar(&c.key, "api-key", "", "coordinator API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+		choice(cmd, "output", "token", "json")
+		// Every lease subcommand has always accepted every lease flag;
+		// the help shows those that do something.
+		switch c.sub {
+		case "renew":
+			fs.MarkHidden("wait")
+		case "release", "show":
+			fs.MarkHidden("wait")
+			fs.MarkHidden("ttl")
+		}
+		cmds = append(cmds, wrap(cmd, c))
+	}
+	cmds = append(cmds, newLeaseRunCmd(), newListCmd("leases"))
+	return group(&cobra.Command{
+		Use:   "lease",
+		Short: "acquire, renew, release, show, list leases or run a command under one",
+		Long: `Lease talks to a lease coordinator (--coordinator, env FENCEGATE_COORDINATOR):
+take a lease and print its fencing token, renew, release or show it, list
+them all (admin API), or run a command under a lease.
+
+` + leaseExitStatus,
+		Example: `  tok=$(fencegate lease acquire /orders/7 --owner worker-a --ttl 30s)
+  fencegate lease release /orders/7 "$tok" --owner worker-a
+  fencegate lease run /orders/7 --ttl 30s -- ./ship-order 7`,
+	}, cmds...)
+}
+
 func (c *leaseCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("lease", leaseSynopsis)
-	url := fs.String("coordinator", envOr("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081"), "coordinator `URL` (env FENCEGATE_COORDINATOR)")
-	host, _ := os.Hostname()
-	owner := fs.String("owner", envOr("FENCEGATE_OWNER", host), "lease owner `name` (env FENCEGATE_OWNER; default the host name)")
-	ttl := fs.Duration("ttl", 0, "lease time for acquire and renew (default: the coordinator's default_ttl)")
-	wait := fs.Duration("wait", 0, "acquire: how long to wait for a held lease")
-	out := fs.String("o", "token", "output: token or json (the whole record)")
-	key := fs.String("api-key", "", "coordinator API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
-	if len(args) == 0 {
-		return usagef("missing subcommand: acquire, renew, release or show")
-	}
-	if ok, err := listSub(ctx, "leases", args); ok { // list.go (admin API)
+	if err := checkChoice("o", c.out, "token", "json"); err != nil {
 		return err
 	}
-	sub := args[0]
-	if sub == "run" {
-		return (&leaseRunCmd{}).Run(ctx, args[1:])
-	}
-	if sub == "-h" || sub == "--help" {
-		fs.Usage()
-		return flag.ErrHelp
-	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	if *out != "token" && *out != "json" {
-		return usagef("-o must be token or json, got %q", *out)
-	}
-	want := map[string]int{"acquire": 1, "show": 1, "renew": 2, "release": 2}
-	n, ok := want[sub]
-	if !ok {
-		return usagef("unknown subcommand %q: want acquire, renew, release or show", sub)
-	}
-	if fs.NArg() != n {
-		return usagef("%s takes %d argument(s), got %d (flags go before RESOURCE)", sub, n, fs.NArg())
-	}
-	res := fs.Arg(0)
+	res := args[0]
 	var token int64
-	if n == 2 {
-		t, err := strconv.ParseInt(fs.Arg(1), 10, 64)
+	if len(args) == 2 {
+		t, err := strconv.ParseInt(args[1], 10, 64)
 		if err != nil || t <= 0 {
-			return usagef("TOKEN must be a positive integer, got %q", fs.Arg(1))
+			return usagef("TOKEN must be a positive integer, got %q", args[1])
 		}
 		token = t
 	}
-	cl := &client.Client{URL: *url, Owner: *owner, APIKey: apiKey(*key), HTTPClient: &http.Client{Timeout: *wait + coordinator.AnswerMargin}}
+	owner := c.owner
+	if owner == "" {
+		host, _ := os.Hostname()
+		owner = envOr("FENCEGATE_OWNER", host)
+	}
+	cl := &client.Client{URL: c.url, Owner: owner, APIKey: apiKey(c.key), HTTPClient: &http.Client{Timeout: c.wait + coordinator.AnswerMargin}}
 
 	var rec coordinator.LeaseResponse
 	var err error
-	switch sub {
+	switch c.sub {
 	case "acquire":
-		rec, err = cl.AcquireOnce(ctx, res, client.Options{TTL: *ttl, Wait: *wait})
+		rec, err = cl.AcquireOnce(ctx, res, client.Options{TTL: c.ttl, Wait: c.wait})
 	case "renew":
-		rec, err = cl.Renew(ctx, res, token, *ttl)
+		rec, err = cl.Renew(ctx, res, token, c.ttl)
 	case "show":
 		rec, err = cl.Show(ctx, res)
 	case "release":
 		released, err := cl.Release(ctx, res, token)
 		if err != nil {
-			return leaseExit(err)
+			return leaseExit(unreachable(err, "coordinator", "FENCEGATE_COORDINATOR", c.url))
 		}
-		if *out == "json" {
-			return printJSON(coordinator.ReleaseResponse{Released: released})
+		if c.out == "json" {
+			return printJSON(c.stdout(), coordinator.ReleaseResponse{Released: released})
 		}
-		fmt.Println(released)
+		fmt.Fprintln(c.stdout(), released)
 		return nil
 	}
 	if err != nil {
-		return leaseExit(err)
+		return leaseExit(unreachable(err, "coordinator", "FENCEGATE_COORDINATOR", c.url))
 	}
-	if *out == "json" {
-		if err := printJSON(rec); err != nil {
+	if c.out == "json" {
+		if err := printJSON(c.stdout(), rec); err != nil {
 			return err
 		}
 	} else if rec.Held {
-		fmt.Println(rec.Token)
+		fmt.Fprintln(c.stdout(), rec.Token)
 	}
 	if !rec.Held {
 		return &exitError{code: exitNotHeld, err: fmt.Errorf("no live lease on %s", res)}
@@ -127,9 +160,8 @@ func (c *leaseCmd) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	return enc.Encode(v)
+func printJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
 }
 
 // leaseExit maps the coordinator's refusals to exit codes.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/coordinator/client"
+	"github.com/spf13/cobra"
 )
 
 // leaseRunCmd wraps a job in a lease, the way `consul lock` and `etcdctl
@@ -24,12 +24,18 @@ import (
 // CMD runs in its own process group, so that a lease loss stops everything
 // it started (a shell script's children write with the same token), and so
 // that a terminal's Ctrl-C reaches CMD once, through fencegate, not twice.
-type leaseRunCmd struct{}
+type leaseRunCmd struct {
+	url, owner, gateway, key string
+	ttl, wait, grace         time.Duration
+}
 
-const leaseRunSynopsis = `run [flags] RESOURCE -- CMD [ARGS...]
-
-Acquires the lease on RESOURCE (waiting up to -wait for a held one), runs
-CMD with FENCING_TOKEN, FENCING_RESOURCE, FENCING_OWNER and FENCEGATE_URL
+func newLeaseRunCmd() *cobra.Command {
+	c := &leaseRunCmd{}
+	cmd := &cobra.Command{
+		Use:   "run RESOURCE [flags] -- CMD [ARGS...]",
+		Short: "run CMD under the lease on RESOURCE",
+		Long: `Run acquires the lease on RESOURCE (waiting up to --wait for a held one),
+runs CMD with FENCING_TOKEN, FENCING_RESOURCE, FENCING_OWNER and FENCEGATE_URL
 in its environment and renews the lease in the background. Signals sent to
 fencegate (INT, TERM, HUP, QUIT, USR1, USR2) are passed to CMD's process
 group. When CMD exits the lease is released and fencegate exits with CMD's
@@ -37,37 +43,46 @@ status (128+N if a signal N ended it).
 
 When the lease is lost (the coordinator refused a renewal, or could not be
 reached before the lease expired), CMD's process group gets SIGTERM, then
-SIGKILL after -grace, and fencegate exits 4 with the reason. CMD must still
+SIGKILL after --grace, and fencegate exits 4 with the reason. CMD must still
 send FENCING_TOKEN with every write: it is the gateway that refuses the
 writes of a job that paused past its lease, not the signal.
 
-Flags may come before or after RESOURCE. Example:
+Everything after -- is CMD and its arguments, passed on as they are.
 
-  fencegate lease run -ttl 30s -wait 1m /orders/7 -- ./ship-order 7
+Exit status: CMD's, or 2 usage, 3 lease held (after --wait), 4 lease lost,
+1 other failure (coordinator unreachable), 127 CMD could not be started.`,
+		Example: `  fencegate lease run /orders/7 --ttl 30s --wait 1m -- ./ship-order 7
+  fencegate lease run -ttl 30s /reports/daily -- sh -c 'make-report --token "$FENCING_TOKEN"'`,
+		Args: cobra.ArbitraryArgs,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&c.url, "coordinator", envOr("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081"), "coordinator `URL` (env FENCEGATE_COORDINATOR)")
+	fs.StringVar(&c.owner, "owner", "", "lease owner `name` (default env FENCEGATE_OWNER, else host:pid, unique per run)")
+	fs.StringVar(&c.gateway, "gateway", envOr("FENCEGATE_URL", "http://127.0.0.1:8080"), "gateway `URL` passed to CMD as FENCEGATE_URL (env FENCEGATE_URL)")
+	fs.StringVar(&c.key, "api-key", "", "coordinator API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+	fs.DurationVar(&c.ttl, "ttl", 0, "lease time, like 30s or 1m, renewed at a third of it (default: the coordinator's default_ttl)")
+	fs.DurationVar(&c.wait, "wait", 0, "how long to wait for a lease held by another owner, like 1m")
+	fs.DurationVar(&c.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
+	wrap(cmd, c)
+	// CMD is what follows "--"; Run finds it there again.
+	cmd.RunE = func(cc *cobra.Command, args []string) error {
+		if n := cc.ArgsLenAtDash(); n >= 0 {
+			args = append(append(args[:n:n], "--"), args[n:]...)
+		}
+		return c.Run(cc.Context(), args)
+	}
+	return cmd
+}
 
-Exit status: CMD's, or 2 usage, 3 lease held (after -wait), 4 lease lost,
-1 other failure (coordinator unreachable), 127 CMD could not be started.`
-
+// Run wants RESOURCE -- CMD [ARGS...].
 func (c *leaseRunCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("lease", leaseRunSynopsis)
-	url := fs.String("coordinator", envOr("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081"), "coordinator `URL` (env FENCEGATE_COORDINATOR)")
-	host, _ := os.Hostname()
-	owner := fs.String("owner", envOr("FENCEGATE_OWNER", host+":"+strconv.Itoa(os.Getpid())), "lease owner `name` (env FENCEGATE_OWNER; default host:pid, unique per run)")
-	gateway := fs.String("gateway", envOr("FENCEGATE_URL", "http://127.0.0.1:8080"), "gateway `URL` passed to CMD as FENCEGATE_URL (env FENCEGATE_URL)")
-	ttl := fs.Duration("ttl", 0, "lease time, renewed at a third of it (default: the coordinator's default_ttl)")
-	wait := fs.Duration("wait", 0, "how long to wait for a lease held by another owner")
-	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
-
+	pos := args
 	var cmdArgs []string
 	for i, a := range args {
 		if a == "--" {
-			args, cmdArgs = args[:i], args[i+1:]
+			pos, cmdArgs = args[:i], args[i+1:]
 			break
 		}
-	}
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
 	}
 	if len(pos) != 1 {
 		return usagef("run takes one RESOURCE before --, got %d argument(s)", len(pos))
@@ -75,8 +90,8 @@ func (c *leaseRunCmd) Run(ctx context.Context, args []string) error {
 	if len(cmdArgs) == 0 {
 		return usagef("missing command: fencegate lease run RESOURCE -- CMD [ARGS...]")
 	}
-	if *grace < 0 {
-		return usagef("-grace must not be negative")
+	if c.grace < 0 {
+		return usagef("--grace must not be negative")
 	}
 	res := pos[0]
 
@@ -86,8 +101,13 @@ func (c *leaseRunCmd) Run(ctx context.Context, args []string) error {
 	acqCtx, cancelAcq := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAcq()
 	stopAbort := context.AfterFunc(ctx, cancelAcq)
-	cl := &client.Client{URL: *url, Owner: *owner, HTTPClient: &http.Client{Timeout: *wait + coordinator.AnswerMargin}}
-	lease, err := cl.Acquire(acqCtx, res, client.Options{TTL: *ttl, Wait: *wait})
+	owner := c.owner
+	if owner == "" {
+		host, _ := os.Hostname()
+		owner = envOr("FENCEGATE_OWNER", host+":"+strconv.Itoa(os.Getpid()))
+	}
+	cl := &client.Client{URL: c.url, Owner: owner, APIKey: apiKey(c.key), HTTPClient: &http.Client{Timeout: c.wait + coordinator.AnswerMargin}}
+	lease, err := cl.Acquire(acqCtx, res, client.Options{TTL: c.ttl, Wait: c.wait})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("acquire lease on %s: interrupted", res)
@@ -109,7 +129,7 @@ func (c *leaseRunCmd) Run(ctx context.Context, args []string) error {
 		"FENCING_TOKEN="+strconv.FormatInt(lease.Token, 10),
 		"FENCING_RESOURCE="+lease.Resource,
 		"FENCING_OWNER="+lease.Owner,
-		"FENCEGATE_URL="+*gateway,
+		"FENCEGATE_URL="+c.gateway,
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -139,10 +159,10 @@ func (c *leaseRunCmd) Run(ctx context.Context, args []string) error {
 			how := "terminated"
 			select {
 			case <-exited:
-			case <-time.After(*grace):
+			case <-time.After(c.grace):
 				group(syscall.SIGKILL)
 				<-exited
-				how = "killed after " + grace.String()
+				how = "killed after " + c.grace.String()
 			}
 			return lostError(res, lease, how)
 		}
@@ -171,23 +191,4 @@ func cmdExit(err error) error {
 		code = 128 + int(ws.Signal())
 	}
 	return &exitError{code: code, err: err, quiet: true}
-}
-
-// parseInterspersed parses flags before and after positional arguments
-// (flag stops at the first one) and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, &usageError{err.Error()}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos, args = append(pos, args[0]), args[1:]
-	}
 }

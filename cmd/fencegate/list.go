@@ -7,12 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/fencegate/fencegate/console"
+	"github.com/spf13/cobra"
 )
 
 // listCmd prints one of the admin listener's listings (the operator
@@ -23,42 +24,57 @@ import (
 //	fencegate refusals                  GET /v1/refusals
 //
 // With admin.auth configured, the key comes from FENCEGATE_API_KEY (or
-// -api-key), as for fence show and advance.
+// --api-key), as for fence show and advance.
 type listCmd struct {
-	what string    // fences, leases, refusals
-	out  io.Writer // nil: os.Stdout
+	printer
+	what                       string // fences, leases, refusals
+	admin, key, prefix, format string
+}
+
+func newListCmd(what string) *cobra.Command {
+	c := &listCmd{what: what}
+	cmd := &cobra.Command{
+		Use:   "list [--prefix P] [-o table|json]",
+		Short: "list " + what + " (admin API, every page)",
+		Long: "List prints every " + strings.TrimSuffix(what, "s") + ` the admin listener knows, page after page, as an
+aligned table or, with -o json, as one JSON array. The admin listener is
+--admin (env FENCEGATE_ADMIN); its API key is read from FENCEGATE_API_KEY
+(or --api-key).`,
+		Example: "  fencegate " + map[string]string{"fences": "fence", "leases": "lease"}[what] + " list --prefix /orders/ -o json",
+		Args:    noArgs,
+	}
+	if what == "refusals" {
+		cmd.Use = "refusals [-o table|json]"
+		cmd.Short = "print the gateway's recent refusals (admin API)"
+		cmd.Long = `Refusals prints the gateway's recent refusals (stale tokens, missing tokens,
+unavailable fences) with their route, resource, tokens and trace id, newest
+first. The admin listener is --admin (env FENCEGATE_ADMIN); its API key is
+read from FENCEGATE_API_KEY (or --api-key).`
+		cmd.Example = "  fencegate refusals\n  fencegate refusals -o json | jq '.[0]'"
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&c.admin, "admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
+	fs.StringVar(&c.key, "api-key", "", "admin API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+	if what != "refusals" {
+		fs.StringVar(&c.prefix, "prefix", "", "only resources starting with `P`")
+	}
+	fs.StringVarP(&c.format, "output", "o", "table", "output: table or json")
+	choice(cmd, "output", "table", "json")
+	return wrap(cmd, c)
 }
 
 func (c *listCmd) Run(ctx context.Context, args []string) error {
-	name := map[string]string{"fences": "fence list", "leases": "lease list", "refusals": "refusals"}[c.what]
-	fs := newFlags(name, "[-admin URL] [-prefix P] [-o table|json]")
-	admin := fs.String("admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
-	key := fs.String("api-key", "", "admin API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
-	prefix := new(string)
-	if c.what != "refusals" {
-		prefix = fs.String("prefix", "", "only resources starting with `P`")
-	}
-	format := fs.String("o", "table", "output: table or json")
-	if err := parseFlags(fs, args); err != nil {
+	if err := checkChoice("o", c.format, "table", "json"); err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if *format != "table" && *format != "json" {
-		return usagef("-o must be table or json, got %q", *format)
-	}
-	out := c.out
-	if out == nil {
-		out = os.Stdout
-	}
-	cl := &adminClient{base: *admin, key: apiKey(*key), http: &http.Client{Timeout: 30 * time.Second}}
+	out := c.stdout()
+	cl := &adminClient{base: c.admin, key: apiKey(c.key), http: &http.Client{Timeout: 30 * time.Second}}
 	if c.what == "refusals" {
 		var p console.RefusalPage
 		if err := cl.get(ctx, "/v1/refusals", &p); err != nil {
 			return err
 		}
-		if *format == "json" {
+		if c.format == "json" {
 			return json.NewEncoder(out).Encode(p.Refusals)
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -69,7 +85,7 @@ func (c *listCmd) Run(ctx context.Context, args []string) error {
 		}
 		return tw.Flush()
 	}
-	return c.pages(ctx, cl, out, *prefix, *format == "json")
+	return c.pages(ctx, cl, out, c.prefix, c.format == "json")
 }
 
 // pages walks every page of a listing: memory stays one page; the table is
@@ -189,7 +205,7 @@ func (c *adminClient) get(ctx context.Context, path string, v any) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return unreachable(err, "admin", "FENCEGATE_ADMIN", c.base)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -197,12 +213,4 @@ func (c *adminClient) get(ctx context.Context, path string, v any) error {
 		return fmt.Errorf("admin API answered %s: %s", resp.Status, b)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-// listSub runs "list" of fence and lease; ok is false for other words.
-func listSub(ctx context.Context, what string, args []string) (ok bool, err error) {
-	if len(args) == 0 || args[0] != "list" {
-		return false, nil
-	}
-	return true, (&listCmd{what: what}).Run(ctx, args[1:])
 }

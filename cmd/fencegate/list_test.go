@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -72,11 +71,12 @@ admin:
 
 	run := func(what string, args ...string) string {
 		t.Helper()
-		var out bytes.Buffer
-		if err := (&listCmd{what: what, out: &out}).Run(context.Background(), args); err != nil {
-			t.Fatalf("%s %q: %v", what, args, err)
+		argv := map[string][]string{"fences": {"fence", "list"}, "refusals": {"refusals"}}[what]
+		out, errOut, code := runCLI(append(argv, args...)...)
+		if code != 0 {
+			t.Fatalf("%s %q: exit %d: %s", what, args, code, errOut)
 		}
-		return out.String()
+		return out
 	}
 	table := run("fences", "-prefix", "/orders/")
 	var jsonOut []fencegate.FenceState
@@ -131,9 +131,9 @@ admin:
 
 func TestListUsage(t *testing.T) {
 	for _, args := range [][]string{{"-o", "yaml"}, {"stray"}} {
-		err := (&listCmd{what: "fences"}).Run(context.Background(), args)
-		if _, ok := err.(*usageError); !ok {
-			t.Errorf("fence list %q: %v; want a usage error", args, err)
+		_, errOut, code := runCLI(append([]string{"fence", "list"}, args...)...)
+		if code != exitUsage {
+			t.Errorf("fence list %q: exit %d (%s); want a usage error", args, code, errOut)
 		}
 	}
 }

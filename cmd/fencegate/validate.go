@@ -5,18 +5,39 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	tlsconf "github.com/fencegate/fencegate/adapters/tls"
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/server"
+	"github.com/spf13/cobra"
 )
 
-type validateCmd struct{}
+// validateCmd checks a configuration file as serve would, without
+// opening the store or listening.
+type validateCmd struct {
+	printer
+	config string
+}
+
+func newValidateCmd() *cobra.Command {
+	c := &validateCmd{}
+	cmd := &cobra.Command{
+		Use:   "validate [-c FILE]",
+		Short: "check a configuration file and exit",
+		Long: `Validate checks a configuration file as serve would (routes, upstream TLS
+files, listener certificates) without opening the store or listening.
+Every problem is reported with the file, line and field. Exit status: 0
+valid, 1 invalid, 2 usage.`,
+		Example: `  fencegate validate -c configs/quickstart.yaml`,
+		Args:    noArgs,
+	}
+	configFlag(cmd.Flags(), &c.config)
+	return wrap(cmd, c)
+}
 
 func (c *validateCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("validate", "-c FILE")
-	path := configFlag(fs)
-	cfg, err := parseConfig(fs, path, args)
+	path := c.config
+	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
@@ -25,7 +46,7 @@ func (c *validateCmd) Run(ctx context.Context, args []string) error {
 	// can check (upstream TLS files), without opening the store or
 	// listening.
 	if _, err := server.BuildRoutes(cfg, discard); err != nil {
-		return cfg.Redact(fmt.Errorf("%s: %w", *path, err))
+		return cfg.Redact(fmt.Errorf("%s: %w", path, err))
 	}
 	// Load the listeners' certificate and client CA files as serve would
 	// (ACME certificates are obtained only when serving).
@@ -34,21 +55,21 @@ func (c *validateCmd) Run(ctx context.Context, args []string) error {
 		tlsOptions.Logger = discard
 		m, err := tlsconf.New(tlsOptions)
 		if err != nil {
-			return cfg.Redact(fmt.Errorf("%s: tls: %w", *path, err))
+			return cfg.Redact(fmt.Errorf("%s: tls: %w", path, err))
 		}
 		m.Close()
 	} else if cfg.TLS.ClientCAFile != "" {
 		if _, err := tlsconf.LoadPool(cfg.TLS.ClientCAFile); err != nil {
-			return cfg.Redact(fmt.Errorf("%s: tls.client_ca_file: %w", *path, err))
+			return cfg.Redact(fmt.Errorf("%s: tls.client_ca_file: %w", path, err))
 		}
 	}
 	for _, w := range cfg.Warnings() {
-		fmt.Fprintf(os.Stderr, "warning: %v\n", w)
+		fmt.Fprintf(c.stderr(), "warning: %v\n", w)
 	}
 	n := 0
 	if cfg.Gateway != nil {
 		n = len(cfg.Gateway.Routes)
 	}
-	fmt.Printf("%s: ok (%d routes)\n", *path, n)
+	fmt.Fprintf(c.stdout(), "%s: ok (%d routes)\n", path, n)
 	return nil
 }

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
 // Set by the release build (scripts/build.sh, scripts/image.sh):
@@ -84,20 +84,19 @@ func currentVersion() versionInfo {
 	return buildVersion(ldValues{version, commit, modified}, bi)
 }
 
-type versionCmd struct{ out io.Writer }
+type versionCmd struct{ printer }
+
+func newVersionCmd() *cobra.Command {
+	return wrap(&cobra.Command{
+		Use:     "version",
+		Short:   "print the version and commit (also: --version)",
+		Long:    "Version prints the version, the commit and the Go toolchain the binary was built from.",
+		Example: "  fencegate version\n  fencegate --version",
+		Args:    noArgs,
+	}, &versionCmd{})
+}
 
 func (c *versionCmd) Run(ctx context.Context, args []string) error {
-	fs := newFlags("version", "")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	out := c.out
-	if out == nil {
-		out = os.Stdout
-	}
-	_, err := fmt.Fprintln(out, currentVersion())
+	_, err := fmt.Fprintln(c.stdout(), currentVersion())
 	return err
 }

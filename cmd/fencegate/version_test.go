@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,15 +46,17 @@ func TestBuildVersion(t *testing.T) {
 }
 
 func TestVersionCmd(t *testing.T) {
-	var out bytes.Buffer
-	if err := (&versionCmd{out: &out}).Run(context.Background(), nil); err != nil {
-		t.Fatal(err)
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		out, _, code := runCLI(args...)
+		if code != 0 || !strings.HasPrefix(out, "fencegate ") || !strings.Contains(out, "(commit ") {
+			t.Fatalf("%q: exit %d, %q", args, code, out)
+		}
+		if want := currentVersion().String() + "\n"; out != want {
+			t.Fatalf("%q: %q; want %q", args, out, want)
+		}
 	}
-	if !strings.HasPrefix(out.String(), "fencegate ") || !strings.Contains(out.String(), "(commit ") {
-		t.Fatalf("got %q", out.String())
-	}
-	if err := (&versionCmd{out: &out}).Run(context.Background(), []string{"extra"}); err == nil {
-		t.Fatal("stray argument accepted")
+	if _, _, code := runCLI("version", "extra"); code != exitUsage {
+		t.Fatalf("stray argument: exit %d; want %d", code, exitUsage)
 	}
 }
 
