@@ -79,7 +79,11 @@ fence: {mode: shared, verify_tokens: false, max_advance: -1}
 	}
 	b.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f := postgres.NewSharedFence(st, postgres.SharedFenceOptions{ForwardTimeout: 30 * time.Second, MarkerConns: cfg.Fence.MarkerConns, Logger: log})
+	markerConns := cfg.Fence.MarkerConns
+	if n, err := strconv.Atoi(os.Getenv("FENCEGATE_BENCH_MARKER_CONNS")); err == nil && n > 0 {
+		markerConns = n
+	}
+	f := postgres.NewSharedFence(st, postgres.SharedFenceOptions{ForwardTimeout: 30 * time.Second, MarkerConns: markerConns, Logger: log})
 	b.Cleanup(func() { f.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
