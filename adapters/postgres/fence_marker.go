@@ -41,6 +41,10 @@ type session struct {
 	queue   []*op
 	lost    bool
 	wake    chan struct{} // cap 1: the worker has something to send
+	// marks counts the opMark and opPing in queue; unlocksSince is when the
+	// oldest unlock in queue was queued (zero if none).
+	marks        int
+	unlocksSince time.Time
 }
 
 // entry is the shared advisory lock of one key on one session and the
@@ -180,6 +184,13 @@ func (l *lane) superseded(key, highest int64) {
 // enqueue hands o to the worker. Called with l.mu held.
 func (s *session) enqueue(o *op) {
 	s.queue = append(s.queue, o)
+	if o.kind == opUnlock {
+		if s.unlocksSince.IsZero() {
+			s.unlocksSince = time.Now()
+		}
+	} else {
+		s.marks++
+	}
 	s.wakeUp()
 }
 
@@ -203,7 +214,7 @@ func (s *session) release(e *entry) {
 	}
 	e.end()
 	if e.held && !s.lost {
-		s.enqueue(&op{kind: opUnlock, key: e.key, done: make(chan struct{})})
+		s.enqueue(&op{kind: opUnlock, key: e.key, start: time.Now(), done: make(chan struct{})})
 	}
 }
 
@@ -359,6 +370,8 @@ func (s *session) work() {
 	l, f := s.l, s.l.f
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	last := time.Now()
 	for {
 		select {
@@ -373,12 +386,40 @@ func (s *session) work() {
 			closing = true
 		default:
 		}
+		// Unlocks alone wait up to unlockLinger for a marker to go out
+		// with: they are off every write's critical path, and a pipeline
+		// saved is a round trip saved on both ends.
+		if !closing && s.marks == 0 && len(s.queue) > 0 && len(s.queue) < maxBatch {
+			if wait := unlockLinger - time.Since(s.unlocksSince); wait > 0 {
+				l.mu.Unlock()
+				linger.Reset(wait)
+				select {
+				case <-s.wake:
+				case <-linger.C:
+				case <-f.closing:
+				}
+				linger.Stop()
+				s.wakeUp() // look at the queue again
+				continue
+			}
+		}
 		ops := s.queue
 		if len(ops) > maxBatch {
 			ops, s.queue = ops[:maxBatch:maxBatch], append([]*op(nil), ops[maxBatch:]...)
+			s.marks, s.unlocksSince = 0, time.Time{}
+			for _, o := range s.queue {
+				if o.kind == opUnlock {
+					if s.unlocksSince.IsZero() {
+						s.unlocksSince = o.start
+					}
+				} else {
+					s.marks++
+				}
+			}
 			s.wakeUp()
 		} else {
 			s.queue = nil
+			s.marks, s.unlocksSince = 0, time.Time{}
 		}
 		inflight := 0
 		for _, e := range s.entries {

@@ -130,6 +130,10 @@ const (
 	// a replica that goes silent (host lost, link cut without a reset) has
 	// its marker session ended by the database after this long.
 	markerIdleTimeout = 10 * time.Second
+	// unlockLinger: the unlock of a marker whose writes are done waits at
+	// most this long for the next marker statement of its session, to share
+	// its round trip; a drain may wait that much longer for it.
+	unlockLinger = time.Millisecond
 	// maxBatch caps the statements of one pipeline.
 	maxBatch = 512
 )

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ReleaseChannel is the NOTIFY channel a release announces its resource on,
@@ -78,7 +80,12 @@ WHERE resource_id = $1 AND owner_id = $2 AND highest_token = $3 AND lease_expire
 	// op (about 200/s here). Alone it writes no WAL and holds the lock
 	// only for a moment. A notification lost to a crash between the two
 	// costs a waiter only the wait until the lease's expiry.
-	notifySQL = `SELECT pg_notify('` + ReleaseChannel + `', $1)`
+	//
+	// It notifies only if the lease is free when it runs (a release that
+	// found nothing to end wakes nobody). It is sent in the same pipeline
+	// as the release, after it (Release).
+	notifySQL = `SELECT pg_notify('` + ReleaseChannel + `', $1::text) FROM resource_fence
+WHERE resource_id = $1 AND lease_expires_at <= clock_timestamp()`
 
 	showSQL = `SELECT owner_id, highest_token, lease_expires_at, clock_timestamp() FROM resource_fence WHERE resource_id = $1`
 )
@@ -150,21 +157,71 @@ func (ls *Leases) Renew(ctx context.Context, resource, owner string, token int64
 	return l, nil
 }
 
-// Release implements coordinator.Backend.
+// Release implements coordinator.Backend. The release and the
+// notification are two transactions (see notifySQL) in one pipeline: one
+// round trip. The notification runs after the release has committed and
+// is sent only if the lease is free then.
 func (ls *Leases) Release(ctx context.Context, resource, owner string, token int64) (bool, error) {
 	ctx, cancel := ls.timeout(ctx)
 	defer cancel()
-	tag, err := ls.st.Pool.Exec(ctx, releaseSQL, resource, owner, token)
+	c, err := ls.st.Pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("release lease %q: %w", resource, err)
 	}
-	if tag.RowsAffected() != 1 {
-		return false, nil
+	defer c.Release()
+	rel, err := c.Conn().Prepare(ctx, "fencegate_lease_release", releaseSQL)
+	if err != nil {
+		return false, fmt.Errorf("release lease %q: %w", resource, err)
 	}
-	// The release is committed; a failed notification only delays
-	// waiters elsewhere until the expiry, so it is not an error.
-	ls.st.Pool.Exec(ctx, notifySQL, resource)
-	return true, nil
+	ntf, err := c.Conn().Prepare(ctx, "fencegate_lease_notify", notifySQL)
+	if err != nil {
+		return false, fmt.Errorf("release lease %q: %w", resource, err)
+	}
+	res := []byte(resource)
+	p := c.Conn().PgConn().StartPipeline(ctx)
+	p.SendQueryStatement(rel, [][]byte{res, []byte(owner), strconv.AppendInt(nil, token, 10)}, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryStatement(ntf, [][]byte{res}, nil, nil)
+	p.SendPipelineSync()
+	released, err := false, p.Flush()
+	if err == nil {
+		released, err = releaseResults(p)
+	}
+	if cerr := p.Close(); err == nil && cerr != nil && !released {
+		err = cerr
+	}
+	if err != nil && !released {
+		return false, fmt.Errorf("release lease %q: %w", resource, err)
+	}
+	// Released and committed; a failed notification only delays waiters
+	// elsewhere until the expiry, so it is not an error.
+	return released, nil
+}
+
+// releaseResults reads the answers of Release's pipeline: whether the
+// release changed a row, and the first error.
+func releaseResults(p *pgconn.Pipeline) (bool, error) {
+	released := false
+	for i := range 4 {
+		r, err := p.GetResults()
+		if err != nil {
+			return released, err
+		}
+		switch r := r.(type) {
+		case *pgconn.ResultReader:
+			tag, err := r.Close()
+			if err != nil {
+				return released, err
+			}
+			if i == 0 {
+				released = tag.RowsAffected() == 1
+			}
+		case *pgconn.PipelineSync:
+		default:
+			return released, fmt.Errorf("unexpected pipeline result %T", r)
+		}
+	}
+	return released, nil
 }
 
 // Lease implements coordinator.Backend.

@@ -188,3 +188,42 @@ func TestLeaseActive(t *testing.T) {
 		t.Fatalf("one released, one expired: %d active", n)
 	}
 }
+
+// TestReleaseNotifies: a release made through one store wakes a watcher on
+// another (the notification is its own transaction in the release's
+// pipeline), and a refused release of a held lease notifies nobody.
+func TestReleaseNotifies(t *testing.T) {
+	pg := testenv.Postgres(t)
+	a, b := openTestLeases(t, pg.URL), openTestLeases(t, pg.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 16)
+	go b.WatchReleases(ctx, func(r string) { got <- r })
+	if r := <-got; r != "" { // connected
+		t.Fatalf("first report %q, want \"\"", r)
+	}
+	l1, _, err := a.Acquire(ctx, "/n/1", "w1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, _, err := a.Acquire(ctx, "/n/2", "w1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not the holder's token: nothing released, nothing notified.
+	if ok, err := a.Release(ctx, "/n/1", "w1", l1.Token+100); err != nil || ok {
+		t.Fatalf("release with a wrong token: %v %v", ok, err)
+	}
+	if ok, err := a.Release(ctx, "/n/2", "w1", l2.Token); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if r := <-got; r != "/n/2" {
+		t.Fatalf("notified %q, want /n/2 (the refused release must not notify)", r)
+	}
+	if ok, err := a.Release(ctx, "/n/1", "w1", l1.Token); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if r := <-got; r != "/n/1" {
+		t.Fatalf("notified %q, want /n/1", r)
+	}
+}

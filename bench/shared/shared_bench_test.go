@@ -44,8 +44,9 @@ func clients() int {
 
 // replica is one gateway with its own pool, as one process would have.
 type replica struct {
-	fence *postgres.SharedFence
-	srv   *httptest.Server
+	fence  *postgres.SharedFence
+	srv    *httptest.Server
+	routes []*gateway.Route
 }
 
 func newReplica(b *testing.B, dbURL, upstream string) *replica {
@@ -78,7 +79,11 @@ fence: {mode: shared, verify_tokens: false, max_advance: -1}
 	}
 	b.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f := postgres.NewSharedFence(st, postgres.SharedFenceOptions{ForwardTimeout: 30 * time.Second, MarkerConns: cfg.Fence.MarkerConns, Logger: log})
+	markerConns := cfg.Fence.MarkerConns
+	if n, err := strconv.Atoi(os.Getenv("FENCEGATE_BENCH_MARKER_CONNS")); err == nil && n > 0 {
+		markerConns = n
+	}
+	f := postgres.NewSharedFence(st, postgres.SharedFenceOptions{ForwardTimeout: 30 * time.Second, MarkerConns: markerConns, Logger: log})
 	b.Cleanup(func() { f.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -93,7 +98,7 @@ fence: {mode: shared, verify_tokens: false, max_advance: -1}
 	gw.SetRoutes(routes)
 	srv := httptest.NewServer(gw)
 	b.Cleanup(srv.Close)
-	return &replica{fence: f, srv: srv}
+	return &replica{fence: f, srv: srv, routes: routes}
 }
 
 // BenchmarkSharedRepeatedToken: PUTs with the token already accepted, to
@@ -127,42 +132,62 @@ func BenchmarkSharedRepeatedToken(b *testing.B) {
 	}
 
 	n := clients()
+	per := (b.N + n - 1) / n
+	writes := per * n
 	// pgbench runs before and after the gateways and the mean is the limit,
 	// so load on the machine that changes during the run hits both sides.
+	c0 := sampleCPU()
 	tpsBefore, perr := pgbench(b, pg.URL, n, 5*time.Second)
+	pgCPU := c0.to(sampleCPU(), int(tpsBefore*5))
 	rt0 := rs[0].fence.RoundTrips() + rs[1].fence.RoundTrips()
 	wt0 := rs[0].fence.WaitedRoundTrips() + rs[1].fence.WaitedRoundTrips()
 	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	var errOnce sync.Once
-	var firstErr error
-	per := (b.N + n - 1) / n
-	for c := range n {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(c), 1))
-			for i := range per {
-				url := fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].srv.URL, rng.IntN(resources))
-				if err := put(url); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	stop := profilePhase(b, "shared")
+	c1 := sampleCPU()
+	elapsed, err := writers(n, per, func(c, i int, rng *rand.Rand) string {
+		return fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].srv.URL, rng.IntN(resources))
+	}, put)
+	gwCPU := c1.to(sampleCPU(), writes)
+	stop()
 	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
+	if err != nil {
+		b.Fatal(err)
 	}
-	writes := per * n
 	rtPerWrite := float64(rs[0].fence.RoundTrips()+rs[1].fence.RoundTrips()-rt0) / float64(writes)
 	waitedPerWrite := float64(rs[0].fence.WaitedRoundTrips()+rs[1].fence.WaitedRoundTrips()-wt0) / float64(writes)
 	wps := float64(writes) / elapsed.Seconds()
 	b.ReportMetric(wps, "writes/s")
 	b.ReportMetric(rtPerWrite, "roundtrips/write")
 	b.ReportMetric(waitedPerWrite, "waited_roundtrips/write")
+	// Where the CPU went: this process (load generator, both replicas,
+	// upstream) and the rest of the machine (PostgreSQL, other users).
+	b.ReportMetric(gwCPU.selfUS, "go_cpu_us/write")
+	b.ReportMetric(gwCPU.otherUS, "other_cpu_us/write")
+	b.ReportMetric(gwCPU.busyCores, "busy_cores")
+	b.ReportMetric(pgCPU.selfUS+pgCPU.otherUS, "pgbench_cpu_us/tx")
+
+	// The ceiling of any fence with this load generator on this machine:
+	// the same client, two gateways and upstream with a fence that admits
+	// everything without I/O.
+	open := []*httptest.Server{}
+	for range 2 {
+		gw := gateway.New(openFence{}, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		gw.SetRoutes(rs[0].routes)
+		srv := httptest.NewServer(gw)
+		b.Cleanup(srv.Close)
+		open = append(open, srv)
+	}
+	c2 := sampleCPU()
+	openElapsed, err := writers(n, per, func(c, i int, rng *rand.Rand) string {
+		return fmt.Sprintf("%s/bench/%d", open[(c+i)%2].URL, rng.IntN(resources))
+	}, put)
+	openCPU := c2.to(sampleCPU(), writes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	openWPS := float64(writes) / openElapsed.Seconds()
+	b.ReportMetric(openWPS, "nofence_writes/s")
+	b.ReportMetric(openCPU.selfUS, "nofence_go_cpu_us/write")
 
 	// The database's own limit for the same statements, same database,
 	// same machine, same run: pgbench with the marker (try-lock and
@@ -178,6 +203,29 @@ func BenchmarkSharedRepeatedToken(b *testing.B) {
 	tps := (tpsBefore + tpsAfter) / 2
 	b.ReportMetric(tps, "pgbench_tps")
 	b.ReportMetric(100*wps/tps, "%_of_pgbench")
+	b.ReportMetric(100*wps/openWPS, "%_of_nofence")
+}
+
+// writers runs n writers of per writes each, writer c's i-th write to
+// url(c, i, rng), and returns how long they took and the first error.
+func writers(n, per int, url func(c, i int, rng *rand.Rand) string, put func(string) error) (time.Duration, error) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var errOnce sync.Once
+	var firstErr error
+	for c := range n {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 1))
+			for i := range per {
+				if err := put(url(c, i, rng)); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), firstErr
 }
 
 // pgbenchScript is the marker of SharedFence (markerTrySQL, markerReadSQL,

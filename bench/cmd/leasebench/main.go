@@ -30,6 +30,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -79,6 +80,7 @@ type result struct {
 	workload, runner string
 	ops              float64 // per second
 	mean, p50, p99   time.Duration
+	cpu              cpuUse
 }
 
 func run(adminURL string, clients int, d time.Duration, pgbench string, rounds int) error {
@@ -187,13 +189,17 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 		}
 		byRunner := map[string][]result{}
 		for range rounds {
+			c0 := sampleCPU()
 			r, err := runPgbench(pgbench, dbURL, path, clients, d, base)
+			r.cpu = c0.to(sampleCPU(), r.ops*d.Seconds())
 			if err != nil {
 				return err
 			}
 			byRunner["pgbench"] = append(byRunner["pgbench"], r)
 			for _, runner := range []string{"go/pgx", "http"} {
+				c0 := sampleCPU()
 				r, err := runGo(w.ops[runner], clients, d)
+				r.cpu = c0.to(sampleCPU(), r.ops*(d+time.Second).Seconds())
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", w.name, runner, err)
 				}
@@ -210,8 +216,9 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 		}
 	}
 
-	fmt.Printf("PostgreSQL lease coordinator vs pgbench, same SQL, same database, %d clients, %v per run, median of %d rounds\n\n", clients, d, rounds)
-	fmt.Printf("%-16s %-8s %10s %9s %9s %9s %8s\n", "workload", "runner", "ops/s", "mean", "p50", "p99", "ratio")
+	fmt.Printf("PostgreSQL lease coordinator vs pgbench, same SQL, same database, %d clients, %v per run, median of %d rounds\n", clients, d, rounds)
+	fmt.Printf("go_us/op: CPU of this process (pgbench: none); rest_us/op: the rest of the machine (PostgreSQL, pgbench, other load); busy: cores in use of %d\n\n", runtime.NumCPU())
+	fmt.Printf("%-16s %-8s %10s %9s %9s %9s %8s %9s %9s %6s\n", "workload", "runner", "ops/s", "mean", "p50", "p99", "ratio", "go_us/op", "rest_us/op", "busy")
 	var pg float64
 	for _, r := range results {
 		if r.runner == "pgbench" {
@@ -221,7 +228,7 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 		if r.p50 > 0 {
 			p50, p99 = ms(r.p50), ms(r.p99)
 		}
-		fmt.Printf("%-16s %-8s %10.0f %9s %9s %9s %7.0f%%\n", r.workload, r.runner, r.ops, ms(r.mean), p50, p99, 100*r.ops/pg)
+		fmt.Printf("%-16s %-8s %10.0f %9s %9s %9s %7.0f%% %9.0f %9.0f %6.2f\n", r.workload, r.runner, r.ops, ms(r.mean), p50, p99, 100*r.ops/pg, r.cpu.selfUS, r.cpu.otherUS, r.cpu.busyCores)
 	}
 	return nil
 }
