@@ -29,11 +29,14 @@ type Write struct {
 	Resource string
 	Token    int64
 	Owner    string // the authenticated identity, if any; for bookkeeping only
-	// Abort, if set, cancels the forward of this write. The fence calls it
-	// when a newer token advances while this write's request body has not
-	// been fully sent upstream: an incomplete request is never applied, so
-	// aborting it is safe and spares the newer writer the wait.
-	Abort func()
+	// Abort, if set, cancels the forward of this write with a cause, which
+	// decides the answer: ErrSuperseded when a newer token advanced while
+	// this write's request body had not been fully sent upstream (an
+	// incomplete request is never applied, so aborting it is safe and
+	// spares the newer writer the wait; answered as stale), or a
+	// *fencegate.Error the client is answered with (a shared fence that lost
+	// the database session guarding the write, or its forward timeout).
+	Abort func(cause error)
 	// DrainTimeout bounds the wait for older in-flight writes (the route's
 	// drain_timeout); zero means the fence's default.
 	DrainTimeout time.Duration
@@ -65,4 +68,6 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-var errSuperseded = errors.New("a newer fencing token was accepted while this request body was still being sent")
+// ErrSuperseded is the Abort cause of a write whose body was still being
+// sent when a newer token advanced its fence.
+var ErrSuperseded = errors.New("a newer fencing token was accepted while this request body was still being sent")

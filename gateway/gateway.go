@@ -244,7 +244,7 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, keys []string, token int
 		p, err := g.fence.Admit(ctx, Write{
 			Resource: key, Token: token, Owner: owner,
 			DrainTimeout: rt.drainTimeout,
-			Abort:        func() { abort(errSuperseded) },
+			Abort:        abort,
 			BodySent:     body.done.Load,
 		})
 		if err != nil {
@@ -288,12 +288,16 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 	var ref *fencegate.Error
 	var mbe *http.MaxBytesError
 	switch {
-	case abortCtx != nil && errors.Is(context.Cause(abortCtx), errSuperseded):
+	case abortCtx != nil && errors.Is(context.Cause(abortCtx), ErrSuperseded):
 		// A newer token advanced while this body was still being sent; the
 		// upstream saw an incomplete request, which it does not apply.
 		st, _ := g.fence.State(context.WithoutCancel(r.Context()), o.Resource)
 		ref = fencegate.StaleError(o.Resource, o.Token, st.Highest)
 		ref.Message += " (superseded while the request body was being sent; the upstream did not receive it whole)"
+	case abortCtx != nil && errors.As(context.Cause(abortCtx), &ref):
+		// The fence cut the forward for a reason of its own (a shared
+		// fence lost the database session guarding it); its error says
+		// what the client is told.
 	case errors.As(err, &mbe):
 		ref = fencegate.BodyTooLarge(rt.maxBody)
 	case errors.Is(err, context.DeadlineExceeded):

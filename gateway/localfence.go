@@ -82,7 +82,7 @@ type flight struct {
 	sh       *fenceShard
 	e        *fenceEntry
 	token    int64
-	abort    func()
+	abort    func(cause error)
 	bodySent func() bool
 	once     sync.Once
 }
@@ -273,7 +273,7 @@ func (f *LocalFence) supersede(e *fenceEntry) {
 	}
 	for fl := range e.inflight {
 		if fl.abort != nil && fl.bodySent != nil && !fl.bodySent() {
-			fl.abort()
+			fl.abort(ErrSuperseded)
 		}
 	}
 }

@@ -128,7 +128,12 @@ func TestLocalFenceAbort(t *testing.T) {
 	var old gateway.Permit
 	old, err := f.Admit(context.Background(), gateway.Write{
 		Resource: "r", Token: 41,
-		Abort:    func() { aborted.Store(true) },
+		Abort: func(cause error) {
+			if !errors.Is(cause, gateway.ErrSuperseded) {
+				t.Errorf("abort cause %v; want ErrSuperseded", cause)
+			}
+			aborted.Store(true)
+		},
 		BodySent: func() bool { return false },
 	})
 	if err != nil {

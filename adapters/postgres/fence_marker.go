@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -520,7 +521,11 @@ func (s *session) apply(ops []*op) {
 				// The forward must end within the forward timeout counted
 				// from before the marker was read: a drain that finds this
 				// session gone waits that long (docs/design.md §4).
-				p.timer = time.AfterFunc(f.forwardTimeout-time.Since(o.start), o.w.Abort)
+				abort, timeout := o.w.Abort, f.forwardTimeout
+				p.timer = time.AfterFunc(timeout-time.Since(o.start), func() {
+					abort(fencegate.Errorf(http.StatusGatewayTimeout, fencegate.CodeUpstreamTimeout,
+						"the forward exceeded the shared fence's forward timeout (%s) and was cut", timeout))
+				})
 			}
 			o.m.permit = p
 			continue
@@ -552,14 +557,14 @@ func (s *session) lose(err error, ops []*op) {
 	}
 	ops = append(ops, s.queue...)
 	s.queue = nil
-	var aborts []func()
+	var aborts []*sharedPermit
 	n := 0
 	for _, e := range s.entries {
 		e.end() // writers waiting for it go to the next session
 		for p := range e.flights {
 			n++
 			if p.abort != nil {
-				aborts = append(aborts, p.abort)
+				aborts = append(aborts, p)
 			}
 		}
 	}
@@ -571,8 +576,8 @@ func (s *session) lose(err error, ops []*op) {
 	}
 	l.mu.Unlock()
 	f.log.Warn("marker session to the database lost; aborting its writes in flight", "session", s.id, "writes", n, "err", err)
-	for _, a := range aborts {
-		a()
+	for _, p := range aborts {
+		p.abort(lostInFlight(p.resource, err))
 	}
 	for _, o := range ops {
 		if o.done != nil {
@@ -604,13 +609,27 @@ func (s *session) close(idle bool) {
 	s.conn.Close(ctx)
 }
 
+// lostInFlight is the answer to a write whose forward was cut because the
+// session holding its marker was lost: unlike a refusal before the forward,
+// the upstream may already have applied it.
+func lostInFlight(resource string, err error) *fencegate.Error {
+	return &fencegate.Error{
+		Status:     http.StatusServiceUnavailable,
+		Code:       fencegate.CodeFenceUnavailable,
+		Message:    "the database session guarding this write for " + resource + " was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
+		Resource:   resource,
+		RetryAfter: time.Second,
+		Err:        fmt.Errorf("marker session lost: %w", err),
+	}
+}
+
 // sharedPermit is a write in flight: it holds its entry's marker.
 type sharedPermit struct {
 	s        *session
 	e        *entry
 	resource string
 	token    int64
-	abort    func()
+	abort    func(cause error)
 	timer    *time.Timer
 	once     sync.Once
 }

@@ -48,8 +48,11 @@ func TestSharedFenceLostSession(t *testing.T) {
 	r1, r2 := fs[0], fs[1]
 	aborted := make(chan struct{})
 	var abortOnce sync.Once
+	var cause error
 	start := time.Now()
-	p, err := r1.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 1, Abort: func() { abortOnce.Do(func() { close(aborted) }) }})
+	p, err := r1.Admit(context.Background(), gateway.Write{Resource: "/d", Token: 1, Abort: func(err error) {
+		abortOnce.Do(func() { cause = err; close(aborted) })
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +70,11 @@ func TestSharedFenceLostSession(t *testing.T) {
 	}
 	select {
 	case <-aborted:
+		// The client is told the fence is unavailable, not that its token
+		// is stale: nothing newer was accepted when the session died.
+		if code(cause) != fencegate.CodeFenceUnavailable {
+			t.Fatalf("abort cause %v; want %s", cause, fencegate.CodeFenceUnavailable)
+		}
 	default:
 		t.Fatal("the write whose marker session died was not aborted")
 	}
