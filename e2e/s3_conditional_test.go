@@ -301,6 +301,19 @@ func TestS3ConditionalDeleteRace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log, got := condRace(t, tc.store, tc.precondition, tc.late)
+			for try := 1; tc.name == "DeleteObject/versitygw" && try < 3 && strings.Contains(log, versityDeleteRaceLost); try++ {
+				// VersityGW's DeleteObject If-Match is not always atomic
+				// with a concurrent overwrite: on a loaded machine the
+				// racing probe has seen both win (rarely). The gateway then
+				// rightly forwards deletes unconditioned, which is what a
+				// single run checks; the conditional path needs a run whose
+				// probe found the store honouring, so start again.
+				if got != "<absent>" {
+					t.Fatalf("the probe found DeleteObject If-Match not honoured, so deletes go unconditioned, yet job = %q", got)
+				}
+				t.Logf("run %d: VersityGW lost the racing delete probe; trying again", try)
+				log, got = condRace(t, tc.store, tc.precondition, tc.late)
+			}
 			if got != tc.want {
 				t.Fatalf("job = %q; want %q", got, tc.want)
 			}
@@ -310,6 +323,10 @@ func TestS3ConditionalDeleteRace(t *testing.T) {
 		})
 	}
 }
+
+// versityDeleteRaceLost is what serve logs when the racing probe saw a
+// conditional delete and a conditional overwrite of one version both win.
+const versityDeleteRaceLost = "upstream does not honour DeleteObject If-Match"
 
 // A late stale CopyObject onto "job": refused by a store that honours
 // destination conditions (the double); VersityGW ignores them, so the late
