@@ -59,8 +59,24 @@ type Store interface {
 	// outcome of its last write is not known.
 	LastETag(ctx context.Context, resource string) (string, error)
 	// RecordETag stores etag as resource's current version, unless a write
-	// with a newer token already recorded one. It must be durable.
+	// with a newer token already recorded one. Once it returned, a crash
+	// may lose the record only by leaving resource unknown
+	// (fencegate.ETagUnknown), never by bringing back an older value: a
+	// store may keep records in memory if every object it does so for is
+	// durably unknown in its file (the embedded store, whose file one
+	// process owns); a store several gateways share writes through
+	// (PostgreSQL).
 	RecordETag(ctx context.Context, resource string, token int64, etag string) error
+}
+
+// DurableRecorder is implemented by a Store that keeps records in memory.
+// RecordETagDurable is RecordETag with the record itself on disk before it
+// returns. The tracker uses it for the record of a write the upstream
+// refused (412): that record keeps the object's next writes refused rather
+// than re-learnt, and must survive a crash for that (an unknown record is
+// re-learnt with a HEAD and the object overwritten).
+type DurableRecorder interface {
+	RecordETagDurable(ctx context.Context, resource string, token int64, etag string) error
 }
 
 // Kind says what a successful write leaves behind, for the bookkeeping.
@@ -206,8 +222,9 @@ func (w *Write) Answered(ctx context.Context, status int, etagHeader string) err
 	case status == http.StatusPreconditionFailed && w.Conditional():
 		// Not applied: the record names the version the gateway wrote
 		// again, so the next write is refused too rather than learning
-		// (and overwriting) a bypassing version.
-		w.record(ctx, w.before)
+		// (and overwriting) a bypassing version; durably, so that a crash
+		// does not turn it into an unknown that the next write re-learns.
+		w.recordDurable(ctx, w.before)
 		return w.t.refusal(ctx, w)
 	case status >= 200 && status < 300:
 		switch w.kind {
@@ -267,9 +284,21 @@ func (t *Tracker) refusal(ctx context.Context, w *Write) error {
 }
 
 func (w *Write) record(ctx context.Context, etag string) {
+	w.store(ctx, etag, w.t.Store.RecordETag)
+}
+
+func (w *Write) recordDurable(ctx context.Context, etag string) {
+	rec := w.t.Store.RecordETag
+	if d, ok := w.t.Store.(DurableRecorder); ok {
+		rec = d.RecordETagDurable
+	}
+	w.store(ctx, etag, rec)
+}
+
+func (w *Write) store(ctx context.Context, etag string, rec func(context.Context, string, int64, string) error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := w.t.Store.RecordETag(ctx, w.resource, w.token, etag); err != nil {
+	if err := rec(ctx, w.resource, w.token, etag); err != nil {
 		// The write is done; a stale record makes the next write fail
 		// with precondition_failed, never succeed wrongly.
 		log := w.t.Log

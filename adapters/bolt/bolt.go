@@ -1,7 +1,9 @@
 // Package bolt is fencegate's embedded store: one bbolt file, opened
 // exclusively by one process, holding fence records (and, for the
 // coordinator, leases). Every change is fsynced before it is acknowledged;
-// concurrent changes share one fsync through bbolt's Batch (group commit).
+// concurrent changes share one commit (group commit, commit.go). The ETag
+// bookkeeping of `precondition: etag` is kept in memory and written behind
+// (etag.go).
 package bolt
 
 import (
@@ -22,8 +24,10 @@ var bucketFences = []byte("fences")
 
 // Store is the embedded store. It implements gateway.Store.
 type Store struct {
-	db   *bbolt.DB
-	path string
+	db     *bbolt.DB
+	path   string
+	commit *committer
+	etags  etagCache
 }
 
 // Options tune Open.
@@ -31,10 +35,23 @@ type Options struct {
 	// LockTimeout is how long Open waits for another process to release the
 	// file. Zero means 1s.
 	LockTimeout time.Duration
-	// BatchDelay is the longest a change waits for others to share its fsync.
-	// Zero means 1ms.
-	BatchDelay time.Duration
+	// ETagCache is how many objects' ETags (precondition: etag) the store
+	// keeps in memory (etag.go); beyond it, an eighth of them are written to
+	// the file and forgotten. Zero means 65536.
+	ETagCache int
 }
+
+// File layout options. The map is reserved large enough that growing the
+// file does not remap it on the commit path (a remap waits for every
+// reader), and the file grows in large steps: bbolt fsyncs the file each
+// time it grows it, and below AllocSize it grows it on every commit that
+// needs a page. The freelist is not written on each commit (it is rebuilt
+// when the file is opened), which saves pages per commit; durability of
+// the records is unchanged.
+const (
+	initialMmapSize = 256 << 20
+	allocSize       = 16 << 20
+)
 
 // ErrLocked reports that another process holds the store file.
 var ErrLocked = errors.New("store file is locked by another process (is another fencegate running on it?)")
@@ -44,22 +61,24 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = time.Second
 	}
-	if opts.BatchDelay <= 0 {
-		opts.BatchDelay = time.Millisecond
-	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.LockTimeout})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:         opts.LockTimeout,
+		NoFreelistSync:  true,
+		FreelistType:    bbolt.FreelistMapType,
+		InitialMmapSize: initialMmapSize,
+	})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open store %s: %w", path, ErrLocked)
 		}
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	db.MaxBatchDelay = opts.BatchDelay
+	db.AllocSize = allocSize
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -72,7 +91,9 @@ func Open(path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	s := &Store{db: db, path: path, commit: newCommitter(db)}
+	s.etags.init(opts.ETagCache)
+	return s, nil
 }
 
 // allBuckets lists every bucket the store creates at Open.
@@ -85,8 +106,13 @@ func (s *Store) DB() *bbolt.DB { return s.db }
 // Path is the store file's path.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the file and releases its lock.
-func (s *Store) Close() error { return s.db.Close() }
+// Close writes the ETags kept in memory to the file, closes it and
+// releases its lock. Changes submitted afterwards fail with ErrClosed.
+func (s *Store) Close() error {
+	err := s.flushETags()
+	s.commit.close()
+	return errors.Join(err, s.db.Close())
+}
 
 // Ping reports whether the file is usable.
 func (s *Store) Ping(ctx context.Context) error {
@@ -142,7 +168,15 @@ func (s *Store) LoadFence(ctx context.Context, resource string) (fencegate.Fence
 		r, err = getFence(tx, resource)
 		return err
 	})
-	return r.state(resource), err
+	return s.overlay(r.state(resource)), err
+}
+
+// overlay puts the ETag kept in memory (etag.go) into st.
+func (s *Store) overlay(st fencegate.FenceState) fencegate.FenceState {
+	if etag, ok := s.etagOf(st.Resource); ok {
+		st.ETag = etag
+	}
+	return st
 }
 
 // AdvanceFence implements gateway.Store: raise-only, fsynced before return.
@@ -151,8 +185,8 @@ func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 		return fencegate.FenceState{}, err
 	}
 	var r fenceRecord
-	// Batch may run the function more than once; it is idempotent.
-	err := s.db.Batch(func(tx *bbolt.Tx) error {
+	// The change may run more than once; it is idempotent.
+	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
 		var err error
 		if r, err = getFence(tx, resource); err != nil {
 			return err

@@ -24,8 +24,8 @@ var (
 
 // Leases is the coordinator's backend on the embedded store: the same
 // contract as the PostgreSQL one for a single process. Every change is
-// fsynced before it is answered, concurrent changes sharing one fsync
-// (bbolt Batch). Times come from this process's clock, the only one.
+// fsynced before it is answered, concurrent changes sharing one commit
+// (the store's group commit, commit.go). Times come from this process's clock, the only one.
 type Leases struct {
 	st *Store
 	// drawn is the highest token drawn by this process, including drawings
@@ -114,8 +114,8 @@ func (ls *Leases) Acquire(ctx context.Context, resource, owner string, ttl time.
 		fresh bool
 		held  bool
 	)
-	// Batch may run fn more than once; every result is set on each run.
-	err := ls.st.db.Batch(func(tx *bbolt.Tx) error {
+	// The change may run more than once; every result is set on each run.
+	err := ls.st.commit.do(ctx, func(tx *bbolt.Tx) error {
 		t := now()
 		cur, ok, err := getLease(tx, resource)
 		if err != nil {
@@ -164,7 +164,7 @@ func (ls *Leases) Renew(ctx context.Context, resource, owner string, token int64
 	}
 	var out coordinator.Lease
 	var lost bool
-	err := ls.st.db.Batch(func(tx *bbolt.Tx) error {
+	err := ls.st.commit.do(ctx, func(tx *bbolt.Tx) error {
 		t := now()
 		cur, ok, err := getLease(tx, resource)
 		if err != nil {
@@ -193,7 +193,7 @@ func (ls *Leases) Release(ctx context.Context, resource, owner string, token int
 		return false, err
 	}
 	var released bool
-	err := ls.st.db.Batch(func(tx *bbolt.Tx) error {
+	err := ls.st.commit.do(ctx, func(tx *bbolt.Tx) error {
 		t := now()
 		cur, ok, err := getLease(tx, resource)
 		if err != nil {

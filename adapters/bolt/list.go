@@ -31,7 +31,7 @@ func (s *Store) ListFences(ctx context.Context, prefix, after string, limit int)
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("corrupt fence record for %q: %w", k, err)
 			}
-			out = append(out, r.state(string(k)))
+			out = append(out, s.overlay(r.state(string(k))))
 			return nil
 		})
 	})

@@ -81,9 +81,12 @@ func (s *Store) ImportFences(ctx context.Context, recs []fencegate.FenceRecord) 
 			return 0, fmt.Errorf("import fence %q: resource and a positive highest are required", r.Resource)
 		}
 	}
-	var raised int
+	var (
+		raised   int
+		replaced []string
+	)
 	err := s.db.Update(func(tx *bbolt.Tx) error {
-		raised = 0
+		raised, replaced = 0, replaced[:0]
 		now := time.Now().UTC()
 		for _, in := range recs {
 			cur, err := getFence(tx, in.Resource)
@@ -99,12 +102,14 @@ func (s *Store) ImportFences(ctx context.Context, recs []fencegate.FenceRecord) 
 				return err
 			}
 			raised++
+			replaced = append(replaced, in.Resource)
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("import fences: %w", err)
 	}
+	s.forgetETags(replaced)
 	return raised, nil
 }
 
