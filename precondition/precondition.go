@@ -17,7 +17,14 @@
 //     write but before its ETag was recorded, the record does not keep
 //     naming the replaced version, which would fail every later write; the
 //     next write learns the ETag with a HEAD instead. A failed mark refuses
-//     the write, unforwarded.
+//     the write, unforwarded. The mark is durable before the forward; a
+//     store may make it so once for many writes (the embedded store keeps
+//     the object unknown in its file while it keeps the records in memory;
+//     see Store).
+//   - The records only choose the condition of the gateway's next write; a
+//     late write carries its own older condition, which a newer applied
+//     write has made false. A stale record therefore fails a write closed
+//     (412) rather than letting one through (docs/design.md).
 //   - Answered records the outcome: the answer's ETag, or one learnt with a
 //     HEAD when the answer carries none (Apache's PUT); "" after a delete;
 //     the version before for a write the upstream did not apply.
