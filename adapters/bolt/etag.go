@@ -155,13 +155,14 @@ func (s *Store) own(ctx context.Context, resource string, token int64, etag stri
 		e.etag, e.token = etag, token
 	}
 	e.owned = true
+	excess := len(c.m) - c.max*7/8
 	full := len(c.m) > c.max && !c.evicting
 	if full {
 		c.evicting = true
 	}
 	c.mu.Unlock()
 	if full {
-		err := s.writeBack(ctx, len(c.m)-c.max*7/8, "", 0, "")
+		err := s.writeBack(ctx, excess, "", 0, "")
 		c.mu.Lock()
 		c.evicting = false
 		c.mu.Unlock()

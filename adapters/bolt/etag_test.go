@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/fencegate/fencegate"
@@ -168,5 +169,56 @@ func TestETagCacheBound(t *testing.T) {
 	}
 	if forgotten < 50-9 {
 		t.Errorf("%d of 50 records written back; want all but the cache's", forgotten)
+	}
+}
+
+// Concurrent marks, records and write-backs (a cache of 4 for 16 objects):
+// at rest, the file holds each object's last record or unknown.
+func TestETagsConcurrent(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fencegate.db")
+	st, err := bolt.Open(path, bolt.Options{ETagCache: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const objects = 16
+	for i := range objects {
+		st.AdvanceFence(ctx, fmt.Sprintf("r%d", i), 1, "a")
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				r := fmt.Sprintf("r%d", (g+i)%objects)
+				if err := st.RecordETag(ctx, r, 1, fencegate.ETagUnknown); err != nil {
+					t.Error(err)
+					return
+				}
+				rec := st.RecordETag
+				if i%17 == 0 {
+					rec = st.RecordETagDurable
+				}
+				if err := rec(ctx, r, 1, fmt.Sprintf("g%d-%d", g, i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	crashed, err := bolt.Open(crashCopy(t, path), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer crashed.Close()
+	for i := range objects {
+		r := fmt.Sprintf("r%d", i)
+		want := lastETag(t, st, r)
+		if got := lastETag(t, crashed, r); got != want && got != fencegate.ETagUnknown {
+			t.Errorf("%s after a crash: %q; want %q or unknown", r, got, want)
+		}
 	}
 }
