@@ -14,7 +14,9 @@
 # all in front of the same fast upstream (bench/cmd/benchupstream), loaded by
 # wrk with 1 thread, CONNS connections and 512-byte PUTs. Rounds alternate
 # between the targets so drift (other load) hits all of them alike; the
-# median round is reported. Then, with bench/cmd/loadclient:
+# median round is reported, with each proxy process's CPU time per request
+# (from /proc/PID/stat; steadier than req/s when other load shares the
+# cores). Then, with bench/cmd/loadclient:
 #
 #   big       16 MiB PUTs through a fresh gateway vs straight to the
 #             upstream, and the gateway's RSS at 1 and 8 concurrent
@@ -24,7 +26,8 @@
 #
 # Usage: bench/dataplane.sh [seconds per run (10)] [rounds (3)] [connections (32)]
 # Environment: DISTINCT=N (default 1000000; 0 skips), BIG=0 skips the
-# large-body part. Needs wrk, nginx and curl (scripts/bench-deps.sh); perf,
+# large-body part, FENCEGATE=path runs that fencegate binary instead of
+# this tree's (to compare versions). Needs wrk, nginx and curl (scripts/bench-deps.sh); perf,
 # if present, counts the gateway's fdatasync calls when the gateway exposes
 # no fsync metric.
 set -euo pipefail
@@ -50,7 +53,7 @@ cleanup() {
 trap cleanup EXIT
 cd "$root"
 echo "building..."
-go build -o "$work/fencegate" ./cmd/fencegate
+if [ -n "${FENCEGATE:-}" ]; then cp "$FENCEGATE" "$work/fencegate"; else go build -o "$work/fencegate" ./cmd/fencegate; fi
 for c in benchupstream plainproxy tunedproxy loadclient; do go build -o "$work/$c" "./bench/cmd/$c"; done
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -58,7 +61,9 @@ waitport() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/nu
 up=$(port); ng=$(port); plain=$(port); tuned=$(port)
 "$work/benchupstream" -listen "127.0.0.1:$up" & pids+=($!)
 "$work/plainproxy" -listen "127.0.0.1:$plain" -upstream "http://127.0.0.1:$up" 2>/dev/null & pids+=($!)
+plainpid=$!
 "$work/tunedproxy" -listen "127.0.0.1:$tuned" -upstream "http://127.0.0.1:$up" 2>/dev/null & pids+=($!)
+tunedpid=$!
 
 # nginx with a prefix of its own: runs as any user, touches nothing outside.
 mkdir -p "$work/nginx/logs"
@@ -88,6 +93,7 @@ http {
 }
 CONF
 "$nginx" -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/logs/error.log" & pids+=($!)
+nginxpid=$!
 
 # startgw NAME: a fencegate on its own port and store; sets gw_port,
 # gw_admin and gw_pid.
@@ -113,6 +119,11 @@ YAML
 startgw fencegate
 gw=$gw_port admin=$gw_admin gwpid=$gw_pid
 for p in $up $ng $plain $tuned; do waitport "$p"; done
+ngworker=$(pgrep -P "$nginxpid" | head -1)
+declare -A cpupid=([nginx]=$ngworker [plain]=$plainpid [tuned]=$tunedpid [repeated]=$gwpid [advance]=$gwpid [stale]=$gwpid)
+# cputicks PID: user+system CPU of a process so far, in clock ticks.
+cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
 
 body=$(head -c 512 /dev/zero | tr '\0' x)
 cat >"$work/put.lua" <<LUA
@@ -151,8 +162,11 @@ run() { # name url lua [token]
       perfpid=$!
     fi
   fi
+  local c0 c1
+  c0=$(cputicks "${cpupid[$1]}")
   ROUND=$r TOKEN=${4:-} wrk -t1 -c"$conns" -d"${secs}s" --latency -s "$work/$3" "$2" >"$out"
-  local rps p99 reqs fs=-
+  c1=$(cputicks "${cpupid[$1]}")
+  local rps p99 reqs fs=- cpu
   rps=$(awk '/^Requests\/sec/ {print $2}' "$out")
   p99=$(awk '$1=="99%" {print $2}' "$out")
   reqs=$(awk '/requests in/ {print $1}' "$out")
@@ -165,8 +179,9 @@ run() { # name url lua [token]
       fs=$(awk -F, '/syscalls/ {s += $1} END {print s + 0}' "$work/perf.$r.txt")
     fi
   fi
-  echo "$1 $rps $p99 $reqs $fs" >>"$work/results"
-  printf '%-8s round %d: %10s req/s  p99 %8s' "$1" "$r" "$rps" "$p99"
+  cpu=$(echo "($c1 - $c0) * 1000000 / $hz / $reqs" | bc -l)
+  echo "$1 $rps $p99 $reqs $fs $cpu" >>"$work/results"
+  printf '%-8s round %d: %10s req/s  p99 %8s  cpu %5.1f us/req' "$1" "$r" "$rps" "$p99" "$cpu"
   [ "$fs" != - ] && printf '  fsyncs %s (%.0f/s, %.1f writes/fsync)' "$fs" "$(echo "$fs / $secs" | bc -l)" "$(echo "$reqs / ($fs + 0.000001)" | bc -l)"
   echo
 }
@@ -194,29 +209,32 @@ def ms(s):
     return float(s)
 rows = {}
 for line in open(sys.argv[1]):
-    name, rps, p99, reqs, fs = line.split()
-    rows.setdefault(name, []).append((float(rps), ms(p99), int(reqs), fs))
+    name, rps, p99, reqs, fs, cpu = line.split()
+    rows.setdefault(name, []).append((float(rps), ms(p99), int(reqs), fs, float(cpu)))
 med = {}
 for k, v in rows.items():
     v.sort()
     med[k] = v[len(v) // 2]
 print()
-print(f"median of {len(rows['nginx'])} rounds (by req/s):")
+print(f"median of {len(rows['nginx'])} rounds (by req/s); cpu: the proxy process's CPU per request, median over rounds")
+cpu = {k: statistics.median(x[4] for x in v) for k, v in rows.items()}
 for k in ("nginx", "plain", "tuned", "repeated", "advance", "stale"):
-    rps, p99, reqs, fs = med[k]
+    rps, p99, reqs, fs, _ = med[k]
     extra = ""
     if k == "advance":
         if fs != "-" and int(fs) > 0:
             extra = f"   fsyncs/s {int(fs) / secs:.0f}   writes/fsync {reqs / int(fs):.1f}"
         else:
             extra = "   fsyncs n/a"
-    print(f"  {k:9s} {rps:10.0f} req/s   p99 {p99:7.3f} ms{extra}")
+    print(f"  {k:9s} {rps:10.0f} req/s   p99 {p99:7.3f} ms   cpu {cpu[k]:6.1f} us/req{extra}")
 r = lambda a, b: med[a][0] / med[b][0]
-print(f"repeated/nginx    {r('repeated', 'nginx'):.2f}x   (goal >= 0.6)")
-print(f"repeated/tuned    {r('repeated', 'tuned'):.2f}x   (goal >= 1.2)")
+c = lambda a, b: cpu[b] / cpu[a]
+print("ratios of req/s (and of CPU per request, inverted: > 1 means cheaper):")
+print(f"repeated/nginx    {r('repeated', 'nginx'):.2f}x   cpu {c('repeated', 'nginx'):.2f}x   (goal >= 0.6)")
+print(f"repeated/tuned    {r('repeated', 'tuned'):.2f}x   cpu {c('repeated', 'tuned'):.2f}x   (goal >= 1.2)")
 print(f"repeated/plain    {r('repeated', 'plain'):.2f}x   p99 {med['repeated'][1]:.3f} vs {med['plain'][1]:.3f} ms (goal: no worse)")
-print(f"advance/repeated  {r('advance', 'repeated'):.2f}x   (goal >= 0.8)")
-print(f"stale/repeated    {r('stale', 'repeated'):.2f}x   (goal >= 2)")
+print(f"advance/repeated  {r('advance', 'repeated'):.2f}x   cpu {c('advance', 'repeated'):.2f}x   (goal >= 0.8)")
+print(f"stale/repeated    {r('stale', 'repeated'):.2f}x   cpu {c('stale', 'repeated'):.2f}x   (goal >= 2)")
 PY
 
 if [ "$big" != 0 ]; then
