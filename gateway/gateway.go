@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -163,7 +164,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	req := &Request{Route: rt, Path: cpath, Owner: insp.Owner, Inspected: insp.State}
 	if !rt.fences(r.Method) {
 		o.Decision = "passthrough"
-		return rt, g.forward(w, r, rt, req, o, nil)
+		return rt, g.forward(w, r, rt, req, o, nil, nil)
 	}
 
 	// 3. The token.
@@ -186,6 +187,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if rt.maxBody > 0 && r.ContentLength > rt.maxBody {
 		return rt, fencegate.BodyTooLarge(rt.maxBody)
 	}
+	// Answered even when the read cancelled the request's context: a
+	// client that half-closed its connection still reads the answer, and
+	// an empty one would be a 200.
+	small, ref := readSmallBody(r)
+	if ref != nil {
+		return rt, ref
+	}
 	if ref := rt.writes.acquire(); ref != nil {
 		return rt, ref
 	}
@@ -194,14 +202,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	defer rt.inflight.Add(-1)
 
 	// 5. The fence.
-	body := &sentBody{rc: r.Body, want: r.ContentLength}
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		body.done.Store(true)
+	var body *sentBody // nil: nothing left to send once forwarded
+	if small == nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		body = &sentBody{rc: r.Body, want: r.ContentLength}
 	}
 	ctx, abort := context.WithCancelCause(r.Context())
 	defer abort(nil)
 	fenceStart := time.Now()
-	permits, err := g.admit(r.Context(), rt, keys, token, insp.Owner, body, abort, o)
+	var one [1]Permit
+	permits, err := g.admit(r.Context(), rt, keys, token, insp.Owner, body, abort, o, one[:0])
 	defer func() {
 		for _, p := range permits {
 			p.Release()
@@ -223,29 +232,61 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	o.Decision = "forwarded"
 
 	// 6. Forward; 7., the record, is ServeHTTP's.
-	out := r.WithContext(ctx)
-	if r.Body != nil && r.Body != http.NoBody {
-		out.Body = body
+	var out io.ReadCloser
+	switch {
+	case small != nil:
+		req.Body = small
+		out = io.NopCloser(bytes.NewReader(small))
+	case body != nil:
 		if rt.maxBody > 0 {
 			body.rc = http.MaxBytesReader(w, r.Body, rt.maxBody)
 		}
+		out = body
 	}
-	return rt, g.forward(w, out, rt, req, o, ctx)
+	return rt, g.forward(w, r, rt, req, o, ctx, out)
+}
+
+// smallBody is the largest request body of known length the gateway reads
+// whole before the fence. Larger ones, and those of unknown length, stream.
+const smallBody = 32 << 10
+
+// readSmallBody reads a small request body of known length whole (nil if
+// the body is not small, or absent). Held in memory (Request.Body), it goes
+// upstream in the same write as the headers, where a streamed body costs a
+// write of its own. Read before the fence, a slow client holds no permit
+// while sending it, and a write already whole cannot be cut by a newer
+// token. A client that sent Expect: 100-continue waits for the upstream's
+// go-ahead, as before.
+func readSmallBody(r *http.Request) ([]byte, *fencegate.Error) {
+	if r.ContentLength <= 0 || r.ContentLength > smallBody || r.Body == nil || r.Body == http.NoBody ||
+		r.Header.Get("Expect") != "" {
+		return nil, nil
+	}
+	buf := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, buf); err != nil {
+		ref := fencegate.InvalidRequest("the request body ended before its Content-Length of %d bytes", r.ContentLength)
+		ref.Err = err
+		return nil, ref
+	}
+	return buf, nil
 }
 
 // admit admits every resource the request writes, in sorted order so that
 // two multi-resource requests cannot wait on each other. It returns the
-// permits it got, to be released, and on failure sets o.Resource to the key
-// that failed.
+// permits it got (appended to permits), to be released, and on failure sets
+// o.Resource to the key that failed.
 func (g *Gateway) admit(ctx context.Context, rt *Route, keys []string, token int64, owner string,
-	body *sentBody, abort context.CancelCauseFunc, o *Outcome) ([]Permit, error) {
-	permits := make([]Permit, 0, len(keys))
+	body *sentBody, abort context.CancelCauseFunc, o *Outcome, permits []Permit) ([]Permit, error) {
+	var sent func() bool // nil: the body is whole in memory, or absent
+	if body != nil {
+		sent = body.done.Load
+	}
 	for _, key := range keys {
 		p, err := g.fence.Admit(ctx, Write{
 			Resource: key, Token: token, Owner: owner,
 			DrainTimeout: rt.drainTimeout,
 			Abort:        abort,
-			BodySent:     body.done.Load,
+			BodySent:     sent,
 		})
 		if err != nil {
 			o.Resource = key
@@ -256,13 +297,25 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, keys []string, token int
 	return permits, nil
 }
 
-// forward hands the request to the route's upstream. A failure before the
-// answer started is returned as the refusal to answer; after, it is only
-// recorded in o.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req *Request, o *Outcome, abortCtx context.Context) *fencegate.Error {
-	ctx, cancel := context.WithTimeout(r.Context(), rt.timeout)
+// forward hands the request to the route's upstream, under abortCtx (a
+// fenced write's, nil for others) and with body instead of r's (nil: r's
+// own). A failure before the answer started is returned as the refusal to
+// answer; after, it is only recorded in o.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req *Request, o *Outcome,
+	abortCtx context.Context, body io.ReadCloser) *fencegate.Error {
+	parent := r.Context()
+	if abortCtx != nil {
+		parent = abortCtx
+	}
+	ctx, cancel := context.WithTimeout(parent, rt.timeout)
 	defer cancel()
-	if r.Body != nil && r.Body != http.NoBody {
+	out := r.WithContext(withRequest(ctx, req))
+	streaming := r.Body != nil && r.Body != http.NoBody
+	if body != nil {
+		out.Body = body
+		_, streaming = body.(*sentBody)
+	}
+	if streaming {
 		// When the forward is abandoned (superseded, timed out) while the
 		// client is still sending its body, the transport waits for its
 		// writer, which is blocked reading from the client. Expiring the
@@ -274,7 +327,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		defer stop()
 	}
 	rw := &StatusWriter{ResponseWriter: w}
-	err := rt.upstream.Forward(rw, r.WithContext(withRequest(ctx, req)))
+	err := rt.upstream.Forward(rw, out)
 	o.Status = rw.Status
 	if err == nil {
 		if g.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -419,6 +472,10 @@ type Request struct {
 	Resources []string // fence keys (empty for unfenced requests)
 	Token     int64    // 0 for unfenced requests
 	Owner     string
+	// Body is the request body if the gateway read it whole (small bodies
+	// of known length, see readSmallBody); nil if it streams. The
+	// forwarded request's Body reads the same bytes.
+	Body []byte
 	// Inspected is the Inspection's State for this request (nil if none).
 	Inspected any
 }

@@ -72,7 +72,11 @@ type fenceEntry struct {
 	// for this resource wait for it and then decide again.
 	advancing chan struct{}
 
-	inflight map[*flight]struct{}
+	// inflight lists the writes in flight (linked through flight.prev and
+	// next: no allocation per write, nothing kept when idle); flying
+	// counts them.
+	inflight *flight
+	flying   int
 	older    int           // in-flight writes with a token below state.Highest
 	drained  chan struct{} // closed when older drops to 0
 }
@@ -85,6 +89,8 @@ type flight struct {
 	abort    func(cause error)
 	bodySent func() bool
 	once     sync.Once
+	// prev and next link e.inflight, under the shard lock.
+	prev, next *flight
 }
 
 var _ Fence = (*LocalFence)(nil)
@@ -193,10 +199,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			continue
 		}
 		fl := &flight{f: f, sh: sh, e: e, token: w.Token, abort: w.Abort, bodySent: w.BodySent}
-		if e.inflight == nil {
-			e.inflight = make(map[*flight]struct{})
-		}
-		e.inflight[fl] = struct{}{}
+		e.fly(fl)
 		sh.mu.Unlock()
 		return fl, nil
 	}
@@ -267,11 +270,11 @@ func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, e *fenceEntry,
 // and aborts those whose request bodies have not been fully sent. Called with
 // the shard lock held.
 func (f *LocalFence) supersede(e *fenceEntry) {
-	e.older = len(e.inflight)
+	e.older = e.flying
 	if e.older > 0 && e.drained == nil {
 		e.drained = make(chan struct{})
 	}
-	for fl := range e.inflight {
+	for fl := e.inflight; fl != nil; fl = fl.next {
 		if fl.abort != nil && fl.bodySent != nil && !fl.bodySent() {
 			fl.abort(ErrSuperseded)
 		}
@@ -283,7 +286,7 @@ func (fl *flight) Release() {
 	fl.once.Do(func() {
 		sh, e := fl.sh, fl.e
 		sh.mu.Lock()
-		delete(e.inflight, fl)
+		e.land(fl)
 		if fl.token < e.state.Highest {
 			e.older--
 			if e.older == 0 {
@@ -293,6 +296,31 @@ func (fl *flight) Release() {
 		}
 		sh.mu.Unlock()
 	})
+}
+
+// fly adds fl to e's writes in flight. Called with the shard lock held.
+func (e *fenceEntry) fly(fl *flight) {
+	fl.next = e.inflight
+	if e.inflight != nil {
+		e.inflight.prev = fl
+	}
+	e.inflight = fl
+	e.flying++
+}
+
+// land removes fl from e's writes in flight. Called with the shard lock
+// held.
+func (e *fenceEntry) land(fl *flight) {
+	if fl.prev != nil {
+		fl.prev.next = fl.next
+	} else {
+		e.inflight = fl.next
+	}
+	if fl.next != nil {
+		fl.next.prev = fl.prev
+	}
+	fl.prev, fl.next = nil, nil
+	e.flying--
 }
 
 // State implements Fence.
@@ -389,7 +417,7 @@ func (sh *fenceShard) evict() {
 	for el := sh.lru.Back(); el != nil && len(sh.m) > sh.max; {
 		e := el.Value.(*fenceEntry)
 		prev := el.Prev()
-		if len(e.inflight) == 0 && e.loading == nil && e.advancing == nil {
+		if e.flying == 0 && e.loading == nil && e.advancing == nil {
 			sh.remove(e)
 		}
 		el = prev

@@ -26,7 +26,7 @@ func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc
 	if err != nil {
 		return fencegate.FenceState{}, err
 	}
-	if n := len(e.inflight); n > 0 {
+	if n := e.flying; n > 0 {
 		sh.mu.Unlock()
 		return fencegate.FenceState{}, &fencegate.Error{
 			Status: http.StatusConflict, Code: fencegate.CodeFenceDraining,

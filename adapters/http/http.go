@@ -15,9 +15,10 @@
 package http
 
 import (
-	"context"
+	"bytes"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -111,6 +112,12 @@ func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	for k, vs := range h.inject {
 		pr.Out.Header[k] = vs
 	}
+	if req.Body != nil {
+		// ReverseProxy wraps every outbound body, so the transport would
+		// stream it after flushing the headers on their own; a body the
+		// gateway holds whole goes with the headers, in one write.
+		pr.Out.Body = io.NopCloser(bytes.NewReader(req.Body))
+	}
 	if ew := etagWriteFrom(pr.In.Context()); ew != nil {
 		ew.Apply(pr.Out.Header)
 	}
@@ -139,8 +146,6 @@ type Proxy struct {
 	rp *httputil.ReverseProxy
 }
 
-type proxyErrKey struct{}
-
 // NewProxy returns a Proxy over transport (nil: NewTransport(nil)) that
 // prepares outbound requests with rewrite.
 func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest)) *Proxy {
@@ -152,8 +157,8 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 		Transport:  transport,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if p, ok := r.Context().Value(proxyErrKey{}).(*error); ok {
-				*p = err
+			if ew, ok := w.(*errWriter); ok {
+				ew.err = err
 			}
 		},
 	}}
@@ -161,10 +166,21 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 
 // Forward serves r through the reverse proxy and returns its transport error.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) error {
-	var err error
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyErrKey{}, &err)))
-	return err
+	ew := &errWriter{ResponseWriter: w}
+	p.rp.ServeHTTP(ew, r)
+	return ew.err
 }
+
+// errWriter carries the proxy's transport error from its ErrorHandler,
+// which ReverseProxy calls with the writer it was given, back to Forward.
+type errWriter struct {
+	http.ResponseWriter
+	err error
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (flush,
+// deadlines, hijack), which ReverseProxy relies on.
+func (w *errWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // NewTransport returns the gateway's transport for upstreams, with the given
 // TLS settings (nil: system roots).
