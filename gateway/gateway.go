@@ -112,6 +112,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	if rt, ref := g.serve(w, r, o); ref != nil {
 		g.refuse(w, r, rt, o, ref)
+	} else if o.Decision == "client_closed" && o.Status == 0 {
+		// Returning would let net/http answer an implicit 200 to a client
+		// that only half-closed its connection, for a write that was not
+		// (or not wholly) forwarded. Abort the connection instead.
+		panic(http.ErrAbortHandler)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -442,5 +443,46 @@ func TestRefusedPathInRouteDialect(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 || string(b) != "<Error><Code>invalid_resource</Code></Error>" {
 		t.Fatalf("got %d %s; want 400 XML invalid_resource", resp.StatusCode, b)
+	}
+}
+
+// TestHalfClosedClientNeverSeesSuccess: a client that sends its write and
+// shuts down its sending side while the write waits for an older one in
+// flight (drain) is gone as far as net/http can tell. The write is not
+// forwarded, and the client must never read a 200 for it: net/http would
+// answer an implicit 200 if the gateway just returned.
+func TestHalfClosedClientNeverSeesSuccess(t *testing.T) {
+	rec := &recorder.Recorder{}
+	release := make(chan struct{})
+	held := make(chan struct{})
+	g := newTestGatewayFor(t, ordersRoute, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Fencing-Token") == "41" {
+			close(held)
+			<-release
+		}
+		rec.ServeHTTP(w, r)
+	}))
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		do(t, "PUT", g.URL+"/orders/h", tok("41"), "A")
+	}()
+	<-held
+	conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT /orders/h HTTP/1.1\r\nHost: gw\r\nFencing-Token: 42\r\nContent-Length: 1\r\n\r\nB")
+	conn.(*net.TCPConn).CloseWrite()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	answer, _ := io.ReadAll(conn)
+	close(release)
+	<-aDone
+	if strings.HasPrefix(string(answer), "HTTP/1.1 2") {
+		t.Fatalf("the half-closed client read a success:\n%s", answer)
+	}
+	if got := recorder.Summary(rec.HistoryOf("/orders/h")); got != "PUT A@41" {
+		t.Fatalf("upstream applied %q; want only A's write", got)
 	}
 }

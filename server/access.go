@@ -27,18 +27,31 @@ func (s *Server) accessLog(listener string, h http.Handler) http.Handler {
 		start := time.Now()
 		e := &accessEntry{}
 		aw := &gateway.StatusWriter{ResponseWriter: w}
+		// Deferred: the gateway aborts a connection (http.ErrAbortHandler)
+		// when no answer may be given; that request is logged too, with
+		// the status it had (0 if none).
+		aborted := true
+		defer func() { log.LogAttrs(r.Context(), slog.LevelInfo, "access", e.attrs(r, aw, start, aborted)...) }()
 		h.ServeHTTP(aw, r.WithContext(context.WithValue(r.Context(), accessKey{}, e)))
-		e.mu.Lock()
-		attrs := []slog.Attr{
-			slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.String("route", e.route), slog.Int("status", cmp.Or(aw.Status, http.StatusOK)),
-			slog.Int64("bytes", aw.Bytes), slog.Duration("duration", time.Since(start)),
-			slog.Int64("token", e.token), slog.String("decision", e.decision),
-			slog.String("trace_id", e.traceID),
-		}
-		e.mu.Unlock()
-		log.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs...)
+		aborted = false
 	})
+}
+
+// attrs is the access log line of one request.
+func (e *accessEntry) attrs(r *http.Request, aw *gateway.StatusWriter, start time.Time, aborted bool) []slog.Attr {
+	status := aw.Status
+	if !aborted {
+		status = cmp.Or(status, http.StatusOK) // net/http's implicit answer
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return []slog.Attr{
+		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("route", e.route), slog.Int("status", status),
+		slog.Int64("bytes", aw.Bytes), slog.Duration("duration", time.Since(start)),
+		slog.Int64("token", e.token), slog.String("decision", e.decision),
+		slog.String("trace_id", e.traceID),
+	}
 }
 
 type accessKey struct{}
