@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,7 @@ import (
 // that interleave the targets, so that load from other work on the machine
 // falls on all of them alike:
 //
-//	go test ./bench/s3 -run '^$' -bench PutObjectRatio -benchtime 9x -count 1
+//	go test ./bench/s3 -run '^$' -bench PutObjectRatio -benchtime 15x -count 1
 //
 // Each b.N iteration is one round: every target (direct, gateway,
 // gateway-etag; the order rotates per round) writes the same number of
@@ -34,6 +35,13 @@ import (
 // default (every answer carries Connection: close, to direct clients and to
 // the gateway alike, so both dial per request), "keepalive" runs it with
 // --keep-alive (as AWS S3 behaves), where both reuse connections.
+//
+// S3BENCH_BEFORE=PATH adds the target "before": the plain route served by
+// another fencegate binary (say one built from main), for before/after
+// figures of a change in the same run:
+//
+//	(cd /path/to/main-checkout && go build -o /tmp/fencegate-before ./cmd/fencegate)
+//	S3BENCH_BEFORE=/tmp/fencegate-before go test ./bench/s3 -run '^$' -bench PutObjectRatio -benchtime 9x
 func BenchmarkPutObjectRatio(b *testing.B) {
 	for _, mode := range []struct {
 		name  string
@@ -52,11 +60,20 @@ func BenchmarkPutObjectRatio(b *testing.B) {
 				{"gateway", client(gwURL, "worker", "worker-secret")},
 				{"gateway-etag", client(gwEtagURL, "worker", "worker-secret")},
 			}
+			if bin := os.Getenv("S3BENCH_BEFORE"); bin != "" {
+				u, _ := gatewayBinary(b, bin, srv, "")
+				targets = append(targets, struct {
+					name string
+					c    *s3.Client
+				}{"before", client(u, "worker", "worker-secret")})
+			}
 			for _, size := range []int{4 << 10, 16 << 20} {
 				b.Run(sizeName(size), func(b *testing.B) {
-					puts, conc := 400, 8
+					// Short rounds, many of them: a burst of other load then
+					// falls on one round, which the median discards.
+					puts, conc := 100, 8
 					if size > 1<<20 {
-						puts, conc = 16, 2
+						puts, conc = 8, 2
 					}
 					data := bytes.Repeat([]byte("fencegate"), size/9+1)[:size]
 					times := make([][]time.Duration, len(targets))

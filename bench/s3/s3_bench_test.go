@@ -105,7 +105,11 @@ func serveProfiled(path, prefix string) {
 
 // gateway runs the fencegate binary with one S3 route in front of srv.
 func gateway(b *testing.B, srv *testenv.S3Server, precondition string) (url string, pid int) {
-	bin := testenv.BuildBinary(b, "./cmd/fencegate")
+	return gatewayBinary(b, testenv.BuildBinary(b, "./cmd/fencegate"), srv, precondition)
+}
+
+// gatewayBinary is gateway with the fencegate binary bin.
+func gatewayBinary(b *testing.B, bin string, srv *testenv.S3Server, precondition string) (url string, pid int) {
 	dir := b.TempDir()
 	gw := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
 	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
