@@ -393,10 +393,6 @@ func uriEncode(s string, encodeSlash bool) string {
 	return b.String()
 }
 
-func stringToSign(amzDate, scope, hashedRequest string) string {
-	return algorithm + "\n" + amzDate + "\n" + scope + "\n" + hashedRequest
-}
-
 func signingKey(secret, date, region, service string) []byte {
 	k := hmacSHA256([]byte("AWS4"+secret), []byte(date))
 	k = hmacSHA256(k, []byte(region))
