@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/bolt"
 	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/coordinator"
@@ -158,6 +159,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 		return nil, nil
 	}
 	transport := httpup.NewTransport(nil)
+	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {
 		var up gateway.Upstream
@@ -182,7 +184,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			}
 			up = h
 		default:
-			s3up, err := newS3Upstream(cfg, rc, log, telemetry.Transport(transport), store)
+			s3up, err := newS3Upstream(cfg, rc, log, telemetry.Transport(s3Transport), store)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}

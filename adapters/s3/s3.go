@@ -52,6 +52,7 @@ type Upstream struct {
 	creds       aws.CredentialsProvider
 	signer      *v4.Signer
 	clients     map[string]string // access key id -> secret
+	keys        keyCache          // signing keys of verified worker requests
 	vhostSuffix string
 	tokenHeader string
 	keyPrefixes []int // N of every {key.N} in the resource template
@@ -105,7 +106,7 @@ type Options struct {
 	// header StampHeader (empty: DefaultStampHeader).
 	Stamp       bool
 	StampHeader string
-	// Transport carries upstream requests. Nil: httpup.NewTransport(nil).
+	// Transport carries upstream requests. Nil: NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
 	TokenHeader string
@@ -160,7 +161,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		u.now = time.Now
 	}
 	if u.transport == nil {
-		u.transport = httpup.NewTransport(nil)
+		u.transport = NewTransport(nil)
 	}
 	if len(c.Clients) == 0 {
 		return nil, errors.New("s3.clients: at least one worker key is required (workers never use the gateway's credentials)")
@@ -276,7 +277,7 @@ func (u *Upstream) authenticate(r *http.Request) (*authRequest, []byte, *s3Error
 	if !ok {
 		return nil, nil, errInvalidAccessKey()
 	}
-	key, ok := a.verify(r, secret)
+	key, ok := a.verify(r, secret, &u.keys)
 	if !ok {
 		return nil, nil, errSignatureMismatch()
 	}

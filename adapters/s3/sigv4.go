@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -174,36 +176,93 @@ func (a *authRequest) setCredential(cred, signed string) *s3Error {
 	return nil
 }
 
-// verify checks the signature against secret and returns the signing key
-// (needed to verify chunk signatures of a streaming body).
-func (a *authRequest) verify(r *http.Request, secret string) ([]byte, bool) {
-	cr := canonicalRequest(r, a)
-	sts := stringToSign(a.amzDateRaw, a.scope(), sha256Hex([]byte(cr)))
-	key := signingKey(secret, a.date, a.region, a.service)
-	want := hex.EncodeToString(hmacSHA256(key, []byte(sts)))
-	return key, subtle.ConstantTimeCompare([]byte(want), []byte(a.signature)) == 1
+// verify checks the signature with the signing key of the worker's secret
+// for the request's scope (keys.get derives it, or has it from an earlier
+// request of the same day) and returns that key, which verifies the chunk
+// signatures of a streaming body.
+func (a *authRequest) verify(r *http.Request, secret string, keys *keyCache) ([]byte, bool) {
+	h := sha256.New()
+	writeCanonicalRequest(h, r, a)
+	var sum [sha256.Size]byte
+	var hexSum [2 * sha256.Size]byte
+	hex.Encode(hexSum[:], h.Sum(sum[:0]))
+	key := keys.get(secret, a)
+	m := hmac.New(sha256.New, key)
+	io.WriteString(m, algorithm+"\n"+a.amzDateRaw+"\n"+a.scope()+"\n")
+	m.Write(hexSum[:])
+	var mac [sha256.Size]byte
+	var want [2 * sha256.Size]byte
+	hex.Encode(want[:], m.Sum(mac[:0]))
+	if subtle.ConstantTimeCompare(want[:], []byte(a.signature)) != 1 {
+		return nil, false
+	}
+	keys.put(secret, a, key)
+	return key, true
 }
 
-func canonicalRequest(r *http.Request, a *authRequest) string {
-	var b strings.Builder
-	b.WriteString(r.Method)
-	b.WriteByte('\n')
+// writeCanonicalRequest writes SigV4's canonical request of r to b (verify
+// hashes it as it is written).
+func writeCanonicalRequest(b io.Writer, r *http.Request, a *authRequest) {
+	io.WriteString(b, r.Method)
+	io.WriteString(b, "\n")
 	// The path exactly as sent: S3 signs it as the client encoded it.
-	b.WriteString(rawPath(r))
-	b.WriteByte('\n')
-	b.WriteString(canonicalQuery(r.URL.RawQuery, a.presigned))
-	b.WriteByte('\n')
+	io.WriteString(b, rawPath(r))
+	io.WriteString(b, "\n")
+	io.WriteString(b, canonicalQuery(r.URL.RawQuery, a.presigned))
+	io.WriteString(b, "\n")
 	for _, name := range a.signedHeaders {
-		b.WriteString(name)
-		b.WriteByte(':')
-		b.WriteString(headerValue(r, name))
-		b.WriteByte('\n')
+		io.WriteString(b, name)
+		io.WriteString(b, ":")
+		writeHeaderValue(b, r, name)
+		io.WriteString(b, "\n")
 	}
-	b.WriteByte('\n')
-	b.WriteString(strings.Join(a.signedHeaders, ";"))
-	b.WriteByte('\n')
-	b.WriteString(a.payloadHash)
-	return b.String()
+	io.WriteString(b, "\n")
+	for i, name := range a.signedHeaders {
+		if i > 0 {
+			io.WriteString(b, ";")
+		}
+		io.WriteString(b, name)
+	}
+	io.WriteString(b, "\n")
+	io.WriteString(b, a.payloadHash)
+}
+
+// keyCache keeps the signing keys of verified requests: a key is derived
+// with four HMACs from the secret and the scope (day, region, service), the
+// same for every request of a worker in a day. Only keys that verified a
+// signature are kept (an unverified request names any scope it likes), at
+// most maxKeys; a full cache starts over.
+type keyCache struct {
+	mu   sync.Mutex
+	keys map[keyScope][]byte
+}
+
+type keyScope struct{ secret, date, region, service string }
+
+const maxKeys = 256
+
+func (c *keyCache) get(secret string, a *authRequest) []byte {
+	s := keyScope{secret, a.date, a.region, a.service}
+	c.mu.Lock()
+	k, ok := c.keys[s]
+	c.mu.Unlock()
+	if ok {
+		return k
+	}
+	return signingKey(secret, a.date, a.region, a.service)
+}
+
+func (c *keyCache) put(secret string, a *authRequest, key []byte) {
+	s := keyScope{secret, a.date, a.region, a.service}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.keys[s]; ok {
+		return
+	}
+	if c.keys == nil || len(c.keys) >= maxKeys {
+		c.keys = make(map[keyScope][]byte)
+	}
+	c.keys[s] = key
 }
 
 // rawPath is the request target's path as received on the wire.
@@ -222,26 +281,53 @@ func rawPath(r *http.Request) string {
 	return p
 }
 
-func headerValue(r *http.Request, name string) string {
+// writeHeaderValue writes the canonical value of header name: its values
+// joined by commas, each trimmed and with inner runs of spaces folded.
+func writeHeaderValue(b io.Writer, r *http.Request, name string) {
+	var one [1]string
 	var vs []string
 	switch name {
 	case "host":
-		vs = []string{r.Host}
+		one[0], vs = r.Host, one[:]
 	case "content-length":
 		// net/http moves Content-Length out of the header map.
 		if r.ContentLength >= 0 {
-			vs = []string{strconv.FormatInt(r.ContentLength, 10)}
+			one[0], vs = strconv.FormatInt(r.ContentLength, 10), one[:]
 		}
 	case "transfer-encoding":
 		vs = r.TransferEncoding
 	default:
 		vs = r.Header.Values(name)
 	}
-	out := make([]string, len(vs))
 	for i, v := range vs {
-		out[i] = strings.Join(strings.Fields(v), " ")
+		if i > 0 {
+			io.WriteString(b, ",")
+		}
+		if !needsFolding(v) {
+			io.WriteString(b, v)
+			continue
+		}
+		io.WriteString(b, strings.Join(strings.Fields(v), " "))
 	}
-	return strings.Join(out, ",")
+}
+
+// needsFolding reports whether strings.Fields would change v joined by
+// single spaces: leading or trailing white space, a run of it, or white
+// space other than a space.
+func needsFolding(v string) bool {
+	prevSpace := true
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c >= 0x80 {
+			return true // Unicode white space: leave it to strings.Fields
+		}
+		sp := c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+		if sp && (prevSpace || c != ' ') {
+			return true
+		}
+		prevSpace = sp
+	}
+	return prevSpace && len(v) > 0
 }
 
 func canonicalQuery(raw string, presigned bool) string {
@@ -305,10 +391,6 @@ func uriEncode(s string, encodeSlash bool) string {
 		}
 	}
 	return b.String()
-}
-
-func stringToSign(amzDate, scope, hashedRequest string) string {
-	return algorithm + "\n" + amzDate + "\n" + scope + "\n" + hashedRequest
 }
 
 func signingKey(secret, date, region, service string) []byte {

@@ -10,6 +10,14 @@
 //
 //	S3BENCH_INPROC=1 go test ./bench/s3 -run '^$' -bench 'PutObject/4KiB/gateway$' -benchtime 2000x -cpuprofile /tmp/gw.prof
 //
+// With S3BENCH_PROFILE=DIR the gateways run as separate processes (the test
+// binary itself serving, see serveProfiled) that write a CPU profile and an
+// allocation profile of the gateway alone to DIR/gateway-PORT.{cpu,allocs}
+// when they stop:
+//
+//	S3BENCH_PROFILE=/tmp/gw go test ./bench/s3 -run '^$' -bench 'PutObjectRatio/keepalive/4KiB' -benchtime 5x
+//	go tool pprof -top /tmp/gw/gateway-*.cpu
+//
 // Each sub-benchmark reports throughput (MB/s), p50/p99 latency and, for the
 // gateway, its peak resident memory, read from /proc after the run.
 package s3bench
@@ -19,16 +27,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,11 +56,60 @@ import (
 
 const bucket = "bench"
 
-func TestMain(m *testing.M) { testenv.RunMain(m) }
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv("S3BENCH_SERVE"); cfg != "" {
+		serveProfiled(cfg, os.Getenv("S3BENCH_PROFILE_TO"))
+		return
+	}
+	testenv.RunMain(m)
+}
+
+// serveProfiled serves the gateway config at path (the test binary run by
+// gateway under S3BENCH_PROFILE), profiling the CPU until SIGTERM, then
+// writes the CPU and allocation profiles to prefix.cpu and prefix.allocs.
+func serveProfiled(path, prefix string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg, err := config.Parse(path, data)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	srv, err := server.New(ctx, cfg, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cpu, err := os.Create(prefix + ".cpu")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		log.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	<-sig
+	pprof.StopCPUProfile()
+	cpu.Close()
+	if f, err := os.Create(prefix + ".allocs"); err == nil {
+		pprof.Lookup("allocs").WriteTo(f, 0)
+		f.Close()
+	}
+	srv.Close()
+}
 
 // gateway runs the fencegate binary with one S3 route in front of srv.
 func gateway(b *testing.B, srv *testenv.S3Server, precondition string) (url string, pid int) {
-	bin := testenv.BuildBinary(b, "./cmd/fencegate")
+	return gatewayBinary(b, testenv.BuildBinary(b, "./cmd/fencegate"), srv, precondition)
+}
+
+// gatewayBinary is gateway with the fencegate binary bin.
+func gatewayBinary(b *testing.B, bin string, srv *testenv.S3Server, precondition string) (url string, pid int) {
 	dir := b.TempDir()
 	gw := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
 	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
@@ -82,11 +143,25 @@ log: {level: warn}
 		return inProcess(b, cfg), os.Getpid()
 	}
 	cmd := exec.Command(bin, "serve", "-c", path)
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
+	if dir := os.Getenv("S3BENCH_PROFILE"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		self, err := os.Executable()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd = exec.Command(self)
+		cmd.Env = append(os.Environ(), "S3BENCH_SERVE="+path,
+			"S3BENCH_PROFILE_TO="+filepath.Join(dir, "gateway-"+gw[strings.LastIndexByte(gw, ':')+1:]))
+		stop = func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	b.Cleanup(stop)
 	for i := 0; ; i++ {
 		if c, err := net.Dial("tcp", gw); err == nil {
 			c.Close()

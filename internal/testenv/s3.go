@@ -20,8 +20,9 @@ type S3Server struct {
 }
 
 // Versity starts versitygw (posix backend, root credentials, 127.0.0.1 only)
-// and stops it at the end of the test.
-func Versity(t testing.TB) *S3Server {
+// and stops it at the end of the test. flags are extra versitygw options
+// (e.g. "--keep-alive"), given before the backend.
+func Versity(t testing.TB, flags ...string) *S3Server {
 	t.Helper()
 	bin := tool(t, "versitygw", "versitygw")
 	s := &S3Server{
@@ -33,7 +34,8 @@ func Versity(t testing.TB) *S3Server {
 	env := []string{"ROOT_ACCESS_KEY=" + s.AccessKey, "ROOT_SECRET_KEY=" + s.SecretKey}
 	_, ports := startServer(t, "versitygw", 1, env, bin,
 		func(p []int) []string {
-			return []string{"--port", fmt.Sprintf("127.0.0.1:%d", p[0]), "--region", s.Region, "--quiet", "posix", s.Dir}
+			args := []string{"--port", fmt.Sprintf("127.0.0.1:%d", p[0]), "--region", s.Region, "--quiet"}
+			return append(append(args, flags...), "posix", s.Dir)
 		},
 		func(ctx context.Context, p *process, ports []int) error {
 			return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/", ports[0]), 30*time.Second, p.done)
