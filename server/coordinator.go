@@ -22,7 +22,9 @@ func (s *Server) setupCoordinator(cfg *config.Config, store gateway.Store) error
 	case *bolt.Store:
 		backend = bolt.NewLeases(st)
 	case *postgres.Store:
-		backend = postgres.NewLeases(st)
+		ls := postgres.NewLeases(st)
+		ls.RaiseFence = issueRaisesRow(cfg) // fence on issuance in the acquire's statement
+		backend = ls
 	default:
 		return fmt.Errorf("coordinator: store %T cannot keep leases", store)
 	}

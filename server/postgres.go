@@ -74,7 +74,7 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 			Verify:     verify,
 		})
 	}
-	s.fenceOnIssue(cfg, s.tel.TraceFence(fence))
+	s.fenceOnIssue(cfg, fence, s.tel.TraceFence(fence))
 	return fence, nil
 }
 
@@ -82,14 +82,30 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 // so a zombie is refused from the moment a newer lease exists. The hook runs
 // after the token was committed and before the worker is answered; if it
 // fails the coordinator releases the new lease and answers 503.
-func (s *Server) fenceOnIssue(cfg *config.Config, fence gateway.Fence) {
+func (s *Server) fenceOnIssue(cfg *config.Config, raw, fence gateway.Fence) {
 	if s.coord == nil || !enabled(cfg.Fence.FenceOnIssue, true) {
+		return
+	}
+	if sf, ok := raw.(*postgres.SharedFence); ok && issueRaisesRow(cfg) {
+		// The acquire's own statement raised the row (Leases.RaiseFence):
+		// only this replica's markers are left to tell.
+		s.coord.OnIssue = func(_ context.Context, resource string, token int64, _ string) error {
+			sf.Raised(resource, token)
+			return nil
+		}
 		return
 	}
 	s.coord.OnIssue = func(ctx context.Context, resource string, token int64, owner string) error {
 		_, err := fence.Advance(ctx, resource, token, owner)
 		return err
 	}
+}
+
+// issueRaisesRow reports whether the coordinator's PostgreSQL backend raises
+// the fence row in its acquire statement (one round trip and one commit for
+// issuance and raise): in shared mode, where that row is the whole fence.
+func issueRaisesRow(cfg *config.Config) bool {
+	return cfg.Coordinator.Enabled && cfg.Fence.Mode == "shared" && enabled(cfg.Fence.FenceOnIssue, true)
 }
 
 // issuedReader is the coordinator backends' read of the highest token ever

@@ -569,3 +569,14 @@ func (f *SharedFence) Advance(ctx context.Context, resource string, token int64,
 	st.Resource = resource
 	return st, nil
 }
+
+// Raised tells this replica that resource's fence row was raised to
+// highest elsewhere than through Advance: by the coordinator's acquisition
+// in the same statement (Leases.RaiseFence). It does no I/O: it closes this
+// replica's marker of an older token to writers, as Advance does after its
+// raise, so writers of older tokens here are refused without a round trip.
+// Correctness does not depend on it: every write re-reads the row.
+func (f *SharedFence) Raised(resource string, highest int64) {
+	key := lockKey(resource)
+	f.lanes[uint64(key)%uint64(len(f.lanes))].superseded(key, highest)
+}

@@ -24,6 +24,15 @@ const ReleaseChannel = "fencegate_lease_released"
 // this process.
 type Leases struct {
 	st *Store
+	// RaiseFence makes a fresh acquisition raise the resource's fence row
+	// (the shared fence's record) to the new token in the same statement,
+	// so in the same transaction and commit as the issuance (acquireRaiseSQL):
+	// fence on issuance in one round trip, and atomic (no lease without its
+	// raise). Set before first use. The server sets it in shared fence mode,
+	// where that row is the whole fence; a local fence keeps a cache that a
+	// raise made only in the row would bypass, so it raises through its own
+	// Advance (coordinator.Service.OnIssue) instead.
+	RaiseFence bool
 }
 
 var (
@@ -63,6 +72,24 @@ WHERE f.lease_expires_at <= clock_timestamp() OR f.owner_id = excluded.owner_id
 RETURNING highest_token AS token, lease_expires_at AS expires_at, clock_timestamp() AS db_now,
   highest_token = currval('resource_fence_token_seq') AS fresh`
 
+	// acquireRaiseSQL is acquireSQL and, when it issued a new token, the
+	// fence's advance (advanceSQL, $1 resource, the token, $2 owner) as one
+	// statement: one round trip and one commit (WAL flush, synchronous_commit
+	// is on for the pool: Open) for both. The fence row is raised only if it
+	// stands below the token (never lowered; the guard trigger refuses a
+	// decrease too), and only for a fresh token (a holder's retried acquire
+	// keeps its token and raises nothing). Locks are taken in the order
+	// resource_fence row, then fence row, as every other transaction that
+	// takes both does (fence reset: table lock on resource_fence first).
+	acquireRaiseSQL = `WITH l AS (` + acquireSQL + `),
+r AS (INSERT INTO fence AS f (resource, highest, ready, owner)
+  SELECT $1, l.token, true, $2 FROM l WHERE l.fresh
+  ON CONFLICT (resource) DO UPDATE
+     SET highest = EXCLUDED.highest, ready = false, owner = EXCLUDED.owner, updated_at = clock_timestamp()
+   WHERE f.highest < EXCLUDED.highest
+  RETURNING highest)
+SELECT l.token, l.expires_at, l.db_now, l.fresh FROM l`
+
 	renewSQL = `UPDATE resource_fence
 SET lease_expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', updated_at = clock_timestamp()
 WHERE resource_id = $1 AND owner_id = $2 AND highest_token = $3 AND lease_expires_at > clock_timestamp()
@@ -90,13 +117,20 @@ WHERE resource_id = $1 AND lease_expires_at <= clock_timestamp()`
 	showSQL = `SELECT owner_id, highest_token, lease_expires_at, clock_timestamp() FROM resource_fence WHERE resource_id = $1`
 )
 
-// AcquireSQL ($1 resource, $2 owner, $3 ttl in µs), RenewSQL ($1 resource,
+// AcquireSQL ($1 resource, $2 owner, $3 ttl in µs; AcquireRaiseSQL the
+// same), RenewSQL ($1 resource,
 // $2 owner, $3 token, $4 ttl in µs), ReleaseSQL ($1 resource, $2 owner,
 // $3 token) and NotifySQL ($1 resource, after a release) are the statements
 // the backend runs, exported for bench/cmd/leasebench, which runs the same
 // SQL under pgbench.
 const (
-	AcquireSQL = acquireSQL
+	AcquireSQL      = acquireSQL
+	AcquireRaiseSQL = acquireRaiseSQL // acquireSQL with the fence's raise (RaiseFence)
+	// AdvanceSQL ($1 resource, $2 token, $3 owner) and DurableSQL are the
+	// fence's advance (Store.AdvanceFence runs BEGIN, DurableSQL,
+	// AdvanceSQL, COMMIT in one pipeline).
+	AdvanceSQL = advanceSQL
+	DurableSQL = durableSQL
 	RenewSQL   = renewSQL
 	ReleaseSQL = releaseSQL
 	NotifySQL  = notifySQL
@@ -115,13 +149,17 @@ func (ls *Leases) Acquire(ctx context.Context, resource, owner string, ttl time.
 	// another owner made progress), and then report it held: it was, at
 	// every attempt. A waiting caller retries at once (Remaining <= 0).
 	var cur coordinator.Lease
+	sql := acquireSQL
+	if ls.RaiseFence {
+		sql = acquireRaiseSQL
+	}
 	for range 5 {
 		var (
 			l     = coordinator.Lease{Resource: resource, Owner: owner}
 			dbNow time.Time
 			fresh bool
 		)
-		err := ls.st.Pool.QueryRow(ctx, acquireSQL, resource, owner, ttl.Microseconds()).
+		err := ls.st.Pool.QueryRow(ctx, sql, resource, owner, ttl.Microseconds()).
 			Scan(&l.Token, &l.ExpiresAt, &dbNow, &fresh)
 		if err == nil {
 			l.Remaining = l.ExpiresAt.Sub(dbNow)

@@ -9,9 +9,19 @@
 //
 // Runners: pgbench with the statements of adapters/postgres (AcquireSQL,
 // ReleaseSQL, RenewSQL) and -M prepared; the coordinator's PostgreSQL
-// backend over pgx (what the coordinator adds to the SQL in Go); and the
-// whole coordinator over its HTTP API (service, JSON, loopback HTTP, the Go
-// client). The ratio is each runner's throughput over pgbench's.
+// backend over pgx in this process (what the coordinator adds to the SQL in
+// Go); and the whole coordinator over its HTTP API, run as its own process
+// (this binary with -serve: the code of `fencegate serve`, coordinator only,
+// pool of -clients connections), called by two load generators: the Go
+// client (coordinator/client, runner http) and a lean one (runner
+// http/raw, see rawClient), the counterpart of pgbench's C client. The
+// ratio is each runner's throughput over pgbench's.
+//
+// Where the CPU goes is measured per process for every run: the load
+// generator (pgbench, or this process), the coordinator process, the
+// PostgreSQL server (postmaster and its backends) and the rest of the
+// machine; on 2 cores all of them share the cores, so throughput is about
+// cores / total CPU per op.
 //
 // It creates a database of its own on the server of -url and drops it at the
 // end. bench/coordinator.sh runs it against a throwaway cluster.
@@ -23,7 +33,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -39,7 +48,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/postgres"
-	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/coordinator/client"
 	"github.com/jackc/pgx/v5"
 )
@@ -57,7 +65,17 @@ func main() {
 	pgbench := flag.String("pgbench", "pgbench", "pgbench `binary`")
 	rounds := flag.Int("rounds", 3, "rounds; runners alternate within a round and the median round is reported")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process to `file`")
+	mode := flag.String("mode", "shared", "fence.mode of the coordinator process: shared (fence on issuance in the acquire statement) or local (a separate advance transaction)")
+	coordProfile := flag.String("coordprofile", "", "write a CPU profile of the coordinator process to `file`")
+	serve := flag.String("serve", "", "internal: run the coordinator process on the configuration `file`")
 	flag.Parse()
+	if *serve != "" {
+		if err := serveMain(*serve, *cpuprofile); err != nil {
+			fmt.Fprintln(os.Stderr, "leasebench -serve:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err == nil {
@@ -69,7 +87,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*dbURL, *clients, *duration, *pgbench, *rounds); err != nil {
+	if err := run(*dbURL, *clients, *duration, *pgbench, *rounds, *mode, *coordProfile); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "leasebench:", err)
 		os.Exit(1)
@@ -81,9 +99,13 @@ type result struct {
 	ops              float64 // per second
 	mean, p50, p99   time.Duration
 	cpu              cpuUse
+	clientCPU        time.Duration // pgbench's own CPU
 }
 
-func run(adminURL string, clients int, d time.Duration, pgbench string, rounds int) error {
+func run(adminURL string, clients int, d time.Duration, pgbench string, rounds int, mode, coordProfile string) error {
+	if mode != "shared" && mode != "local" {
+		return fmt.Errorf("-mode %q: want shared or local", mode)
+	}
 	if adminURL == "" {
 		return errors.New("give -url or DATABASE_URL")
 	}
@@ -99,6 +121,18 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 	}
 	defer st.Close()
 	leases := postgres.NewLeases(st)
+	leases.RaiseFence = mode == "shared"
+	// acquire is the backend's acquisition with fence on issuance as the
+	// coordinator process does it in mode: in the statement (shared), or
+	// the fence's advance as a transaction of its own after it (local:
+	// the coordinator's OnIssue through the local fence).
+	acquire := func(ctx context.Context, resource string) (int64, error) {
+		l, fresh, err := leases.Acquire(ctx, resource, owner, ttl)
+		if err == nil && fresh && mode == "local" {
+			_, err = st.AdvanceFence(ctx, resource, l.Token, owner)
+		}
+		return l.Token, err
+	}
 
 	// The renew workload's leases, taken one after another on new
 	// resources, so their tokens are consecutive: pgbench computes each
@@ -116,28 +150,62 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 		}
 	}
 
-	// The coordinator over HTTP on loopback.
-	svc := &coordinator.Service{Backend: leases, MaxTTL: 2 * ttl}
-	svc.Start()
-	defer svc.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The postmaster, whose processes are PostgreSQL's CPU.
+	var backend int
+	if err := st.Pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return err
+	}
+	postmaster := ""
+	if f := procStat(strconv.Itoa(backend)); len(f) > 1 {
+		postmaster = f[1]
+	}
+
+	dir, err := os.MkdirTemp("", "leasebench-")
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: svc.Handler()}
-	go srv.Serve(ln)
-	defer srv.Close()
-	hc := &client.Client{URL: "http://" + ln.Addr().String(), Owner: owner, HTTPClient: &http.Client{
+	defer os.RemoveAll(dir)
+
+	// The coordinator over HTTP on loopback, in a process of its own.
+	coord, err := startCoordinator(dir, dbURL, clients, mode, coordProfile)
+	if err != nil {
+		return err
+	}
+	defer coord.stop()
+	hc := &client.Client{URL: "http://" + coord.addr, Owner: owner, HTTPClient: &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxIdleConns: clients},
 	}}
+	// The lean clients connect at the start of each run, as pgbench does
+	// (the coordinator closes idle connections).
+	raws := make([]*rawClient, clients)
+	redial := func() error {
+		for c := range raws {
+			if raws[c] != nil {
+				raws[c].close()
+			}
+			var err error
+			if raws[c], err = dialRaw(coord.addr); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	defer func() {
+		for _, r := range raws {
+			if r != nil {
+				r.close()
+			}
+		}
+	}()
+	ttlJSON := ttl.String()
 
 	acquireRelease := map[string]func(ctx context.Context, c int) error{
 		"go/pgx": func(ctx context.Context, c int) error {
-			l, _, err := leases.Acquire(ctx, strconv.Itoa(c), owner, ttl)
+			tok, err := acquire(ctx, strconv.Itoa(c))
 			if err != nil {
 				return err
 			}
-			_, err = leases.Release(ctx, l.Resource, owner, l.Token)
+			_, err = leases.Release(ctx, strconv.Itoa(c), owner, tok)
 			return err
 		},
 		"http": func(ctx context.Context, c int) error {
@@ -147,6 +215,9 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 			}
 			_, err = hc.Release(ctx, l.Resource, l.Token)
 			return err
+		},
+		"http/raw": func(ctx context.Context, c int) error {
+			return raws[c].acquireRelease(strconv.Itoa(c), owner, ttlJSON)
 		},
 	}
 	renew := map[string]func(ctx context.Context, c int) error{
@@ -158,17 +229,18 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 			_, err := hc.Renew(ctx, strconv.Itoa(renewFirst+c), base+int64(c), ttl)
 			return err
 		},
+		"http/raw": func(ctx context.Context, c int) error {
+			return raws[c].renew(strconv.Itoa(renewFirst+c), owner, base+int64(c), ttlJSON)
+		},
 	}
 
-	dir, err := os.MkdirTemp("", "leasebench-")
-	if err != nil {
-		return err
+	acquireScript := pgbenchSQL(postgres.AcquireRaiseSQL, ":res", ":owner", ":ttl") + " \\gset\n"
+	if mode == "local" {
+		acquireScript = pgbenchSQL(postgres.AcquireSQL, ":res", ":owner", ":ttl") + " \\gset\n" +
+			"BEGIN;\n" + postgres.DurableSQL + ";\n" + pgbenchSQL(postgres.AdvanceSQL, ":res", ":token", ":owner") + ";\nCOMMIT;\n"
 	}
-	defer os.RemoveAll(dir)
 	scripts := map[string]string{
-		"acquire+release": `\set res :client_id
-` + pgbenchSQL(postgres.AcquireSQL, ":res", ":owner", ":ttl") + ` \gset
-` + pgbenchSQL(postgres.ReleaseSQL, ":res", ":owner", ":token") + ";\n" +
+		"acquire+release": "\\set res :client_id\n" + acquireScript + pgbenchSQL(postgres.ReleaseSQL, ":res", ":owner", ":token") + ";\n" +
 			pgbenchSQL(postgres.NotifySQL, ":res") + ";\n",
 		"renew": `\set res :client_id + ` + strconv.Itoa(renewFirst) + `
 \set tok :base + :client_id
@@ -179,6 +251,7 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 	// the machine, the table growing) hits all of them alike; each
 	// runner's median round by throughput is reported.
 	var results []result
+	goRunners := []string{"go/pgx", "http", "http/raw"}
 	for _, w := range []struct {
 		name string
 		ops  map[string]func(context.Context, int) error
@@ -189,25 +262,36 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 		}
 		byRunner := map[string][]result{}
 		for range rounds {
-			c0 := sampleCPU()
+			c0 := sampleCPU(postmaster, coord)
 			r, err := runPgbench(pgbench, dbURL, path, clients, d, base)
-			r.cpu = c0.to(sampleCPU(), r.ops*d.Seconds())
 			if err != nil {
 				return err
 			}
+			r.cpu = c0.to(sampleCPU(postmaster, coord), r.ops*d.Seconds(), r.clientCPU, 0)
 			byRunner["pgbench"] = append(byRunner["pgbench"], r)
-			for _, runner := range []string{"go/pgx", "http"} {
-				c0 := sampleCPU()
+			for _, runner := range goRunners {
+				if runner == "http/raw" {
+					if err := redial(); err != nil {
+						return err
+					}
+				}
+				c0 := sampleCPU(postmaster, coord)
 				r, err := runGo(w.ops[runner], clients, d)
-				r.cpu = c0.to(sampleCPU(), r.ops*(d+time.Second).Seconds())
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", w.name, runner, err)
+				}
+				c1 := sampleCPU(postmaster, coord)
+				n := r.ops * (d + time.Second).Seconds()
+				if runner == "go/pgx" { // the coordinator's code runs in this process
+					r.cpu = c0.to(c1, n, 0, c1.self-c0.self)
+				} else {
+					r.cpu = c0.to(c1, n, c1.self-c0.self, c1.coord-c0.coord)
 				}
 				r.runner = runner
 				byRunner[runner] = append(byRunner[runner], r)
 			}
 		}
-		for _, runner := range []string{"pgbench", "go/pgx", "http"} {
+		for _, runner := range append([]string{"pgbench"}, goRunners...) {
 			rs := byRunner[runner]
 			slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.ops, b.ops) })
 			m := rs[len(rs)/2]
@@ -216,9 +300,10 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 		}
 	}
 
-	fmt.Printf("PostgreSQL lease coordinator vs pgbench, same SQL, same database, %d clients, %v per run, median of %d rounds\n", clients, d, rounds)
-	fmt.Printf("go_us/op: CPU of this process (pgbench: none); rest_us/op: the rest of the machine (PostgreSQL, pgbench, other load); busy: cores in use of %d\n\n", runtime.NumCPU())
-	fmt.Printf("%-16s %-8s %10s %9s %9s %9s %8s %9s %9s %6s\n", "workload", "runner", "ops/s", "mean", "p50", "p99", "ratio", "go_us/op", "rest_us/op", "busy")
+	fmt.Printf("PostgreSQL lease coordinator (fence.mode %s) vs pgbench, same SQL, same database, %d clients, %d connections, %v per run, median of %d rounds\n", mode, clients, clients, d, rounds)
+	fmt.Printf("CPU µs per op: client = the load generator (pgbench; this process's Go or raw HTTP client), coord = the coordinator process (go/pgx: this process, client included),\n")
+	fmt.Printf("pg = PostgreSQL (postmaster and backends), rest = the rest of the machine; busy: cores in use of %d\n\n", runtime.NumCPU())
+	fmt.Printf("%-16s %-9s %9s %9s %9s %9s %7s %7s %7s %7s %7s %6s\n", "workload", "runner", "ops/s", "mean", "p50", "p99", "ratio", "client", "coord", "pg", "rest", "busy")
 	var pg float64
 	for _, r := range results {
 		if r.runner == "pgbench" {
@@ -228,7 +313,8 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 		if r.p50 > 0 {
 			p50, p99 = ms(r.p50), ms(r.p99)
 		}
-		fmt.Printf("%-16s %-8s %10.0f %9s %9s %9s %7.0f%% %9.0f %9.0f %6.2f\n", r.workload, r.runner, r.ops, ms(r.mean), p50, p99, 100*r.ops/pg, r.cpu.selfUS, r.cpu.otherUS, r.cpu.busyCores)
+		fmt.Printf("%-16s %-9s %9.0f %9s %9s %9s %6.0f%% %7.0f %7.0f %7.0f %7.0f %6.2f\n", r.workload, r.runner, r.ops, ms(r.mean), p50, p99, 100*r.ops/pg,
+			r.cpu.clientUS, r.cpu.coordUS, r.cpu.pgUS, r.cpu.restUS, r.cpu.busyCores)
 	}
 	return nil
 }
@@ -263,7 +349,8 @@ func runPgbench(bin, dbURL, script string, clients int, d time.Duration, base in
 	}
 	ops, _ := strconv.ParseFloat(string(tps[1]), 64)
 	mean, _ := strconv.ParseFloat(string(lat[1]), 64)
-	return result{runner: "pgbench", ops: ops, mean: time.Duration(mean * float64(time.Millisecond))}, nil
+	return result{runner: "pgbench", ops: ops, mean: time.Duration(mean * float64(time.Millisecond)),
+		clientCPU: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}, nil
 }
 
 // runGo runs op from clients goroutines for d after a one-second warm-up.
