@@ -92,7 +92,7 @@ func (s *Service) Handler() http.Handler {
 			return
 		}
 		l, err := s.Acquire(r.Context(), req)
-		answer(w, err, func() any { return responseOf(l) })
+		answerLease(w, err, l)
 	})
 	mux.HandleFunc("POST /v1/leases/renew", func(w http.ResponseWriter, r *http.Request) {
 		var req RenewRequest
@@ -100,7 +100,7 @@ func (s *Service) Handler() http.Handler {
 			return
 		}
 		l, err := s.Renew(r.Context(), req)
-		answer(w, err, func() any { return responseOf(l) })
+		answerLease(w, err, l)
 	})
 	mux.HandleFunc("POST /v1/leases/release", func(w http.ResponseWriter, r *http.Request) {
 		var req RenewRequest
@@ -112,7 +112,15 @@ func (s *Service) Handler() http.Handler {
 			return
 		}
 		ok, err := s.Release(r.Context(), req)
-		answer(w, err, func() any { return ReleaseResponse{Released: ok} })
+		if err == nil {
+			if ok {
+				writeJSON(w, []byte("{\"released\":true}\n"))
+			} else {
+				writeJSON(w, []byte("{\"released\":false}\n"))
+			}
+			return
+		}
+		answer(w, err, nil)
 	})
 	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -121,7 +129,7 @@ func (s *Service) Handler() http.Handler {
 			return
 		}
 		l, err := s.Show(r.Context(), q.Get("resource"))
-		answer(w, err, func() any { return responseOf(l) })
+		answerLease(w, err, l)
 	})
 	mux.Handle("GET /openapi.json", api.Handler("coordinator"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -152,6 +160,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
+// answer answers err, or the JSON of body() if err is nil.
 func answer(w http.ResponseWriter, err error, body func() any) {
 	if err != nil {
 		var fe *fencegate.Error
@@ -166,7 +175,66 @@ func answer(w http.ResponseWriter, err error, body func() any) {
 		unavailable("", err).WriteJSON(w)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Write(append(b, '\n'))
+	writeJSON(w, append(b, '\n'))
+}
+
+// answerLease answers a lease record, or err.
+func answerLease(w http.ResponseWriter, err error, l Lease) {
+	if err != nil {
+		answer(w, err, nil)
+		return
+	}
+	writeJSON(w, appendLeaseJSON(make([]byte, 0, 256), responseOf(l)))
+}
+
+func writeJSON(w http.ResponseWriter, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.Write(b)
+}
+
+// appendLeaseJSON appends r as encoding/json marshals it, and a newline:
+// the answer of acquire, renew and show, built without reflection (it is
+// on every call's path). Anything unusual (a name that needs escaping, a
+// time json refuses) is left to encoding/json; TestLeaseJSON compares the
+// two.
+func appendLeaseJSON(b []byte, r LeaseResponse) []byte {
+	y := r.ExpiresAt.Year()
+	_, offset := r.ExpiresAt.Zone()
+	if !plainJSON(r.Resource) || !plainJSON(r.Owner) || y < 0 || y > 9999 || offset%60 != 0 {
+		j, err := json.Marshal(r)
+		if err != nil { // not reached: json refuses only such years
+			j = []byte("{}")
+		}
+		return append(append(b, j...), '\n')
+	}
+	b = append(b, `{"resource":"`...)
+	b = append(b, r.Resource...)
+	b = append(b, `","owner":"`...)
+	b = append(b, r.Owner...)
+	b = append(b, `","token":`...)
+	b = strconv.AppendInt(b, r.Token, 10)
+	if !r.ExpiresAt.IsZero() {
+		b = append(b, `,"expires_at":"`...)
+		b = r.ExpiresAt.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = append(b, `,"ttl":"`...)
+	b = append(b, time.Duration(r.TTL).String()...)
+	b = append(b, `","held":`...)
+	b = strconv.AppendBool(b, r.Held)
+	return append(b, "}\n"...)
+}
+
+// plainJSON reports whether s is printable ASCII that encoding/json writes
+// as it is (no quote, backslash or HTML character to escape).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
