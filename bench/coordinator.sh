@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Lease coordinator throughput and latency on PostgreSQL, beside pgbench
-# running the same SQL (adapters/postgres AcquireSQL/ReleaseSQL/RenewSQL) on
-# the same database in the same run; prints the ratio to pgbench (goal: at
-# least 70%). See bench/cmd/leasebench for what each runner measures.
+# running the same SQL (adapters/postgres AcquireRaiseSQL or AcquireSQL and
+# the fence's advance, ReleaseSQL, NotifySQL, RenewSQL) on the same database
+# in the same run; prints the ratio to pgbench (goal: at least 70%) and the
+# CPU per op of each process (load generator, coordinator, PostgreSQL, rest).
+# The HTTP runners call the code of `fencegate serve` (coordinator only) in a
+# process of its own. See bench/cmd/leasebench for what each runner measures.
 #
 # Uses DATABASE_URL if set (a database is created on that server and dropped
 # afterwards); otherwise starts a throwaway cluster the way internal/testenv
@@ -10,7 +13,11 @@
 # synchronous_commit on) and removes it at exit.
 #
 # Usage: bench/coordinator.sh [seconds per run (default 10)] [clients (default 16)] [rounds (default 3)]
-# LEASEBENCH_FLAGS adds flags of bench/cmd/leasebench, e.g. "-cpuprofile /tmp/cpu.out".
+# LEASEBENCH_FLAGS adds flags of bench/cmd/leasebench: "-mode local" (fence on
+# issuance as a transaction of its own, the path before the acquire statement
+# raised the fence; default shared), "-coordprofile /tmp/coord.out" (CPU
+# profile of the coordinator process), "-cpuprofile /tmp/cpu.out" (of the
+# load generator).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 secs=${1:-10}
