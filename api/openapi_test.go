@@ -376,6 +376,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{"admin", "FenceState", fencegate.FenceState{}},
 		{"admin", "Error", fencegate.Error{}},
 		{"admin", "Lease", console.Lease{}},
+		{"admin", "FenceRow", console.FenceRow{}},
 		{"admin", "FencePage", console.FencePage{}},
 		{"admin", "LeasePage", console.LeasePage{}},
 		{"admin", "RefusalPage", console.RefusalPage{}},
@@ -413,6 +414,11 @@ func jsonFields(t reflect.Type) []string {
 	for f := range t.Fields() {
 		tag := f.Tag.Get("json")
 		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			// encoding/json promotes an embedded struct's fields.
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
 		if !f.IsExported() || name == "-" {
 			continue
 		}

@@ -45,6 +45,14 @@ type FenceReader interface {
 	State(ctx context.Context, resource string) (fencegate.FenceState, error)
 }
 
+// InFlightCounter counts the writes this process has admitted to a
+// resource and not yet finished forwarding (the gateway's fence, local or
+// shared: gateway.LocalFence and postgres.SharedFence implement it). It
+// reads memory only: the fences list asks it once per row.
+type InFlightCounter interface {
+	InFlight(resource string) int
+}
+
 // LeaseLister pages through lease records like FenceLister.
 type LeaseLister interface {
 	ListLeases(ctx context.Context, prefix, after string, limit int) ([]coordinator.Lease, error)
@@ -135,11 +143,19 @@ func leaseOf(l coordinator.Lease) Lease {
 	return out
 }
 
+// FenceRow is one fence of a listing: the stored record, and the writes
+// to it this gateway process has in flight now (a shared fence's other
+// replicas count their own).
+type FenceRow struct {
+	fencegate.FenceState
+	InFlight int `json:"inflight_writes"`
+}
+
 // FencePage is the JSON answer of GET /v1/fences?prefix=&after=&limit=.
 // Next, when set, is the after of the next page; empty on the last page.
 type FencePage struct {
-	Fences []fencegate.FenceState `json:"fences"`
-	Next   string                 `json:"next,omitempty"`
+	Fences []FenceRow `json:"fences"`
+	Next   string     `json:"next,omitempty"`
 }
 
 // LeasePage is the JSON answer of GET /v1/leases?prefix=&after=&limit=.
@@ -164,12 +180,13 @@ const (
 // Console serves the pages and the JSON API. Nil fields switch their part
 // off (the page says so; the JSON endpoint answers 404).
 type Console struct {
-	Fences   FenceLister    // nil: no gateway, no fences page
-	Fence    FenceReader    // the fence page's record; nil: no fence page
-	Leases   LeaseLister    // nil: the coordinator does not share this store
-	Refusals RefusalLog     // nil: nothing recorded
-	Routes   RouteInfo      // nil: no routes
-	Status   StatusProvider // required
+	Fences   FenceLister     // nil: no gateway, no fences page
+	Fence    FenceReader     // the fence page's record; nil: no fence page
+	InFlight InFlightCounter // nil: no writes in flight shown (0)
+	Leases   LeaseLister     // nil: the coordinator does not share this store
+	Refusals RefusalLog      // nil: nothing recorded
+	Routes   RouteInfo       // nil: no routes
+	Status   StatusProvider  // required
 	// JaegerUI, if set, links each refusal's trace id to
 	// JaegerUI/trace/<id>.
 	JaegerUI string
@@ -278,35 +295,114 @@ func parseQuery(r *http.Request) (query, *fencegate.Error) {
 	return q, nil
 }
 
-// next is the cursor after a page: its last key when the page is full.
-func next(n, limit int, last func() string) string {
-	if n < limit || n == 0 {
-		return ""
-	}
-	return last()
+// listing is one of the console's paginated lists (fences, leases): one
+// code path serves its JSON endpoint and its page.
+type listing[T any] struct {
+	// fetch reads one page of rows; nil: this process has no such list
+	// (the JSON endpoint answers 404 with off, the page 404).
+	fetch func(ctx context.Context, q query) ([]T, error)
+	off   string
+	op    string                          // for the log: "list fences"
+	key   func(T) string                  // a row's cursor
+	json  func(rows []T, next string) any // the JSON answer
+	page  string                          // the page's template
+	title string                          // and title
 }
 
-func (c *Console) listFences(ctx context.Context, q query) (FencePage, error) {
-	items, err := c.Fences.ListFences(ctx, q.Prefix, q.After, q.Limit)
-	if err != nil {
-		return FencePage{}, err
+func (c *Console) fenceListing() listing[FenceRow] {
+	l := listing[FenceRow]{off: "this process keeps no fences", op: "list fences", page: "fences", title: "Fences",
+		key:  func(f FenceRow) string { return f.Resource },
+		json: func(rows []FenceRow, next string) any { return FencePage{Fences: rows, Next: next} },
 	}
-	if items == nil {
-		items = []fencegate.FenceState{}
+	if c.Fences != nil {
+		l.fetch = func(ctx context.Context, q query) ([]FenceRow, error) {
+			states, err := c.Fences.ListFences(ctx, q.Prefix, q.After, q.Limit)
+			rows := make([]FenceRow, len(states))
+			for i, st := range states {
+				rows[i] = FenceRow{FenceState: st, InFlight: c.inFlight(st.Resource)}
+			}
+			return rows, err
+		}
 	}
-	return FencePage{Fences: items, Next: next(len(items), q.Limit, func() string { return items[len(items)-1].Resource })}, nil
+	return l
 }
 
-func (c *Console) listLeases(ctx context.Context, q query) (LeasePage, error) {
-	ls, err := c.Leases.ListLeases(ctx, q.Prefix, q.After, q.Limit)
+func (c *Console) leaseListing() listing[Lease] {
+	l := listing[Lease]{off: "the coordinator does not run on this process's store", op: "list leases", page: "leases", title: "Leases",
+		key:  func(l Lease) string { return l.Resource },
+		json: func(rows []Lease, next string) any { return LeasePage{Leases: rows, Next: next} },
+	}
+	if c.Leases != nil {
+		l.fetch = func(ctx context.Context, q query) ([]Lease, error) {
+			ls, err := c.Leases.ListLeases(ctx, q.Prefix, q.After, q.Limit)
+			rows := make([]Lease, len(ls))
+			for i, x := range ls {
+				rows[i] = leaseOf(x)
+			}
+			return rows, err
+		}
+	}
+	return l
+}
+
+// list reads the page q asks for and the cursor after it: the last key
+// when the page is full.
+func (l listing[T]) list(ctx context.Context, q query) ([]T, string, error) {
+	rows, err := l.fetch(ctx, q)
 	if err != nil {
-		return LeasePage{}, err
+		return nil, "", err
 	}
-	items := make([]Lease, len(ls))
-	for i, l := range ls {
-		items[i] = leaseOf(l)
+	next := ""
+	if len(rows) > 0 && len(rows) >= q.Limit {
+		next = l.key(rows[len(rows)-1])
 	}
-	return LeasePage{Leases: items, Next: next(len(items), q.Limit, func() string { return items[len(items)-1].Resource })}, nil
+	return rows, next, nil
+}
+
+// serveJSON answers the listing's JSON endpoint.
+func serveJSON[T any](c *Console, l listing[T], w http.ResponseWriter, r *http.Request) {
+	if l.fetch == nil {
+		notFound(w, l.off)
+		return
+	}
+	q, e := parseQuery(r)
+	if e != nil {
+		e.WriteJSON(w)
+		return
+	}
+	rows, next, err := l.list(r.Context(), q)
+	if err != nil {
+		c.storeError(w, r, l.op, err)
+		return
+	}
+	writeJSON(w, l.json(rows, next))
+}
+
+// servePage renders the listing's page.
+func servePage[T any](c *Console, l listing[T], w http.ResponseWriter, r *http.Request) {
+	if l.fetch == nil {
+		http.NotFound(w, r)
+		return
+	}
+	q, e := parseQuery(r)
+	if e != nil {
+		http.Error(w, e.Message, e.Status)
+		return
+	}
+	rows, next, err := l.list(r.Context(), q)
+	if err != nil {
+		c.logger().Warn("console_store_error", "op", l.op, "err", err.Error())
+		http.Error(w, "the store cannot be read now", http.StatusServiceUnavailable)
+		return
+	}
+	c.render(w, r, l.page, l.title, http.StatusOK, page{Data: listView{query: q, Items: rows, Next: next}})
+}
+
+func (c *Console) inFlight(resource string) int {
+	if c.InFlight == nil {
+		return 0
+	}
+	return c.InFlight.InFlight(resource)
 }
 
 func (c *Console) recent() []telemetry.Refusal {
@@ -348,39 +444,11 @@ func (c *Console) routes() []Route {
 // JSON endpoints.
 
 func (c *Console) fencesJSON(w http.ResponseWriter, r *http.Request) {
-	if c.Fences == nil {
-		notFound(w, "this process keeps no fences")
-		return
-	}
-	q, e := parseQuery(r)
-	if e != nil {
-		e.WriteJSON(w)
-		return
-	}
-	p, err := c.listFences(r.Context(), q)
-	if err != nil {
-		c.storeError(w, r, "list fences", err)
-		return
-	}
-	writeJSON(w, p)
+	serveJSON(c, c.fenceListing(), w, r)
 }
 
 func (c *Console) leasesJSON(w http.ResponseWriter, r *http.Request) {
-	if c.Leases == nil {
-		notFound(w, "the coordinator does not run on this process's store")
-		return
-	}
-	q, e := parseQuery(r)
-	if e != nil {
-		e.WriteJSON(w)
-		return
-	}
-	p, err := c.listLeases(r.Context(), q)
-	if err != nil {
-		c.storeError(w, r, "list leases", err)
-		return
-	}
-	writeJSON(w, p)
+	serveJSON(c, c.leaseListing(), w, r)
 }
 
 func (c *Console) refusalsJSON(w http.ResponseWriter, r *http.Request) {
@@ -491,46 +559,17 @@ type listView struct {
 }
 
 func (c *Console) fencesPage(w http.ResponseWriter, r *http.Request) {
-	if c.Fences == nil {
-		http.NotFound(w, r)
-		return
-	}
-	q, e := parseQuery(r)
-	if e != nil {
-		http.Error(w, e.Message, e.Status)
-		return
-	}
-	p, err := c.listFences(r.Context(), q)
-	if err != nil {
-		c.logger().Warn("console_store_error", "op", "list fences", "err", err.Error())
-		http.Error(w, "the store cannot be read now", http.StatusServiceUnavailable)
-		return
-	}
-	c.render(w, r, "fences", "Fences", http.StatusOK, page{Data: listView{query: q, Items: p.Fences, Next: p.Next}})
+	servePage(c, c.fenceListing(), w, r)
 }
 
 func (c *Console) leasesPage(w http.ResponseWriter, r *http.Request) {
-	if c.Leases == nil {
-		http.NotFound(w, r)
-		return
-	}
-	q, e := parseQuery(r)
-	if e != nil {
-		http.Error(w, e.Message, e.Status)
-		return
-	}
-	p, err := c.listLeases(r.Context(), q)
-	if err != nil {
-		c.logger().Warn("console_store_error", "op", "list leases", "err", err.Error())
-		http.Error(w, "the store cannot be read now", http.StatusServiceUnavailable)
-		return
-	}
-	c.render(w, r, "leases", "Leases", http.StatusOK, page{Data: listView{query: q, Items: p.Leases, Next: p.Next}})
+	servePage(c, c.leaseListing(), w, r)
 }
 
 type fenceView struct {
-	State fencegate.FenceState
-	Lease *Lease
+	State    fencegate.FenceState
+	InFlight int
+	Lease    *Lease
 }
 
 func (c *Console) fencePage(w http.ResponseWriter, r *http.Request) {
@@ -546,7 +585,7 @@ func (c *Console) fencePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.Resource = res
-	v := fenceView{State: st}
+	v := fenceView{State: st, InFlight: c.inFlight(res)}
 	if lr, ok := c.Leases.(leaseReader); ok {
 		if l, err := lr.Lease(r.Context(), res); err == nil && l.Token != 0 {
 			lv := leaseOf(l)

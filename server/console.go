@@ -44,6 +44,7 @@ func (s *Server) setupConsole(cfg *config.Config, opts Options) error {
 	if s.gw != nil {
 		c.Fence = s.fence
 		c.Fences, _ = s.store.(console.FenceLister)
+		c.InFlight, _ = s.fence.(console.InFlightCounter)
 		s.gw.Observer = &observer{tel: s.tel, recent: cs.recent}
 		s.tel.Ops.SetInFlight(func() map[string]int64 {
 			out := map[string]int64{}

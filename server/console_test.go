@@ -294,3 +294,87 @@ func TestOpsMetrics(t *testing.T) {
 		t.Errorf("status after a failed reload: %+v", st.LastReload)
 	}
 }
+
+// TestConsoleInFlight: a write held in flight at a slow upstream shows in
+// the fences list (JSON and page) and on its fence page as one write in
+// flight, beside a fence with none, and as none once it is answered.
+func TestConsoleInFlight(t *testing.T) {
+	up := &seen{block: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	s, _ := startEdge(t, `
+gateway:
+  listen: 127.0.0.1:0
+  routes:
+    - {name: orders, match: {path_prefix: /orders/}, upstream: {url: $UPSTREAM}, resource: "{path}"}
+store: {embedded: {path: $DIR/fencegate.db}}
+admin: {listen: 127.0.0.1:0}
+`, upSrv.URL)
+	gw, admin := "http://"+s.Addr("gateway"), "http://"+s.Addr("admin")
+	c := &http.Client{}
+	if r := do(t, c, "POST", admin+"/v1/fences/advance", strings.NewReader(`{"resource":"/orders/idle","token":4}`),
+		map[string]string{"Content-Type": "application/json"}); r.Status != 200 {
+		t.Fatalf("advance: %d %s", r.Status, r.Body)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("PUT", gw+"/orders/slow", strings.NewReader("x"))
+		req.Header.Set("Fencing-Token", "3")
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				err = fmt.Errorf("answered %s", resp.Status)
+			}
+		}
+		answered <- err
+	}()
+	<-up.arrived // the write is at the upstream, which holds it
+
+	inflight := func() map[string]int {
+		t.Helper()
+		r := do(t, c, "GET", admin+"/v1/fences?prefix=/orders/", nil, nil)
+		var p console.FencePage
+		if err := json.Unmarshal([]byte(r.Body), &p); err != nil || r.Status != 200 {
+			t.Fatalf("GET /v1/fences: %d %s %v", r.Status, r.Body, err)
+		}
+		if !strings.Contains(r.Body, `"inflight_writes":`) {
+			t.Fatalf("no inflight_writes in %s", r.Body)
+		}
+		m := map[string]int{}
+		for _, f := range p.Fences {
+			m[f.Resource] = f.InFlight
+		}
+		return m
+	}
+	if got := inflight(); got["/orders/slow"] != 1 || got["/orders/idle"] != 0 || len(got) != 2 {
+		t.Errorf("in flight while the upstream holds the write: %v; want /orders/slow 1, /orders/idle 0", got)
+	}
+	page := do(t, c, "GET", admin+"/fences?prefix=/orders/", nil, nil).Body
+	rows := strings.Split(page, "<tr>")
+	for res, want := range map[string]string{"/orders/slow": "1", "/orders/idle": "0"} {
+		found := false
+		for _, row := range rows {
+			if strings.Contains(row, "<code>"+res+"</code>") {
+				found = true
+				if !strings.Contains(row, `<td class="num inflight">`+want+`</td>`) {
+					t.Errorf("fences page row of %s: %q; want %s in flight", res, row, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("fences page has no row for %s:\n%s", res, page)
+		}
+	}
+	if one := do(t, c, "GET", admin+"/fence?resource=/orders/slow", nil, nil).Body; !strings.Contains(one, `<dd class="inflight">1 write forwarded`) {
+		t.Errorf("fence page of /orders/slow does not show 1 write in flight:\n%s", one)
+	}
+
+	close(up.block)
+	if err := <-answered; err != nil {
+		t.Fatalf("held write: %v", err)
+	}
+	if got := inflight(); got["/orders/slow"] != 0 {
+		t.Errorf("in flight after the answer: %v; want 0", got)
+	}
+}

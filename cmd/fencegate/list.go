@@ -96,7 +96,7 @@ func (c *listCmd) pages(ctx context.Context, cl *adminClient, out io.Writer, pre
 	if asJSON {
 		io.WriteString(out, "[")
 	} else if c.what == "fences" {
-		fmt.Fprintln(tw, "RESOURCE\tHIGHEST\tOWNER\tUPDATED\tDRAINED\tETAG")
+		fmt.Fprintln(tw, "RESOURCE\tHIGHEST\tOWNER\tUPDATED\tINFLIGHT\tDRAINED\tETAG")
 	} else {
 		fmt.Fprintln(tw, "RESOURCE\tOWNER\tTOKEN\tHELD\tEXPIRES")
 	}
@@ -119,8 +119,8 @@ func (c *listCmd) pages(ctx context.Context, cl *adminClient, out io.Writer, pre
 			for _, f := range p.Fences {
 				rows = append(rows, f)
 				if !asJSON {
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", f.Resource, f.Highest, dash(f.Owner),
-						stamp(f.UpdatedAt), yesNo(f.Ready), dash(f.ETag))
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", f.Resource, f.Highest, dash(f.Owner),
+						stamp(f.UpdatedAt), f.InFlight, yesNo(f.Ready), dash(f.ETag))
 				}
 			}
 			next = p.Next

@@ -46,6 +46,13 @@ func Run(t *testing.T, opts Options, newState func(t *testing.T) Open) {
 	t.Run("Restart", func(t *testing.T) { testRestart(t, newState(t)) })
 	t.Run("ConcurrentSameToken", func(t *testing.T) { testConcurrent(t, newState(t)) })
 	t.Run("Randomized", func(t *testing.T) { testRandomized(t, newState(t), opts) })
+	t.Run("InFlight", func(t *testing.T) { testInFlight(t, newState(t), opts) })
+}
+
+// inFlighter is the optional ability of a fence to count the writes it has
+// in flight per resource (the operator console's fences list).
+type inFlighter interface {
+	InFlight(resource string) int
 }
 
 // Code is the refusal code of err, "admitted" for nil.
@@ -196,6 +203,41 @@ func testAdvance(t *testing.T, open Open, opts Options) {
 	}
 	admit(t, fs[len(fs)-1], "/h", 9).Release()
 	admit(t, fs[0], "/h", 9).Release()
+}
+
+// testInFlight: a fence that counts its writes in flight counts each
+// admitted write of the resource until it is released, its own only (not
+// another replica's, not another resource's), and none after an advance
+// has drained them.
+func testInFlight(t *testing.T, open Open, opts Options) {
+	fs := fences(t, open, opts, 2)
+	c, ok := fs[0].(inFlighter)
+	if !ok {
+		t.Skipf("%T does not count writes in flight", fs[0])
+	}
+	count := func(res string, want int) {
+		t.Helper()
+		if got := c.InFlight(res); got != want {
+			t.Fatalf("InFlight(%s) = %d; want %d", res, got, want)
+		}
+	}
+	count("/n", 0)
+	p1, p2 := admit(t, fs[0], "/n", 5), admit(t, fs[0], "/n", 5)
+	other := admit(t, fs[0], "/n2", 1)
+	count("/n", 2)
+	count("/n2", 1)
+	if len(fs) > 1 {
+		theirs := admit(t, fs[1], "/n", 5)
+		count("/n", 2)
+		theirs.Release()
+	}
+	p1.Release()
+	count("/n", 1)
+	p2.Release()
+	p2.Release() // a second Release changes nothing
+	count("/n", 0)
+	other.Release()
+	count("/n2", 0)
 }
 
 // testRestart: the fence a stopped gateway accepted is kept by the next
