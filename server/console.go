@@ -191,7 +191,7 @@ func (cs consoleStatus) Status(ctx context.Context) console.Status {
 	cfg := s.cfg
 	s.mu.Unlock()
 	st := console.Status{
-		Build:       telemetry.ReadBuildInfo(),
+		Build:       s.tel.Build,
 		Started:     s.consoleState.started,
 		Ready:       true,
 		FenceMode:   cfg.Fence.Mode,

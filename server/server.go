@@ -71,6 +71,9 @@ type Options struct {
 	AcceptEmptyStore bool
 	// ConfigFile is the file cfg was loaded from, shown by the console.
 	ConfigFile string
+	// Build is the binary's version (build_info, the console). Zero: the Go
+	// build information only (telemetry.ReadBuildInfo without -ldflags).
+	Build telemetry.BuildInfo
 }
 
 // New builds the process from cfg: it opens the store (refusing to start if
@@ -87,7 +90,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 		}
 	}()
 
-	if err := s.setupTelemetry(ctx, cfg); err != nil {
+	if err := s.setupTelemetry(ctx, cfg, opts.Build); err != nil {
 		return nil, err
 	}
 	store, err := s.openStore(ctx, cfg)

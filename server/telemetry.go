@@ -11,8 +11,10 @@ import (
 // setupTelemetry creates the process's metrics registry and, with
 // telemetry.otlp_endpoint set, its tracer provider; /metrics goes on the
 // admin listener. The provider is flushed when the server closes.
-func (s *Server) setupTelemetry(ctx context.Context, cfg *config.Config) error {
-	t, err := telemetry.New(ctx, TelemetryOptions(cfg.Telemetry))
+func (s *Server) setupTelemetry(ctx context.Context, cfg *config.Config, build telemetry.BuildInfo) error {
+	opts := TelemetryOptions(cfg.Telemetry)
+	opts.Build = build
+	t, err := telemetry.New(ctx, opts)
 	if err != nil {
 		return err
 	}

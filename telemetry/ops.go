@@ -1,8 +1,6 @@
 package telemetry
 
 import (
-	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +20,7 @@ type OpsMetrics struct {
 	inflight          atomic.Pointer[func() map[string]int64]
 }
 
-func newOpsMetrics(reg prometheus.Registerer) *OpsMetrics {
+func newOpsMetrics(reg prometheus.Registerer, bi BuildInfo) *OpsMetrics {
 	m := &OpsMetrics{
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "fencegate", Name: "config_reloads_total",
@@ -41,7 +39,6 @@ func newOpsMetrics(reg prometheus.Registerer) *OpsMetrics {
 	m.Reloads.WithLabelValues("failure")
 	m.LastReloadSuccess.Set(1)
 	m.LastReloadTime.Set(float64(time.Now().Unix()))
-	bi := ReadBuildInfo()
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "fencegate", Name: "build_info",
 		Help: "Always 1; the labels say which fencegate runs (version, Go version, VCS commit).",
@@ -84,36 +81,6 @@ func (c *inflightCollector) Collect(ch chan<- prometheus.Metric) {
 	for route, n := range (*f)() {
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(n), route)
 	}
-}
-
-// BuildInfo says which fencegate runs.
-type BuildInfo struct {
-	Version   string `json:"version"`
-	GoVersion string `json:"go_version"`
-	Commit    string `json:"commit,omitempty"`
-	Modified  bool   `json:"modified,omitempty"`
-}
-
-// ReadBuildInfo reads the binary's module version and VCS stamp
-// (debug.ReadBuildInfo); "dev" and no commit when built without them.
-func ReadBuildInfo() BuildInfo {
-	b := BuildInfo{Version: "dev", GoVersion: runtime.Version()}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return b
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		b.Version = v
-	}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			b.Commit = s.Value
-		case "vcs.modified":
-			b.Modified = s.Value == "true"
-		}
-	}
-	return b
 }
 
 // gatewayDecisions are the decision label values a route can report.

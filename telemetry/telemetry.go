@@ -46,6 +46,8 @@ type Telemetry struct {
 	Metrics *Metrics
 	// Ops are build info, reload results and in-flight writes (ops.go).
 	Ops *OpsMetrics
+	// Build is the version build_info reports (Options.Build).
+	Build BuildInfo
 
 	tp         trace.TracerProvider
 	sdk        *sdktrace.TracerProvider // nil when tracing is off
@@ -66,6 +68,10 @@ type Options struct {
 	// SpanExporter, if set, replaces the OTLP exporter (tests). Tracing is
 	// then on whatever the endpoint says.
 	SpanExporter sdktrace.SpanExporter
+	// Build is the binary's version for the build_info gauge (the
+	// command's ReadBuildInfo with its -ldflags values). Zero:
+	// ReadBuildInfo(Linker{}), the Go build information only.
+	Build BuildInfo
 }
 
 // New builds the telemetry of a process. With an empty OTLPEndpoint (and
@@ -84,7 +90,11 @@ func New(ctx context.Context, opts Options) (*Telemetry, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	t.Metrics = newMetrics(t.Registry)
-	t.Ops = newOpsMetrics(t.Registry)
+	t.Build = opts.Build
+	if t.Build == (BuildInfo{}) {
+		t.Build = ReadBuildInfo(Linker{})
+	}
+	t.Ops = newOpsMetrics(t.Registry, t.Build)
 
 	exp := opts.SpanExporter
 	if exp == nil && opts.OTLPEndpoint != "" {

@@ -45,7 +45,8 @@ func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	}
 	log := server.NewLogger(os.Stderr, cfg.Log)
 	logWarnings(log, cfg)
-	srv, err := server.New(ctx, cfg, server.Options{Logger: log, AcceptEmptyStore: c.acceptEmpty, ConfigFile: c.config})
+	srv, err := server.New(ctx, cfg, server.Options{Logger: log, AcceptEmptyStore: c.acceptEmpty, ConfigFile: c.config,
+		Build: currentVersion().BuildInfo})
 	if err != nil {
 		return cfg.Redact(err)
 	}

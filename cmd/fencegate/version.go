@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 
+	"github.com/fencegate/fencegate/telemetry"
 	"github.com/spf13/cobra"
 )
 
@@ -13,75 +13,38 @@ import (
 //	go build -ldflags "-X main.version=v0.1.0 -X main.commit=<sha>" ./cmd/fencegate
 //
 // plus "-X main.modified=true" for a tree with uncommitted changes. Empty
-// values fall back on the Go build information (see buildVersion).
+// values fall back on the Go build information (telemetry.NewBuildInfo).
 var (
 	version  string
 	commit   string
 	modified string
 )
 
-// versionInfo is what `fencegate version` prints.
-type versionInfo struct {
-	Version  string // a tag, a module pseudo-version, or "dev"
-	Commit   string // VCS revision, or "unknown"
-	Modified bool   // the tree had uncommitted changes at build time
-	Go       string // toolchain version
-}
+// versionInfo is what `fencegate version` prints: the build information
+// the metrics (build_info) and the console report too.
+type versionInfo struct{ telemetry.BuildInfo }
 
 func (v versionInfo) String() string {
-	s := fmt.Sprintf("fencegate %s (commit %s", v.Version, v.Commit)
+	c := v.Commit
+	if c == "" {
+		c = "unknown"
+	}
+	s := fmt.Sprintf("fencegate %s (commit %s", v.Version, c)
 	if v.Modified {
 		s += ", modified"
 	}
-	return s + ", " + v.Go + ")"
+	return s + ", " + v.GoVersion + ")"
 }
 
-// buildVersion combines the -ldflags values with bi (nil when the binary
-// carries no build information). The linker's values win; otherwise the
-// module version (set by `go install module@version`) and the vcs.*
-// settings Go stamps when it builds inside a git checkout.
-func buildVersion(ld ldValues, bi *debug.BuildInfo) versionInfo {
-	v := versionInfo{Version: ld.version, Commit: ld.commit, Modified: ld.modified == "true", Go: "unknown"}
-	if bi != nil {
-		v.Go = bi.GoVersion
-		if v.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v.Version = bi.Main.Version
-		}
-		var rev, modified string
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value
-			}
-		}
-		if v.Commit == "" {
-			v.Commit = rev
-		}
-		// The build information describes its own revision only.
-		if rev != "" && rev == v.Commit && modified == "true" {
-			v.Modified = true
-		}
-	}
-	if v.Version == "" {
-		v.Version = "dev"
-	}
-	if v.Commit == "" {
-		v.Commit = "unknown"
-	}
-	return v
+// linkerValues are the -ldflags strings of this binary.
+func linkerValues() telemetry.Linker {
+	return telemetry.Linker{Version: version, Commit: commit, Modified: modified}
 }
 
-// ldValues are the strings the linker may set.
-type ldValues struct{ version, commit, modified string }
-
+// currentVersion is the version of this binary (telemetry.ReadBuildInfo,
+// the one place it is worked out); serve hands the same to the server.
 func currentVersion() versionInfo {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		bi = nil
-	}
-	return buildVersion(ldValues{version, commit, modified}, bi)
+	return versionInfo{telemetry.ReadBuildInfo(linkerValues())}
 }
 
 type versionCmd struct{ printer }

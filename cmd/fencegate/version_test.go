@@ -1,14 +1,20 @@
 package main
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/telemetry"
 )
 
 func TestBuildVersion(t *testing.T) {
@@ -21,24 +27,24 @@ func TestBuildVersion(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		ld   ldValues
+		ld   telemetry.Linker
 		bi   *debug.BuildInfo
 		want string
 	}{
-		{"nothing", ldValues{}, nil, "fencegate dev (commit unknown, unknown)"},
-		{"devel checkout", ldValues{}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "false"),
+		{"nothing", telemetry.Linker{}, nil, "fencegate dev (commit unknown, unknown)"},
+		{"devel checkout", telemetry.Linker{}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "false"),
 			"fencegate dev (commit abc123, go1.26.8)"},
-		{"modified checkout", ldValues{}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "true"),
+		{"modified checkout", telemetry.Linker{}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "true"),
 			"fencegate dev (commit abc123, modified, go1.26.8)"},
-		{"go install module@version", ldValues{}, bi("v0.1.0"), "fencegate v0.1.0 (commit unknown, go1.26.8)"},
-		{"ldflags win", ldValues{"v0.2.0", "def456", "false"}, bi("v0.1.0", "vcs.revision", "abc123", "vcs.modified", "true"),
+		{"go install module@version", telemetry.Linker{}, bi("v0.1.0"), "fencegate v0.1.0 (commit unknown, go1.26.8)"},
+		{"ldflags win", telemetry.Linker{Version: "v0.2.0", Commit: "def456", Modified: "false"}, bi("v0.1.0", "vcs.revision", "abc123", "vcs.modified", "true"),
 			"fencegate v0.2.0 (commit def456, go1.26.8)"},
-		{"ldflags modified", ldValues{"v0.2.0", "def456", "true"}, nil, "fencegate v0.2.0 (commit def456, modified, unknown)"},
-		{"ldflags version only", ldValues{version: "v0.2.0"}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "true"),
+		{"ldflags modified", telemetry.Linker{Version: "v0.2.0", Commit: "def456", Modified: "true"}, nil, "fencegate v0.2.0 (commit def456, modified, unknown)"},
+		{"ldflags version only", telemetry.Linker{Version: "v0.2.0"}, bi("(devel)", "vcs.revision", "abc123", "vcs.modified", "true"),
 			"fencegate v0.2.0 (commit abc123, modified, go1.26.8)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := buildVersion(tc.ld, tc.bi).String(); got != tc.want {
+			if got := (versionInfo{telemetry.NewBuildInfo(tc.ld, tc.bi)}).String(); got != tc.want {
 				t.Fatalf("got %q; want %q", got, tc.want)
 			}
 		})
@@ -58,6 +64,16 @@ func TestVersionCmd(t *testing.T) {
 	if _, _, code := runCLI("version", "extra"); code != exitUsage {
 		t.Fatalf("stray argument: exit %d; want %d", code, exitUsage)
 	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func gitOutput(t *testing.T, root string, args ...string) string {
@@ -102,6 +118,32 @@ func TestVersionStamped(t *testing.T) {
 		if !strings.HasPrefix(got, "fencegate v9.9.9-test (commit "+head) {
 			t.Fatalf("%s: %q; want version v9.9.9-test and commit %s", arg, got, head)
 		}
+	}
+	// The running gateway reports the same version in build_info.
+	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfgFile := filepath.Join(dir, "fencegate.yaml")
+	os.WriteFile(cfgFile, []byte(fmt.Sprintf(`gateway:
+  listen: 127.0.0.1:0
+  routes:
+    - {name: orders, match: {path_prefix: /orders/}, upstream: {url: "http://127.0.0.1:1"}, resource: "{path}"}
+store: {embedded: {path: %q}}
+admin: {listen: %q}
+`, filepath.Join(dir, "fencegate.db"), admin)), 0o600)
+	srv := exec.Command(rel, "serve", "-c", cfgFile)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	testenv.WaitHTTP(t, "http://"+admin+"/healthz", 30*time.Second)
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := fmt.Sprintf(`fencegate_build_info{commit=%q,goversion=%q,version="v9.9.9-test"} 1`, head, runtime.Version())
+	if !strings.Contains(string(metrics), want) {
+		t.Fatalf("metrics of the release binary lack %s:\n%s", want, grepLines(string(metrics), "build_info"))
 	}
 
 	dev := filepath.Join(dir, "fencegate-dev")
