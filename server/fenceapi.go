@@ -24,6 +24,50 @@ type fenceResetter interface {
 	ResetFence(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error)
 }
 
+// advanceLimit is the fence.max_advance ceiling of a raise by hand (the
+// fence API's advance, fence import and rebuild): above the highest token
+// issued for the resource when tokens are verified (issued non-nil),
+// above the fence's highest (state) otherwise. A negative maxAdv is no
+// ceiling.
+func advanceLimit(maxAdv int64, verifying bool, issued issuedReader, state func(context.Context, string) (fencegate.FenceState, error)) func(context.Context, string, int64) error {
+	if verifying && issued != nil {
+		return func(ctx context.Context, resource string, token int64) error {
+			n, err := issued.Issued(ctx, resource)
+			if err != nil {
+				return fencegate.Unavailable(resource, err)
+			}
+			return gateway.CheckAdvance(resource, token, n, maxAdv, "the highest token issued")
+		}
+	}
+	return gateway.Ceiling(state, maxAdv)
+}
+
+// ImportLimit is advanceLimit for a store opened by the command line
+// (fence import and rebuild, the gateway stopped or elsewhere): the same
+// ceiling as POST /v1/fences/advance under cfg, over the store's records.
+// Nil when fence.max_advance is negative (no ceiling).
+func ImportLimit(cfg *config.Config, store gateway.Store) func(context.Context, string, int64) error {
+	maxAdv := cfg.Fence.MaxAdvanceOrDefault()
+	if maxAdv < 0 {
+		return nil
+	}
+	verifying := enabled(cfg.Fence.VerifyTokens, cfg.Coordinator.Enabled || cfg.Fence.Mode == "shared")
+	var issued issuedReader
+	switch st := store.(type) {
+	case *postgres.Store:
+		issued = postgres.NewLeases(st)
+	case *bolt.Store:
+		issued = bolt.NewLeases(st)
+	}
+	return advanceLimit(maxAdv, verifying, issued, func(ctx context.Context, resource string) (fencegate.FenceState, error) {
+		st, err := store.LoadFence(ctx, resource)
+		if err != nil {
+			return st, fencegate.Unavailable(resource, err)
+		}
+		return st, nil
+	})
+}
+
 // fenceAPI is the admin listener's fence API over the process's fence:
 //
 //   - advance: capped by fence.max_advance above the highest token issued
@@ -59,25 +103,7 @@ func (s *Server) fenceAPI(cfg *config.Config, store gateway.Store) *gateway.Fenc
 	if raiser != nil {
 		api.RaiseTokens = raiser.RaiseSequence
 	}
-	maxAdv := cfg.Fence.MaxAdvanceOrDefault()
-	fence := s.fence
-	if s.verifying && issued != nil {
-		api.Limit = func(ctx context.Context, resource string, token int64) error {
-			n, err := issued.Issued(ctx, resource)
-			if err != nil {
-				return fencegate.Unavailable(resource, err)
-			}
-			return gateway.CheckAdvance(resource, token, n, maxAdv, "the highest token issued")
-		}
-	} else {
-		api.Limit = func(ctx context.Context, resource string, token int64) error {
-			st, err := fence.State(ctx, resource)
-			if err != nil {
-				return err
-			}
-			return gateway.CheckAdvance(resource, token, st.Highest, maxAdv, "the fence's highest token")
-		}
-	}
+	api.Limit = advanceLimit(cfg.Fence.MaxAdvanceOrDefault(), s.verifying, issued, s.fence.State)
 	rs, canReset := store.(fenceResetter)
 	switch {
 	case !s.verifying:

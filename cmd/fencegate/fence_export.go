@@ -22,6 +22,7 @@ import (
 // fenceStore is what export, import and rebuild need of a store; bolt and
 // postgres implement it.
 type fenceStore interface {
+	gateway.Store // LoadFence: the import's ceiling reads the fences
 	ExportFences(ctx context.Context, fn func(fencegate.FenceRecord) error) error
 	ImportFences(ctx context.Context, recs []fencegate.FenceRecord) (int, error)
 	Close() error
@@ -154,13 +155,22 @@ func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var in io.Reader = os.Stdin
+	var in io.ReadSeeker
 	if len(args) == 1 && args[0] != "-" {
 		f, err := os.Open(args[0])
 		if err != nil {
 			return err
 		}
 		defer f.Close()
+		in = f
+	} else {
+		// The records are checked before any is written, so the input is
+		// read twice: stdin is kept in a temporary file meanwhile.
+		f, err := spool(os.Stdin)
+		if err != nil {
+			return err
+		}
+		defer func() { f.Close(); os.Remove(f.Name()) }()
 		in = f
 	}
 	st, seq, err := openFenceStore(ctx, cfg)
@@ -169,6 +179,12 @@ func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 	imp := &importer{st: st, seq: seq, keepETags: c.keepETags}
+	if err := imp.check(ctx, in, server.ImportLimit(cfg, st), c.config); err != nil {
+		return err
+	}
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
 	if err := imp.run(ctx, in); err != nil {
 		return err
 	}
@@ -179,12 +195,34 @@ func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
+// spool copies r into a temporary file (mode 0600) and returns it, at its
+// start.
+func spool(r io.Reader) (*os.File, error) {
+	f, err := os.CreateTemp("", "fencegate-import-*.jsonl")
+	if err != nil {
+		return nil, err
+	}
+	if _, err = io.Copy(f, r); err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
+}
+
 // importer merges fence records batch by batch: memory is bounded by one
 // batch, whatever the size of the export.
 type importer struct {
 	st        fenceStore
 	seq       sequenceRaiser
 	keepETags bool
+	// limit, if set, refuses a record that raises its fence more than
+	// fence.max_advance (server.ImportLimit), checked as records are added
+	// (rebuild); import checks every record before it writes one.
+	limit func(ctx context.Context, resource string, token int64) error
 
 	batch   []fencegate.FenceRecord
 	read    int
@@ -192,33 +230,75 @@ type importer struct {
 	highest int64
 }
 
-func (imp *importer) run(ctx context.Context, in io.Reader) error {
+// records decodes the export in, calling fn with each valid record and
+// its line number.
+func records(in io.Reader, fn func(n int, r fencegate.FenceRecord) error) error {
 	dec := json.NewDecoder(bufio.NewReaderSize(in, 64<<10))
 	dec.DisallowUnknownFields()
-	for {
+	for n := 1; ; n++ {
 		var r fencegate.FenceRecord
 		err := dec.Decode(&r)
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("record %d: %w (nothing after the previous batch was imported)", imp.read+1, err)
+			return fmt.Errorf("record %d: %w", n, err)
 		}
-		imp.read++
 		if r.Resource == "" || r.Highest <= 0 {
-			return fmt.Errorf("record %d: resource and a positive highest are required", imp.read)
+			return fmt.Errorf("record %d: resource and a positive highest are required", n)
 		}
+		if err := fn(n, r); err != nil {
+			return err
+		}
+	}
+}
+
+// check reads every record of in before anything is written: a malformed
+// record, or one that raises its fence more than fence.max_advance above
+// what the store holds (the ceiling of a hand advance, limit), refuses the
+// whole import. A fence only rises, so what passes here still passes when
+// the records are written.
+func (imp *importer) check(ctx context.Context, in io.Reader, limit func(context.Context, string, int64) error, cfgFile string) error {
+	err := records(in, func(n int, r fencegate.FenceRecord) error {
+		if limit == nil {
+			return nil
+		}
+		if err := limit(ctx, r.Resource, r.Highest); err != nil {
+			return fmt.Errorf("record %d: %w", n, err)
+		}
+		return nil
+	})
+	if err == nil {
+		return nil
+	}
+	msg := fmt.Sprintf("%v; nothing was imported", err)
+	var fe *fencegate.Error
+	if errors.As(err, &fe) && fe.Code == fencegate.CodeTokenOutOfRange {
+		msg += fmt.Sprintf(" (an import is bounded like a hand advance: if the token is real, raise fence.max_advance, or set it to -1 for no ceiling, in the configuration of this import, %s)", cfgFile)
+	}
+	return errors.New(msg)
+}
+
+func (imp *importer) run(ctx context.Context, in io.Reader) error {
+	err := records(in, func(n int, r fencegate.FenceRecord) error {
+		imp.read++
 		if !imp.keepETags {
 			r.ETag = fencegate.ETagUnknown
 		}
-		if err := imp.add(ctx, r); err != nil {
-			return err
-		}
+		return imp.add(ctx, r)
+	})
+	if err != nil {
+		return err
 	}
 	return imp.flush(ctx)
 }
 
 func (imp *importer) add(ctx context.Context, r fencegate.FenceRecord) error {
+	if imp.limit != nil {
+		if err := imp.limit(ctx, r.Resource, r.Highest); err != nil {
+			return err
+		}
+	}
 	imp.batch = append(imp.batch, r)
 	if len(imp.batch) >= importBatch {
 		return imp.flush(ctx)
@@ -322,7 +402,7 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	defer st.Close()
 	// A rebuilt fence's ETag is unknown: the next conditional write learns
 	// it with a HEAD.
-	imp := &importer{st: st, seq: seq}
+	imp := &importer{st: st, seq: seq, limit: server.ImportLimit(cfg, st)}
 	unstamped, err := up.ScanStamps(ctx, bucket, prefix, func(s s3.Stamp) error {
 		res, err := rt.ResourceOf(up.ObjectVars(s.Bucket, s.Key))
 		if err != nil {
