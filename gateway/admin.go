@@ -127,16 +127,32 @@ func decodeStrict(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
+// fenceRequest is the body of an advance or a reset: a resource and the
+// token it is raised (or lowered) to.
+type fenceRequest interface {
+	target() (resource string, token int64, field string)
+}
+
+func (q *advanceRequest) target() (string, int64, string) { return q.Resource, q.Token, "token" }
+func (q *resetRequest) target() (string, int64, string)   { return q.Resource, q.To, "to" }
+
+// readFenceRequest decodes req strictly, requires a positive token and
+// returns the canonical resource; on false the refusal was answered.
+func readFenceRequest(w http.ResponseWriter, r *http.Request, req fenceRequest) (string, bool) {
+	if !decodeStrict(w, r, req) {
+		return "", false
+	}
+	res, token, field := req.target()
+	if token <= 0 {
+		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource and a positive %s are required", field).WriteJSON(w)
+		return "", false
+	}
+	return canonical(w, res)
+}
+
 func (a *FenceAPI) advance(w http.ResponseWriter, r *http.Request) {
 	var req advanceRequest
-	if !decodeStrict(w, r, &req) {
-		return
-	}
-	if req.Token <= 0 {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource and a positive token are required").WriteJSON(w)
-		return
-	}
-	res, ok := canonical(w, req.Resource)
+	res, ok := readFenceRequest(w, r, &req)
 	if !ok {
 		return
 	}
@@ -180,14 +196,7 @@ type resetRequest struct {
 
 func (a *FenceAPI) reset(w http.ResponseWriter, r *http.Request) {
 	var req resetRequest
-	if !decodeStrict(w, r, &req) {
-		return
-	}
-	if req.To <= 0 {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource and a positive to are required").WriteJSON(w)
-		return
-	}
-	res, ok := canonical(w, req.Resource)
+	res, ok := readFenceRequest(w, r, &req)
 	if !ok {
 		return
 	}

@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/internal/clock"
 )
 
 // Store keeps, per fenced object, the ETag of the last write the gateway
@@ -378,19 +379,8 @@ func (w *Write) settle(ctx context.Context, etag string) error {
 	return err
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// sleep is clock.Sleep: the one pause of the module.
+var sleep = clock.Sleep
 
 // Normalize turns an ETag header value into its recorded form: the opaque
 // value without quotes for a strong ETag, W/ and the opaque value for a

@@ -44,31 +44,22 @@ type CoordinatorMetrics struct {
 func (t *Telemetry) Coordinator() *CoordinatorMetrics {
 	t.coordOnce.Do(func() {
 		m := &CoordinatorMetrics{
-			AcquireWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Namespace: "fencegate", Subsystem: "coordinator", Name: "acquire_duration_seconds",
-				Help:    "Acquire calls from request to answer, including the wait for a held lease (outcome: acquired, held, invalid, unavailable).",
-				Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60},
-			}, []string{"outcome"}),
-			TokensIssued: prometheus.NewCounter(prometheus.CounterOpts{
-				Namespace: "fencegate", Subsystem: "coordinator", Name: "tokens_issued_total",
-				Help: "Fencing tokens issued (new leases; a holder's retried acquire keeps its token).",
-			}),
-			Renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "fencegate", Subsystem: "coordinator", Name: "renewals_total",
-				Help: "Lease renewals (outcome: renewed, lost, error).",
-			}, []string{"outcome"}),
-			LeasesLost: prometheus.NewCounter(prometheus.CounterOpts{
-				Namespace: "fencegate", Subsystem: "coordinator", Name: "leases_lost_total",
-				Help: "Renewals answered lease_lost: the worker's lease had expired or a newer one was issued.",
-			}),
-			Releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "fencegate", Subsystem: "coordinator", Name: "releases_total",
-				Help: "Release calls (released: true if the named lease was current and ended, false if it was not).",
-			}, []string{"released"}),
-			StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "fencegate", Subsystem: "coordinator", Name: "store_errors_total",
-				Help: "Lease store calls that failed (answered 503).",
-			}, []string{"op"}),
+			AcquireWait: histogramVec("coordinator", "acquire_duration_seconds",
+				"Acquire calls from request to answer, including the wait for a held lease (outcome: acquired, held, invalid, unavailable).",
+				[]float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60}, "outcome"),
+			TokensIssued: counter("coordinator", "tokens_issued_total",
+				"Fencing tokens issued (new leases; a holder's retried acquire keeps its token)."),
+			Renewals: counterVec("coordinator", "renewals_total",
+				"Lease renewals (outcome: renewed, lost, error).",
+				"outcome"),
+			LeasesLost: counter("coordinator", "leases_lost_total",
+				"Renewals answered lease_lost: the worker's lease had expired or a newer one was issued."),
+			Releases: counterVec("coordinator", "releases_total",
+				"Release calls (released: true if the named lease was current and ended, false if it was not).",
+				"released"),
+			StoreErrors: counterVec("coordinator", "store_errors_total",
+				"Lease store calls that failed (answered 503).",
+				"op"),
 		}
 		t.Registry.MustRegister(m.AcquireWait, m.TokensIssued, m.Renewals, m.LeasesLost, m.Releases, m.StoreErrors,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

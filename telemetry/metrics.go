@@ -31,42 +31,31 @@ var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 
 func newMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "fencegate", Name: "requests_total",
-			Help: "Gateway requests by route and fencing decision (forwarded, passthrough, stale, or the refusal's error code).",
-		}, []string{"route", "decision"}),
-		StaleRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "fencegate", Name: "stale_refusals_total",
-			Help: "Writes refused because their fencing token is older than the highest accepted for the resource.",
-		}, []string{"route"}),
-		FenceCheck: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "fencegate", Name: "fence_check_duration_seconds",
-			Help:    "Time a fenced request spent in the fence: the check, a durable advance, and any drain wait.",
-			Buckets: latencyBuckets,
-		}, []string{"route"}),
+		Requests: counterVec("", "requests_total",
+			"Gateway requests by route and fencing decision (forwarded, passthrough, stale, or the refusal's error code).",
+			"route", "decision"),
+		StaleRefusals: counterVec("", "stale_refusals_total",
+			"Writes refused because their fencing token is older than the highest accepted for the resource.",
+			"route"),
+		FenceCheck: histogramVec("", "fence_check_duration_seconds",
+			"Time a fenced request spent in the fence: the check, a durable advance, and any drain wait.",
+			latencyBuckets, "route"),
 		DrainWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "fencegate", Name: "fence_drain_wait_seconds",
 			Help:    "Time a write with a newer token waited for older in-flight writes to the same resource to end (one observation per wait).",
 			Buckets: latencyBuckets,
 		}),
-		Upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "fencegate", Name: "upstream_duration_seconds",
-			Help:    "Time from sending a request upstream to its response headers (outcome: response or error).",
-			Buckets: latencyBuckets,
-		}, []string{"route", "outcome"}),
-		StoreDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "fencegate", Name: "store_duration_seconds",
-			Help:    "Fence store calls (load, advance) including the durable commit.",
-			Buckets: latencyBuckets,
-		}, []string{"op"}),
-		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "fencegate", Name: "store_errors_total",
-			Help: "Fence store calls that failed; each fails its write closed (503 fence_unavailable).",
-		}, []string{"op"}),
-		Advances: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "fencegate", Name: "fence_advances_total",
-			Help: "Durable advances of a resource's highest accepted token.",
-		}),
+		Upstream: histogramVec("", "upstream_duration_seconds",
+			"Time from sending a request upstream to its response headers (outcome: response or error).",
+			latencyBuckets, "route", "outcome"),
+		StoreDuration: histogramVec("", "store_duration_seconds",
+			"Fence store calls (load, advance) including the durable commit.",
+			latencyBuckets, "op"),
+		StoreErrors: counterVec("", "store_errors_total",
+			"Fence store calls that failed; each fails its write closed (503 fence_unavailable).",
+			"op"),
+		Advances: counter("", "fence_advances_total",
+			"Durable advances of a resource's highest accepted token."),
 	}
 	reg.MustRegister(m.Requests, m.StaleRefusals, m.FenceCheck, m.DrainWait, m.Upstream,
 		m.StoreDuration, m.StoreErrors, m.Advances,
@@ -76,6 +65,21 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		}, func() float64 { return float64(m.highest.Load()) }),
 	)
 	return m
+}
+
+// The constructors of fencegate's collectors: the one place their
+// namespace is set. subsystem may be empty.
+
+func counterVec(subsystem, name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "fencegate", Subsystem: subsystem, Name: name, Help: help}, labels)
+}
+
+func counter(subsystem, name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "fencegate", Subsystem: subsystem, Name: name, Help: help})
+}
+
+func histogramVec(subsystem, name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "fencegate", Subsystem: subsystem, Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 // observeHighest raises the fence_highest_token gauge to token.

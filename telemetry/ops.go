@@ -22,10 +22,9 @@ type OpsMetrics struct {
 
 func newOpsMetrics(reg prometheus.Registerer, bi BuildInfo) *OpsMetrics {
 	m := &OpsMetrics{
-		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "fencegate", Name: "config_reloads_total",
-			Help: "Configuration reloads (SIGHUP) by result: success, or failure (the previous configuration keeps serving).",
-		}, []string{"result"}),
+		Reloads: counterVec("", "config_reloads_total",
+			"Configuration reloads (SIGHUP) by result: success, or failure (the previous configuration keeps serving).",
+			"result"),
 		LastReloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "fencegate", Name: "config_last_reload_successful",
 			Help: "1 if the last configuration reload succeeded (or none was tried), 0 if it failed.",

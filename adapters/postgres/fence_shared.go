@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/clock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -396,14 +397,7 @@ func (f *SharedFence) pause(ctx context.Context, w gateway.Write, d time.Duratio
 	if time.Until(deadline) < d {
 		return draining(w, drain, fmt.Errorf("a marker session that may have held writes in flight was lost; waiting %s for its forward timeout", d.Round(time.Millisecond)))
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clock.Sleep(ctx, d)
 }
 
 func draining(w gateway.Write, drain time.Duration, err error) error {

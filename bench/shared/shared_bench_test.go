@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/postgres"
+	"github.com/fencegate/fencegate/bench/cpustat"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/testenv"
@@ -136,18 +137,18 @@ func BenchmarkSharedRepeatedToken(b *testing.B) {
 	writes := per * n
 	// pgbench runs before and after the gateways and the mean is the limit,
 	// so load on the machine that changes during the run hits both sides.
-	c0 := sampleCPU()
+	c0 := cpustat.Now()
 	tpsBefore, perr := pgbench(b, pg.URL, n, 5*time.Second)
-	pgCPU := c0.to(sampleCPU(), int(tpsBefore*5))
+	pgCPU := c0.To(cpustat.Now(), tpsBefore*5)
 	rt0 := rs[0].fence.RoundTrips() + rs[1].fence.RoundTrips()
 	wt0 := rs[0].fence.WaitedRoundTrips() + rs[1].fence.WaitedRoundTrips()
 	b.ResetTimer()
 	stop := profilePhase(b, "shared")
-	c1 := sampleCPU()
+	c1 := cpustat.Now()
 	elapsed, err := writers(n, per, func(c, i int, rng *rand.Rand) string {
 		return fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].srv.URL, rng.IntN(resources))
 	}, put)
-	gwCPU := c1.to(sampleCPU(), writes)
+	gwCPU := c1.To(cpustat.Now(), float64(writes))
 	stop()
 	b.StopTimer()
 	if err != nil {
@@ -161,10 +162,10 @@ func BenchmarkSharedRepeatedToken(b *testing.B) {
 	b.ReportMetric(waitedPerWrite, "waited_roundtrips/write")
 	// Where the CPU went: this process (load generator, both replicas,
 	// upstream) and the rest of the machine (PostgreSQL, other users).
-	b.ReportMetric(gwCPU.selfUS, "go_cpu_us/write")
-	b.ReportMetric(gwCPU.otherUS, "other_cpu_us/write")
-	b.ReportMetric(gwCPU.busyCores, "busy_cores")
-	b.ReportMetric(pgCPU.selfUS+pgCPU.otherUS, "pgbench_cpu_us/tx")
+	b.ReportMetric(gwCPU.SelfUS, "go_cpu_us/write")
+	b.ReportMetric(gwCPU.OtherUS, "other_cpu_us/write")
+	b.ReportMetric(gwCPU.BusyCores, "busy_cores")
+	b.ReportMetric(pgCPU.SelfUS+pgCPU.OtherUS, "pgbench_cpu_us/tx")
 
 	// The ceiling of any fence with this load generator on this machine:
 	// the same client, two gateways and upstream with a fence that admits
@@ -177,17 +178,17 @@ func BenchmarkSharedRepeatedToken(b *testing.B) {
 		b.Cleanup(srv.Close)
 		open = append(open, srv)
 	}
-	c2 := sampleCPU()
+	c2 := cpustat.Now()
 	openElapsed, err := writers(n, per, func(c, i int, rng *rand.Rand) string {
 		return fmt.Sprintf("%s/bench/%d", open[(c+i)%2].URL, rng.IntN(resources))
 	}, put)
-	openCPU := c2.to(sampleCPU(), writes)
+	openCPU := c2.To(cpustat.Now(), float64(writes))
 	if err != nil {
 		b.Fatal(err)
 	}
 	openWPS := float64(writes) / openElapsed.Seconds()
 	b.ReportMetric(openWPS, "nofence_writes/s")
-	b.ReportMetric(openCPU.selfUS, "nofence_go_cpu_us/write")
+	b.ReportMetric(openCPU.SelfUS, "nofence_go_cpu_us/write")
 
 	// The database's own limit for the same statements, same database,
 	// same machine, same run: pgbench with the marker (try-lock and

@@ -4,8 +4,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/bench/cpustat"
 )
 
 // cpuSample is the CPU time used so far by this process, the coordinator
@@ -17,22 +18,7 @@ type cpuSample struct {
 }
 
 func sampleCPU(postmaster string, coord *coordProc) cpuSample {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	var machine time.Duration
-	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		line, _, _ := strings.Cut(string(b), "\n")
-		f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-		for i, v := range f[1:] {
-			if i == 3 || i == 4 || i >= 8 { // idle, iowait, guest
-				continue
-			}
-			n, _ := strconv.ParseInt(v, 10, 64)
-			machine += time.Duration(n) * 10 * time.Millisecond // USER_HZ = 100
-		}
-	}
-	s := cpuSample{self: self, pg: postgresCPU(postmaster), machine: machine, wall: time.Now()}
+	s := cpuSample{self: cpustat.Self(), pg: postgresCPU(postmaster), machine: cpustat.Machine(), wall: time.Now()}
 	if coord != nil {
 		s.coord = coord.cpu()
 	}
