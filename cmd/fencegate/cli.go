@@ -158,6 +158,18 @@ func configFlag(fs *pflag.FlagSet, p *string) {
 	cobra.MarkFlagFilename(fs, "config", "yaml", "yml")
 }
 
+// adminFlags adds --admin (env FENCEGATE_ADMIN) and --api-key, the admin
+// listener of the commands that talk to a running gateway.
+func adminFlags(fs *pflag.FlagSet, admin, key *string) {
+	fs.StringVar(admin, "admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
+	apiKeyFlag(fs, key, "admin")
+}
+
+// apiKeyFlag adds --api-key, the key of the admin or coordinator API.
+func apiKeyFlag(fs *pflag.FlagSet, key *string, api string) {
+	fs.StringVar(key, "api-key", "", api+" API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+}
+
 // choice checks a flag whose value is one of a few words and completes it.
 func choice(cmd *cobra.Command, name string, words ...string) {
 	cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(words, cobra.ShellCompDirectiveNoFileComp))

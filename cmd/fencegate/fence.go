@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -56,8 +53,7 @@ func newFenceCmd() *cobra.Command {
 			Args:    exactArgs(args...),
 		}
 		fs := cmd.Flags()
-		fs.StringVar(&c.admin, "admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
-		fs.StringVar(&c.key, "api-key", "", "admin API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+		adminFlags(fs, &c.admin, &c.key)
 		fs.Int64Var(&c.to, "to", 0, "reset: the new highest token")
 		fs.BoolVar(&c.confirm, "confirm", false, "reset: yes, lower this fence")
 		if c.sub != "reset" {
@@ -84,26 +80,18 @@ store itself (stop the gateway first on the embedded store).
 }
 
 func (c *fenceCmd) Run(ctx context.Context, args []string) error {
-	client := &http.Client{Timeout: 10 * time.Second}
-	var req *http.Request
+	cl := &adminClient{base: c.admin, key: apiKey(c.key), http: &http.Client{Timeout: 10 * time.Second}}
+	var resp *http.Response
 	var err error
-	post := func(path string, v any) (*http.Request, error) {
-		body, _ := json.Marshal(v)
-		r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.admin+path, bytes.NewReader(body))
-		if err == nil {
-			r.Header.Set("Content-Type", "application/json")
-		}
-		return r, err
-	}
 	switch c.sub {
 	case "show":
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, c.admin+"/v1/fences?resource="+url.QueryEscape(args[0]), nil)
+		resp, err = cl.send(ctx, http.MethodGet, "/v1/fences?resource="+url.QueryEscape(args[0]), nil)
 	case "advance":
 		tok, perr := strconv.ParseInt(args[1], 10, 64)
 		if perr != nil || tok <= 0 {
 			return usagef("TOKEN must be a positive integer, got %q", args[1])
 		}
-		req, err = post("/v1/fences/advance", map[string]any{"resource": args[0], "token": tok, "owner": "cli"})
+		resp, err = cl.send(ctx, http.MethodPost, "/v1/fences/advance", map[string]any{"resource": args[0], "token": tok, "owner": "cli"})
 	case "reset":
 		if c.to <= 0 {
 			return usagef("reset needs --to, a positive token")
@@ -111,23 +99,12 @@ func (c *fenceCmd) Run(ctx context.Context, args []string) error {
 		if !c.confirm {
 			return usagef("reset lowers a fence: add --confirm if you mean it")
 		}
-		req, err = post("/v1/fences/reset", map[string]any{"resource": args[0], "to": c.to, "confirm": args[0], "owner": "cli"})
+		resp, err = cl.send(ctx, http.MethodPost, "/v1/fences/reset", map[string]any{"resource": args[0], "to": c.to, "confirm": args[0], "owner": "cli"})
 	}
 	if err != nil {
 		return err
 	}
-	if k := apiKey(c.key); k != "" {
-		req.Header.Set("Authorization", "Bearer "+k)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return unreachable(err, "admin", "FENCEGATE_ADMIN", c.admin)
-	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("admin API answered %s: %s", resp.Status, bytes.TrimSpace(b))
-	}
-	_, err = c.stdout().Write(b)
+	_, err = io.Copy(c.stdout(), io.LimitReader(resp.Body, 1<<20))
 	return err
 }

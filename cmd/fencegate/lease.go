@@ -76,7 +76,7 @@ func newLeaseCmd() *cobra.Command {
 		fs.DurationVar(&c.ttl, "ttl", 0, "lease time for acquire and renew, like 30s or 1m (default: the coordinator's default_ttl)")
 		fs.DurationVar(&c.wait, "wait", 0, "acquire: how long to wait for a held lease, like 10s")
 		fs.StringVarP(&c.out, "output", "o", "token", "output: token or json (the whole record)")
-		fs.StringVar(&c.key, "api-key", "", "coordinator API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+		apiKeyFlag(fs, &c.key, "coordinator")
 		choice(cmd, "output", "token", "json")
 		// Every lease subcommand has always accepted every lease flag;
 		// the help shows those that do something.

@@ -59,7 +59,7 @@ Exit status: CMD's, or 2 usage, 3 lease held (after --wait), 4 lease lost,
 	fs.StringVar(&c.url, "coordinator", envOr("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081"), "coordinator `URL` (env FENCEGATE_COORDINATOR)")
 	fs.StringVar(&c.owner, "owner", "", "lease owner `name` (default env FENCEGATE_OWNER, else host:pid, unique per run)")
 	fs.StringVar(&c.gateway, "gateway", envOr("FENCEGATE_URL", "http://127.0.0.1:8080"), "gateway `URL` passed to CMD as FENCEGATE_URL (env FENCEGATE_URL)")
-	fs.StringVar(&c.key, "api-key", "", "coordinator API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+	apiKeyFlag(fs, &c.key, "coordinator")
 	fs.DurationVar(&c.ttl, "ttl", 0, "lease time, like 30s or 1m, renewed at a third of it (default: the coordinator's default_ttl)")
 	fs.DurationVar(&c.wait, "wait", 0, "how long to wait for a lease held by another owner, like 1m")
 	fs.DurationVar(&c.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")

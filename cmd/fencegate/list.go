@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -53,8 +54,7 @@ read from FENCEGATE_API_KEY (or --api-key).`
 		cmd.Example = "  fencegate refusals\n  fencegate refusals -o json | jq '.[0]'"
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&c.admin, "admin", envOr("FENCEGATE_ADMIN", "http://127.0.0.1:9090"), "admin listener `URL` (env FENCEGATE_ADMIN)")
-	fs.StringVar(&c.key, "api-key", "", "admin API `key` (default env FENCEGATE_API_KEY; prefer the environment: flags show in ps)")
+	adminFlags(fs, &c.admin, &c.key)
 	if what != "refusals" {
 		fs.StringVar(&c.prefix, "prefix", "", "only resources starting with `P`")
 	}
@@ -196,21 +196,44 @@ type adminClient struct {
 }
 
 func (c *adminClient) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// send makes one request to the admin API (body, if not nil, as JSON) with
+// the key; an answer other than 200 is returned as an error that quotes
+// it.
+func (c *adminClient) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return unreachable(err, "admin", "FENCEGATE_ADMIN", c.base)
+		return nil, unreachable(err, "admin", "FENCEGATE_ADMIN", c.base)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return fmt.Errorf("admin API answered %s: %s", resp.Status, b)
+		resp.Body.Close()
+		return nil, fmt.Errorf("admin API answered %s: %s", resp.Status, bytes.TrimSpace(b))
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return resp, nil
 }
