@@ -158,6 +158,22 @@ func configFlag(fs *pflag.FlagSet, p *string) {
 	cobra.MarkFlagFilename(fs, "config", "yaml", "yml")
 }
 
+// subcommand is one row of a command group's table of subcommands: its
+// usage line and help.
+type subcommand struct{ use, short, long, example string }
+
+// command is the cobra command of s; note ends its long help, args are
+// its positional arguments.
+func (s subcommand) command(note string, args ...string) *cobra.Command {
+	return &cobra.Command{
+		Use:     s.use,
+		Short:   s.short,
+		Long:    s.long + "\n\n" + note,
+		Example: s.example,
+		Args:    exactArgs(args...),
+	}
+}
+
 // adminFlags adds --admin (env FENCEGATE_ADMIN) and --api-key, the admin
 // listener of the commands that talk to a running gateway.
 func adminFlags(fs *pflag.FlagSet, admin, key *string) {

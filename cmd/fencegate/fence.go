@@ -27,7 +27,7 @@ const fenceAdminHelp = `The admin listener is --admin (env FENCEGATE_ADMIN); its
 from FENCEGATE_API_KEY (or --api-key).`
 
 func newFenceCmd() *cobra.Command {
-	subs := []struct{ use, short, long, example string }{
+	subs := []subcommand{
 		{"show RESOURCE", "print the fence record",
 			"Show prints the fence record of RESOURCE as JSON: the highest token\naccepted, its owner, when, and the ETag the gateway knows.",
 			"  fencegate fence show /orders/7 --admin http://127.0.0.1:9090"},
@@ -45,13 +45,7 @@ func newFenceCmd() *cobra.Command {
 		if c.sub == "advance" {
 			args = append(args, "TOKEN")
 		}
-		cmd := &cobra.Command{
-			Use:     s.use,
-			Short:   s.short,
-			Long:    s.long + "\n\n" + fenceAdminHelp,
-			Example: s.example,
-			Args:    exactArgs(args...),
-		}
+		cmd := s.command(fenceAdminHelp, args...)
 		fs := cmd.Flags()
 		adminFlags(fs, &c.admin, &c.key)
 		fs.Int64Var(&c.to, "to", 0, "reset: the new highest token")

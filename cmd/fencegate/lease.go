@@ -46,7 +46,7 @@ const leaseExitStatus = `Exit status: 0 ok, 1 other failure (coordinator unreach
 3 lease held by another owner, 4 lease lost, 5 (show) no live lease.`
 
 func newLeaseCmd() *cobra.Command {
-	subs := []struct{ use, short, long, example string }{
+	subs := []subcommand{
 		{"acquire RESOURCE", "take the lease; prints its token",
 			"Acquire takes the lease on RESOURCE and prints its fencing token. With\n--wait it waits for a lease another owner holds; without, it exits 3 at once.",
 			"  tok=$(fencegate lease acquire /orders/7 --owner worker-a --ttl 30s --wait 10s)"},
@@ -63,13 +63,7 @@ func newLeaseCmd() *cobra.Command {
 	var cmds []*cobra.Command
 	for _, s := range subs {
 		c := &leaseCmd{sub: strings.Fields(s.use)[0]}
-		cmd := &cobra.Command{
-			Use:     s.use,
-			Short:   s.short,
-			Long:    s.long + "\n\n" + leaseExitStatus,
-			Example: s.example,
-			Args:    exactArgs(strings.Fields(s.use)[1:]...),
-		}
+		cmd := s.command(leaseExitStatus, strings.Fields(s.use)[1:]...)
 		fs := cmd.Flags()
 		fs.StringVar(&c.url, "coordinator", envOr("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081"), "coordinator `URL` (env FENCEGATE_COORDINATOR)")
 		fs.StringVar(&c.owner, "owner", "", "lease owner `name` (default env FENCEGATE_OWNER, else the host name)")
