@@ -9,7 +9,7 @@ func (f *LocalFence) InFlight(resource string) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e, ok := sh.m[resource]; ok {
-		return len(e.inflight)
+		return e.flying
 	}
 	return 0
 }
