@@ -24,6 +24,25 @@ type fenceResetter interface {
 	ResetFence(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error)
 }
 
+// leases is what the fence API and the token checks read of the
+// coordinator's lease records.
+type leases interface {
+	issuedReader
+	tokenRaiser
+}
+
+// leaseRecords returns the lease records kept on store (the coordinator's,
+// whether or not it runs in this process); nil if the store keeps none.
+func leaseRecords(store any) leases {
+	switch st := store.(type) {
+	case *postgres.Store:
+		return postgres.NewLeases(st)
+	case *bolt.Store:
+		return bolt.NewLeases(st)
+	}
+	return nil
+}
+
 // advanceLimit is the fence.max_advance ceiling of a raise by hand (the
 // fence API's advance, fence import and rebuild): above the highest token
 // issued for the resource when tokens are verified (issued non-nil),
@@ -53,11 +72,8 @@ func ImportLimit(cfg *config.Config, store gateway.Store) func(context.Context, 
 	}
 	verifying := enabled(cfg.Fence.VerifyTokens, cfg.Coordinator.Enabled || cfg.Fence.Mode == "shared")
 	var issued issuedReader
-	switch st := store.(type) {
-	case *postgres.Store:
-		issued = postgres.NewLeases(st)
-	case *bolt.Store:
-		issued = bolt.NewLeases(st)
+	if l := leaseRecords(store); l != nil {
+		issued = l
 	}
 	return advanceLimit(maxAdv, verifying, issued, func(ctx context.Context, resource string) (fencegate.FenceState, error) {
 		st, err := store.LoadFence(ctx, resource)
@@ -88,20 +104,9 @@ func (s *Server) fenceAPI(cfg *config.Config, store gateway.Store) *gateway.Fenc
 			return ""
 		},
 	}
-	var (
-		issued issuedReader
-		raiser tokenRaiser
-	)
-	switch st := store.(type) {
-	case *postgres.Store:
-		l := postgres.NewLeases(st)
-		issued, raiser = l, l
-	case *bolt.Store:
-		l := bolt.NewLeases(st)
-		issued, raiser = l, l
-	}
-	if raiser != nil {
-		api.RaiseTokens = raiser.RaiseSequence
+	var issued issuedReader
+	if l := leaseRecords(store); l != nil {
+		issued, api.RaiseTokens = l, l.RaiseSequence
 	}
 	api.Limit = advanceLimit(cfg.Fence.MaxAdvanceOrDefault(), s.verifying, issued, s.fence.State)
 	rs, canReset := store.(fenceResetter)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
@@ -126,13 +125,8 @@ func (s *Server) tokenVerifier(cfg *config.Config, store gateway.Store) (func(co
 	if !enabled(cfg.Fence.VerifyTokens, s.coord != nil || cfg.Fence.Mode == "shared") {
 		return nil, nil
 	}
-	var issued issuedReader
-	switch st := store.(type) {
-	case *postgres.Store:
-		issued = postgres.NewLeases(st)
-	case *bolt.Store:
-		issued = bolt.NewLeases(st)
-	default:
+	issued := leaseRecords(store)
+	if issued == nil {
 		return nil, fmt.Errorf("fence.verify_tokens: store %T keeps no lease records", store)
 	}
 	return func(ctx context.Context, resource string, token int64) error {
