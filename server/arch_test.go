@@ -11,8 +11,9 @@ import (
 const module = "github.com/fencegate/fencegate"
 
 // wiring are the packages that may know the configuration's shape: config
-// itself, the mapping from it to library options (server) and the binary.
-var wiring = []string{module + "/config", module + "/server", module + "/cmd/"}
+// itself, the mapping from it to library options (server) and the binaries
+// (fencegate, and the benchmark drivers that run its serve code).
+var wiring = []string{module + "/config", module + "/server", module + "/cmd/", module + "/bench/cmd/"}
 
 func isWiring(path string) bool {
 	for _, w := range wiring {

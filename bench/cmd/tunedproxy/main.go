@@ -37,8 +37,8 @@ func main() {
 		log.Fatalf("-upstream: need a URL, got %q", *upstream)
 	}
 	rp := &httputil.ReverseProxy{
-		Director: func(r *http.Request) {
-			r.URL.Scheme, r.URL.Host = u.Scheme, u.Host
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = u.Scheme, u.Host
 		},
 		Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
