@@ -9,10 +9,12 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
 	httpup "github.com/fencegate/fencegate/adapters/http"
@@ -35,7 +37,23 @@ import (
 // Profile with
 //
 //	go test -run '^$' -bench Dataplane -benchmem -cpuprofile cpu.out -memprofile mem.out ./bench/
-func BenchmarkDataplane(b *testing.B) {
+func BenchmarkDataplane(b *testing.B) { benchDataplane(b) }
+
+// BenchmarkProxy is BenchmarkDataplane's plain, repeated and stale: the
+// fence's cost against a bare reverse proxy, in process (bench/proxy.sh
+// measures the same over sockets with wrk).
+func BenchmarkProxy(b *testing.B) { benchDataplane(b, "plain", "repeated", "stale") }
+
+// BenchmarkAdvance is BenchmarkDataplane's repeated and advance: what a
+// durable advance per write costs, with the store's commits/s and
+// writes/commit (group commit: one bbolt commit, two fdatasyncs, serves
+// every advance queued while the previous one was on disk):
+//
+//	go test ./bench -run '^$' -bench Advance -benchtime 20000x -count 3
+func BenchmarkAdvance(b *testing.B) { benchDataplane(b, "repeated", "advance") }
+
+// benchDataplane runs the targets named in only (all if none).
+func benchDataplane(b *testing.B, only ...string) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Write([]byte("ok\n"))
@@ -88,11 +106,26 @@ func BenchmarkDataplane(b *testing.B) {
 		{"advance", gw, func(int64) string { return "/orders/new/" + strconv.FormatInt(fresh.Add(1), 10) }, "42", http.StatusOK},
 		{"stale", gw, func(i int64) string { return "/orders/" + strconv.FormatInt(i%resources, 10) }, "41", http.StatusConflict},
 	} {
+		if len(only) > 0 && !slices.Contains(only, tc.name) {
+			continue
+		}
 		b.Run(tc.name, func(b *testing.B) {
 			var next atomic.Int64
 			b.SetParallelism(16) // 32 writers on 2 cores, as wrk -c32
 			b.ReportAllocs()
+			before := st.Stats()
 			b.ResetTimer()
+			start := time.Now()
+			defer func() {
+				secs := time.Since(start).Seconds()
+				after := st.Stats()
+				commits := float64(after.Commits - before.Commits)
+				b.ReportMetric(float64(b.N)/secs, "writes/s")
+				b.ReportMetric(commits/secs, "commits/s")
+				if commits > 0 {
+					b.ReportMetric(float64(after.Changes-before.Changes)/commits, "writes/commit")
+				}
+			}()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					path := tc.path(next.Add(1))
