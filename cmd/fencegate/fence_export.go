@@ -127,26 +127,32 @@ const importBatch = 1000
 // fenceImportCmd max-merges an export into the store.
 type fenceImportCmd struct {
 	printer
-	config    string
-	keepETags bool
+	config     string
+	keepETags  bool
+	maxAdvance int64 // --max-advance, if set: this import's fence.max_advance
+	setMax     bool
 }
 
 func newFenceImportCmd() *cobra.Command {
 	c := &fenceImportCmd{}
 	cmd := &cobra.Command{
-		Use:   "import [-c FILE] [--keep-etags] [FILE|-]",
+		Use:   "import [-c FILE] [--keep-etags] [--max-advance N] [FILE|-]",
 		Short: "merge an export into the store (a fence is only ever raised)",
 		Long: `Import merges the records of a fence export (FILE, or stdin) into the
 store: each fence becomes the higher of its own and the exported highest,
 and the coordinator's token sequence is raised above every imported token.
 ` + fenceStoreHelp,
 		Example: `  fencegate fence import -c fencegate.yaml fences.jsonl
-  ssh old-host fencegate fence export | fencegate fence import -`,
+  ssh old-host fencegate fence export | fencegate fence import -
+  fencegate fence import -c fencegate.yaml --max-advance -1 fences.jsonl   # a restore onto an empty store`,
 		Args: maxArgs(1),
 	}
 	configFlag(cmd.Flags(), &c.config)
 	cmd.Flags().BoolVar(&c.keepETags, "keep-etags", false, "keep the exported ETags (only if the upstream was not written since the export); "+
 		"default: mark them unknown, so the next conditional write learns the current one")
+	cmd.Flags().Int64Var(&c.maxAdvance, "max-advance", 0, "this import's ceiling instead of fence.max_advance: how far above what the store holds a record may raise a fence; "+
+		"-1 for none (a restore onto an empty store, whose tokens are all far above 0)")
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) { c.setMax = cmd.Flags().Changed("max-advance") }
 	return wrap(cmd, c)
 }
 
@@ -154,6 +160,12 @@ func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
 	cfg, err := config.Load(c.config)
 	if err != nil {
 		return err
+	}
+	if c.setMax {
+		if c.maxAdvance == 0 {
+			return usagef("--max-advance 0 would refuse every record; give a positive ceiling or -1 for none")
+		}
+		cfg.Fence.MaxAdvance = c.maxAdvance
 	}
 	var in io.ReadSeeker
 	if len(args) == 1 && args[0] != "-" {
@@ -274,7 +286,7 @@ func (imp *importer) check(ctx context.Context, in io.Reader, limit func(context
 	msg := fmt.Sprintf("%v; nothing was imported", err)
 	var fe *fencegate.Error
 	if errors.As(err, &fe) && fe.Code == fencegate.CodeTokenOutOfRange {
-		msg += fmt.Sprintf(" (an import is bounded like a hand advance: if the token is real, raise fence.max_advance, or set it to -1 for no ceiling, in the configuration of this import, %s)", cfgFile)
+		msg += fmt.Sprintf(" (an import is bounded like a hand advance: if the token is real, pass --max-advance -1 (no ceiling) or a larger one, or raise fence.max_advance in the configuration of this import, %s)", cfgFile)
 	}
 	return errors.New(msg)
 }

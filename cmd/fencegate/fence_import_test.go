@@ -86,4 +86,23 @@ func TestFenceImportCeiling(t *testing.T) {
 	if h := stored("/o/9"); h != 5000000 {
 		t.Errorf("/o/9 at %d; want 5000000", h)
 	}
+
+	// The same from the command line, with the ceiling of the usual
+	// configuration: --max-advance -1 for this import only; a larger
+	// ceiling lets a record as far as it and no further.
+	if _, errOut, code := runCLI("fence", "import", "-c", cfg, "--max-advance", "-1", export(`{"resource":"/o/10","highest":7000000}`)); code != 0 {
+		t.Fatalf("import with --max-advance -1: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := runCLI("fence", "import", "-c", cfg, "--max-advance", "10000", export(`{"resource":"/o/11","highest":10000}`)); code != 0 {
+		t.Fatalf("import with --max-advance 10000: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := runCLI("fence", "import", "-c", cfg, "--max-advance", "10000", export(`{"resource":"/o/12","highest":10001}`)); code == 0 || !strings.Contains(errOut, "--max-advance") {
+		t.Fatalf("import 10001 with --max-advance 10000: exit %d, %q; want refused, naming --max-advance", code, errOut)
+	}
+	if _, _, code := runCLI("fence", "import", "-c", cfg, "--max-advance", "0", export(`{"resource":"/o/13","highest":1}`)); code != 2 {
+		t.Fatalf("--max-advance 0: exit %d; want 2 (usage)", code)
+	}
+	if h10, h11, h12 := stored("/o/10"), stored("/o/11"), stored("/o/12"); h10 != 7000000 || h11 != 10000 || h12 != 0 {
+		t.Errorf("fences %d, %d, %d; want 7000000, 10000, 0", h10, h11, h12)
+	}
 }
