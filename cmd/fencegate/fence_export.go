@@ -127,10 +127,9 @@ const importBatch = 1000
 // fenceImportCmd max-merges an export into the store.
 type fenceImportCmd struct {
 	printer
-	config     string
-	keepETags  bool
-	maxAdvance int64 // --max-advance, if set: this import's fence.max_advance
-	setMax     bool
+	config    string
+	keepETags bool
+	ceiling   ceilingFlag
 }
 
 func newFenceImportCmd() *cobra.Command {
@@ -150,10 +149,33 @@ and the coordinator's token sequence is raised above every imported token.
 	configFlag(cmd.Flags(), &c.config)
 	cmd.Flags().BoolVar(&c.keepETags, "keep-etags", false, "keep the exported ETags (only if the upstream was not written since the export); "+
 		"default: mark them unknown, so the next conditional write learns the current one")
-	cmd.Flags().Int64Var(&c.maxAdvance, "max-advance", 0, "this import's ceiling instead of fence.max_advance: how far above what the store holds a record may raise a fence; "+
-		"-1 for none (a restore onto an empty store, whose tokens are all far above 0)")
-	cmd.PreRun = func(cmd *cobra.Command, _ []string) { c.setMax = cmd.Flags().Changed("max-advance") }
+	c.ceiling.flag(cmd, "record")
 	return wrap(cmd, c)
+}
+
+// ceilingFlag is --max-advance of import and rebuild: that run's ceiling
+// instead of fence.max_advance.
+type ceilingFlag struct {
+	maxAdvance int64
+	set        bool
+}
+
+func (f *ceilingFlag) flag(cmd *cobra.Command, what string) {
+	cmd.Flags().Int64Var(&f.maxAdvance, "max-advance", 0, "this run's ceiling instead of fence.max_advance: how far above what the store holds a "+what+" may raise a fence; "+
+		"-1 for none (a restore onto an empty store, whose tokens are all far above 0)")
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) { f.set = cmd.Flags().Changed("max-advance") }
+}
+
+// apply puts the flag's ceiling, if given, into cfg.
+func (f *ceilingFlag) apply(cfg *config.Config) error {
+	if !f.set {
+		return nil
+	}
+	if f.maxAdvance == 0 {
+		return usagef("--max-advance 0 would refuse every record; give a positive ceiling or -1 for none")
+	}
+	cfg.Fence.MaxAdvance = f.maxAdvance
+	return nil
 }
 
 func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
@@ -161,11 +183,8 @@ func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if c.setMax {
-		if c.maxAdvance == 0 {
-			return usagef("--max-advance 0 would refuse every record; give a positive ceiling or -1 for none")
-		}
-		cfg.Fence.MaxAdvance = c.maxAdvance
+	if err := c.ceiling.apply(cfg); err != nil {
+		return err
 	}
 	var in io.ReadSeeker
 	if len(args) == 1 && args[0] != "-" {
@@ -349,23 +368,29 @@ func (imp *importer) flush(ctx context.Context) error {
 type fenceRebuildCmd struct {
 	printer
 	config, route, bucket, prefix string
+	ceiling                       ceilingFlag
 }
 
 func newFenceRebuildCmd() *cobra.Command {
 	c := &fenceRebuildCmd{}
 	cmd := &cobra.Command{
-		Use:   "rebuild [-c FILE] --bucket NAME [--route NAME] [--prefix P]",
+		Use:   "rebuild [-c FILE] --bucket NAME [--route NAME] [--prefix P] [--max-advance N]",
 		Short: "raise fences from the token stamps on S3 objects",
 		Long: `Rebuild scans the objects of an S3 route's bucket for the token stamps
 that s3.stamp: true leaves on them, and raises each object's fence to at
-least its stamped token. ` + fenceStoreHelp,
-		Example: `  fencegate fence rebuild -c fencegate.yaml --bucket orders --prefix 2024/`,
-		Args:    noArgs,
+least its stamped token. A stamp more than fence.max_advance above what the
+store holds stops the rebuild (an object written around the gateway can
+carry any stamp); the fences raised before it stay raised, and a rebuild can
+be run again. ` + fenceStoreHelp,
+		Example: `  fencegate fence rebuild -c fencegate.yaml --bucket orders --prefix 2024/
+  fencegate fence rebuild -c fencegate.yaml --bucket orders --max-advance -1   # onto an empty store`,
+		Args: noArgs,
 	}
 	configFlag(cmd.Flags(), &c.config)
 	cmd.Flags().StringVar(&c.route, "route", "", "S3 route whose objects are scanned (default: the only S3 route)")
 	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket to scan (required)")
 	cmd.Flags().StringVar(&c.prefix, "prefix", "", "scan only keys starting with this prefix")
+	c.ceiling.flag(cmd, "stamp")
 	return wrap(cmd, c)
 }
 
@@ -377,6 +402,9 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	}
 	if bucket == "" {
 		return usagef("--bucket is required")
+	}
+	if err := c.ceiling.apply(cfg); err != nil {
+		return err
 	}
 	var rc *config.Route
 	if cfg.Gateway != nil {
@@ -421,12 +449,24 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("object %s/%s: resource template %q: %w", s.Bucket, s.Key, rc.Resource, err)
 		}
 		imp.read++
-		return imp.add(ctx, fencegate.FenceRecord{Resource: res, Highest: s.Token, Owner: "rebuild", ETag: fencegate.ETagUnknown})
+		err = imp.add(ctx, fencegate.FenceRecord{Resource: res, Highest: s.Token, Owner: "rebuild", ETag: fencegate.ETagUnknown})
+		var fe *fencegate.Error
+		if errors.As(err, &fe) && fe.Code == fencegate.CodeTokenOutOfRange {
+			return fmt.Errorf("object %s/%s: %w", s.Bucket, s.Key, err)
+		}
+		return err
 	})
 	if err == nil {
 		err = imp.flush(ctx)
 	}
 	if err != nil {
+		var fe *fencegate.Error
+		if errors.As(err, &fe) && fe.Code == fencegate.CodeTokenOutOfRange {
+			return fmt.Errorf("%w; %d fence(s) raised before it stay raised, and the store is not yet adopted "+
+				"(a stamp written around the gateway can be anything: if this one is real, run the rebuild again with "+
+				"--max-advance -1 (no ceiling) or a larger one; if not, remove or rewrite the object first, or skip it with --prefix)",
+				err, imp.raised)
+		}
 		return err
 	}
 	if err := server.AdoptStore(ctx, cfg, st); err != nil {
