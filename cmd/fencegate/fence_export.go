@@ -380,8 +380,9 @@ func newFenceRebuildCmd() *cobra.Command {
 that s3.stamp: true leaves on them, and raises each object's fence to at
 least its stamped token. A stamp more than fence.max_advance above what the
 store holds stops the rebuild (an object written around the gateway can
-carry any stamp); the fences raised before it stay raised, and a rebuild can
-be run again. ` + fenceStoreHelp,
+carry any stamp); the fences raised before it stay raised, and a rebuild
+can be run again.
+` + fenceStoreHelp,
 		Example: `  fencegate fence rebuild -c fencegate.yaml --bucket orders --prefix 2024/
   fencegate fence rebuild -c fencegate.yaml --bucket orders --max-advance -1   # onto an empty store`,
 		Args: noArgs,
