@@ -39,9 +39,15 @@ const (
 	// maxLeaseBatch bounds one batch (its arrays, its transaction's row locks).
 	maxLeaseBatch = 512
 	// batchRunners is how many batches of one kind may be in flight at
-	// once per process: one being executed by PostgreSQL while the next
-	// is being assembled and sent.
-	batchRunners = 2
+	// once per process. One gave the largest batches and the most
+	// renewals per second (16 callers: 17.5k/s and 8 per batch, against
+	// 12.8k/s with two runners and 5k/s with four, on 2 cores): the
+	// callers settle into two cohorts, one in the database while the other
+	// queues. Row locks on resource_fence are held only by single
+	// statements (and fence reset's table lock, which stops every
+	// operation anyway), so one batch waits behind another operation only
+	// briefly.
+	batchRunners = 1
 )
 
 const (
