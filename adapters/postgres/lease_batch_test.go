@@ -47,7 +47,7 @@ func TestRenewBatchMixed(t *testing.T) {
 	}
 	ops := []*leaseOp{
 		newOp(a.Resource, "w1", a.Token, 5*time.Minute),
-		newOp(foreign.Resource, "w1", foreign.Token, 5*time.Minute), // not the owner
+		newOp(foreign.Resource, "w1", foreign.Token, 5*time.Minute),  // not the owner
 		newOp(stale.Resource, "w1", stale.Token+1000, 5*time.Minute), // not the token
 		newOp(rel.Resource, "w1", rel.Token, 5*time.Minute),          // released: never revived
 		newOp("/m/unknown", "w1", 1, 5*time.Minute),
