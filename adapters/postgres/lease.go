@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate/coordinator"
@@ -33,6 +34,10 @@ type Leases struct {
 	// raise made only in the row would bypass, so it raises through its own
 	// Advance (coordinator.Service.OnIssue) instead.
 	RaiseFence bool
+
+	once     sync.Once
+	renews   batcher // group commit of Renew (lease_batch.go)
+	releases batcher // and of Release
 }
 
 var (
@@ -178,30 +183,33 @@ func (ls *Leases) Acquire(ctx context.Context, resource, owner string, ttl time.
 	return cur, false, coordinator.ErrHeld
 }
 
-// Renew implements coordinator.Backend.
+// Renew implements coordinator.Backend. Renewals arriving together are
+// sent as one statement (lease_batch.go); each gets its own answer.
 func (ls *Leases) Renew(ctx context.Context, resource, owner string, token int64, ttl time.Duration) (coordinator.Lease, error) {
-	ctx, cancel := ls.timeout(ctx)
-	defer cancel()
-	l := coordinator.Lease{Resource: resource, Owner: owner, Token: token}
-	var dbNow time.Time
-	err := ls.st.Pool.QueryRow(ctx, renewSQL, resource, owner, token, ttl.Microseconds()).Scan(&l.ExpiresAt, &dbNow)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return coordinator.Lease{}, coordinator.ErrLost
-	case err != nil:
-		return coordinator.Lease{}, fmt.Errorf("renew lease %q: %w", resource, err)
+	ls.init()
+	op := &leaseOp{resource: resource, owner: owner, token: token, ttl: ttl}
+	if err := ls.renews.do(ctx, op, "renew"); err != nil {
+		return coordinator.Lease{}, err
 	}
-	l.Remaining = l.ExpiresAt.Sub(dbNow)
-	return l, nil
+	return op.lease, nil
 }
 
 // Release implements coordinator.Backend. The release and the
 // notification are two transactions (see notifySQL) in one pipeline: one
 // round trip. The notification runs after the release has committed and
-// is sent only if the lease is free then.
+// is sent only if the lease is free then. Releases arriving together are
+// sent as one batch (lease_batch.go); each gets its own answer.
 func (ls *Leases) Release(ctx context.Context, resource, owner string, token int64) (bool, error) {
-	ctx, cancel := ls.timeout(ctx)
-	defer cancel()
+	ls.init()
+	op := &leaseOp{resource: resource, owner: owner, token: token}
+	if err := ls.releases.do(ctx, op, "release"); err != nil {
+		return false, err
+	}
+	return op.released, nil
+}
+
+// releaseOne is one release and its notification (releaseSQL, notifySQL).
+func (ls *Leases) releaseOne(ctx context.Context, resource, owner string, token int64) (bool, error) {
 	c, err := ls.st.Pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("release lease %q: %w", resource, err)

@@ -21,7 +21,10 @@
 // generator (pgbench, or this process), the coordinator process, the
 // PostgreSQL server (postmaster and its backends) and the rest of the
 // machine; on 2 cores all of them share the cores, so throughput is about
-// cores / total CPU per op.
+// cores / total CPU per op. The column "cpu%" is pgbench's CPU per op
+// (client + pg) over the runner's (client + coord + pg): the ratio the runner
+// would reach on a machine where they are CPU-bound and alone, whatever the
+// other load on this one (which the "rest" column shows).
 //
 // It creates a database of its own on the server of -url and drops it at the
 // end. bench/coordinator.sh runs it against a throwaway cluster.
@@ -302,19 +305,21 @@ func run(adminURL string, clients int, d time.Duration, pgbench string, rounds i
 
 	fmt.Printf("PostgreSQL lease coordinator (fence.mode %s) vs pgbench, same SQL, same database, %d clients, %d connections, %v per run, median of %d rounds\n", mode, clients, clients, d, rounds)
 	fmt.Printf("CPU µs per op: client = the load generator (pgbench; this process's Go or raw HTTP client), coord = the coordinator process (go/pgx: this process, client included),\n")
-	fmt.Printf("pg = PostgreSQL (postmaster and backends), rest = the rest of the machine; busy: cores in use of %d\n\n", runtime.NumCPU())
-	fmt.Printf("%-16s %-9s %9s %9s %9s %9s %7s %7s %7s %7s %7s %6s\n", "workload", "runner", "ops/s", "mean", "p50", "p99", "ratio", "client", "coord", "pg", "rest", "busy")
-	var pg float64
+	fmt.Printf("pg = PostgreSQL (postmaster and backends), rest = the rest of the machine; busy: cores in use of %d;\n", runtime.NumCPU())
+	fmt.Printf("cpu%% = pgbench's (client+pg) CPU per op over the runner's (client+coord+pg): the ratio without the rest of the machine's load\n\n")
+	fmt.Printf("%-16s %-9s %9s %9s %9s %9s %7s %7s %7s %7s %7s %6s %6s\n", "workload", "runner", "ops/s", "mean", "p50", "p99", "ratio", "client", "coord", "pg", "rest", "busy", "cpu%")
+	var pg, pgCPU float64
 	for _, r := range results {
+		own := r.cpu.clientUS + r.cpu.coordUS + r.cpu.pgUS
 		if r.runner == "pgbench" {
-			pg = r.ops
+			pg, pgCPU = r.ops, own
 		}
 		p50, p99 := "-", "-"
 		if r.p50 > 0 {
 			p50, p99 = ms(r.p50), ms(r.p99)
 		}
-		fmt.Printf("%-16s %-9s %9.0f %9s %9s %9s %6.0f%% %7.0f %7.0f %7.0f %7.0f %6.2f\n", r.workload, r.runner, r.ops, ms(r.mean), p50, p99, 100*r.ops/pg,
-			r.cpu.clientUS, r.cpu.coordUS, r.cpu.pgUS, r.cpu.restUS, r.cpu.busyCores)
+		fmt.Printf("%-16s %-9s %9.0f %9s %9s %9s %6.0f%% %7.0f %7.0f %7.0f %7.0f %6.2f %5.0f%%\n", r.workload, r.runner, r.ops, ms(r.mean), p50, p99, 100*r.ops/pg,
+			r.cpu.clientUS, r.cpu.coordUS, r.cpu.pgUS, r.cpu.restUS, r.cpu.busyCores, 100*pgCPU/own)
 	}
 	return nil
 }
