@@ -79,8 +79,8 @@ type fenceEntry struct {
 
 	// The record, fencegate.FenceState without pointers: the resource,
 	// owner and ETag are names[name:], in that order.
-	name                      uint32
-	resLen, ownerLen, etagLen uint32
+	name                      int
+	resLen, ownerLen, etagLen int
 	highest                   int64
 	updatedAt                 time.Time
 
@@ -498,7 +498,7 @@ func (sh *fenceShard) remove(i int32) {
 		}
 	}
 	sh.unlink(i)
-	sh.garbage += int(e.resLen + e.ownerLen + e.etagLen)
+	sh.garbage += e.resLen + e.ownerLen + e.etagLen
 	*e = fenceEntry{next: sh.free}
 	sh.free = i
 	sh.n--
@@ -557,9 +557,9 @@ func (sh *fenceShard) setState(i int32, resource string, st fencegate.FenceState
 // they are most of it. Entry i must be in the LRU list.
 func (sh *fenceShard) setName(i int32, resource, owner, etag string) {
 	e := &sh.entries[i]
-	sh.garbage += int(e.resLen + e.ownerLen + e.etagLen)
-	e.name = uint32(len(sh.names))
-	e.resLen, e.ownerLen, e.etagLen = uint32(len(resource)), uint32(len(owner)), uint32(len(etag))
+	sh.garbage += e.resLen + e.ownerLen + e.etagLen
+	e.name = len(sh.names)
+	e.resLen, e.ownerLen, e.etagLen = len(resource), len(owner), len(etag)
 	sh.names = append(append(append(sh.names, resource...), owner...), etag...)
 	if sh.garbage > 64<<10 && sh.garbage > len(sh.names)/2 {
 		sh.compact()
@@ -572,7 +572,7 @@ func (sh *fenceShard) compact() {
 	for i := sh.head; i >= 0; i = sh.entries[i].next {
 		e := &sh.entries[i]
 		n := e.resLen + e.ownerLen + e.etagLen
-		off := uint32(len(names))
+		off := len(names)
 		names = append(names, sh.names[e.name:e.name+n]...)
 		e.name = off
 	}
