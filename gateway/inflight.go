@@ -5,11 +5,11 @@ package gateway
 // operator console's fences list). It reads memory only, never the store;
 // a resource the fence does not hold in memory has none.
 func (f *LocalFence) InFlight(resource string) int {
-	sh := f.shard(resource)
+	sh, h := f.shard(resource)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e, ok := sh.m[resource]; ok {
-		return e.flying
+	if i := sh.lookup(h, resource); i >= 0 {
+		return sh.entries[i].flying
 	}
 	return 0
 }

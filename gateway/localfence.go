@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"container/list"
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -53,17 +52,39 @@ type LocalFenceOptions struct {
 	Verify func(ctx context.Context, resource string, token int64) error
 }
 
+// fenceShard is one 64th of the cache. It is laid out for the garbage
+// collector, which marks the whole live heap on every cycle: with an entry
+// of strings, list elements and map pointers per resource, a full cache
+// (100,000 entries) made marking a third of a repeated write's CPU
+// (docs/performance.md). Here entries sit in one slice and refer to each
+// other by index, their resource names sit back to back in one byte slice,
+// and the index maps a resource's hash to its entry: an idle entry holds no
+// pointer for the collector to follow.
 type fenceShard struct {
-	mu  sync.Mutex
-	m   map[string]*fenceEntry
-	lru list.List // of *fenceEntry; front is most recently used
-	max int
+	mu      sync.Mutex
+	index   map[uint64]int32 // the resource's hash → its entry (the first, if hashes collide)
+	entries []fenceEntry
+	names   []byte // each entry's resource, owner and ETag, back to back
+	garbage int    // bytes of names no entry uses any more
+	free    int32  // an unused entry, chaining the others through next; -1: none
+	// head and tail are the most and least recently used entries; -1: none.
+	head, tail int32
+	n, max     int
 }
 
 type fenceEntry struct {
-	resource string
-	elem     *list.Element
-	state    fencegate.FenceState
+	hash       uint64
+	collision  int32 // the next entry whose resource has the same hash; -1: none
+	prev, next int32 // the neighbours in the LRU order (next: less recent)
+
+	// The record, fencegate.FenceState without pointers: the resource,
+	// owner and ETag are names[name:], in that order.
+	name                      int
+	resLen, ownerLen, etagLen int
+	highest                   int64
+	updatedAt                 time.Time
+
+	// The fields below are nil and zero while the resource is idle.
 
 	// loading is non-nil while the record is read from the Store; it is
 	// closed when the read finished.
@@ -77,19 +98,18 @@ type fenceEntry struct {
 	// counts them.
 	inflight *flight
 	flying   int
-	older    int           // in-flight writes with a token below state.Highest
+	older    int           // in-flight writes with a token below highest
 	drained  chan struct{} // closed when older drops to 0
 }
 
 type flight struct {
-	f        *LocalFence
 	sh       *fenceShard
-	e        *fenceEntry
+	e        int32 // index in sh.entries
 	token    int64
 	abort    func(cause error)
 	bodySent func() bool
 	once     sync.Once
-	// prev and next link e.inflight, under the shard lock.
+	// prev and next link the entry's inflight, under the shard lock.
 	prev, next *flight
 }
 
@@ -116,19 +136,20 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 	}
 	per := (opts.MaxEntries + len(f.shards) - 1) / len(f.shards)
 	for i := range f.shards {
-		f.shards[i].m = make(map[string]*fenceEntry)
-		f.shards[i].max = per
+		f.shards[i] = fenceShard{index: make(map[uint64]int32), free: -1, head: -1, tail: -1, max: per}
 	}
 	return f
 }
 
-func (f *LocalFence) shard(resource string) *fenceShard {
-	return &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
+// shard returns resource's shard and hash.
+func (f *LocalFence) shard(resource string) (*fenceShard, uint64) {
+	h := maphash.String(f.seed, resource)
+	return &f.shards[h%uint64(len(f.shards))], h
 }
 
 // Admit implements Fence.
 func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
-	sh := f.shard(w.Resource)
+	sh, h := f.shard(w.Resource)
 	drainTimeout := w.DrainTimeout
 	if drainTimeout <= 0 {
 		drainTimeout = f.drainTimeout
@@ -137,13 +158,14 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 	verified := false
 	for {
 		sh.mu.Lock()
-		e, created := sh.get(w.Resource)
+		i, created := sh.get(h, w.Resource)
 		if created {
-			if err := f.load(ctx, sh, e); err != nil {
+			if err := f.load(ctx, sh, i, w.Resource); err != nil {
 				return nil, err
 			}
 			continue
 		}
+		e := &sh.entries[i]
 		if ch := e.loading; ch != nil {
 			sh.mu.Unlock()
 			if err := wait(ctx, ch, nil); err != nil {
@@ -158,7 +180,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			}
 			continue
 		}
-		switch highest := e.state.Highest; {
+		switch highest := e.highest; {
 		case w.Token < highest:
 			sh.mu.Unlock()
 			return nil, fencegate.StaleError(w.Resource, w.Token, highest)
@@ -171,7 +193,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 				verified = true
 				continue
 			}
-			if err := f.advance(ctx, sh, e, w.Token, w.Owner); err != nil {
+			if err := f.advance(ctx, sh, i, w.Resource, w.Token, w.Owner); err != nil {
 				return nil, err
 			}
 			continue // decide again: the store may hold an even newer token
@@ -198,7 +220,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			}
 			continue
 		}
-		fl := &flight{f: f, sh: sh, e: e, token: w.Token, abort: w.Abort, bodySent: w.BodySent}
+		fl := &flight{sh: sh, e: i, token: w.Token, abort: w.Abort, bodySent: w.BodySent}
 		e.fly(fl)
 		sh.mu.Unlock()
 		return fl, nil
@@ -212,56 +234,55 @@ func (f *LocalFence) verifyToken(ctx context.Context, resource string, token int
 	return fencegate.Unverified(resource, token, f.verify(vctx, resource, token))
 }
 
-// load reads e's record from the store. Called with sh.mu held; returns with
-// it released.
-func (f *LocalFence) load(ctx context.Context, sh *fenceShard, e *fenceEntry) error {
-	ch := e.loading
+// load reads the record of resource, entry i, from the store. Called with
+// sh.mu held; returns with it released.
+func (f *LocalFence) load(ctx context.Context, sh *fenceShard, i int32, resource string) error {
+	ch := sh.entries[i].loading
 	sh.mu.Unlock()
 
 	sctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-	st, err := f.store.LoadFence(sctx, e.resource)
+	st, err := f.store.LoadFence(sctx, resource)
 	cancel()
 
 	sh.mu.Lock()
-	e.loading = nil
+	sh.entries[i].loading = nil
 	if err != nil {
-		sh.remove(e)
+		sh.remove(i)
 	} else {
-		st.Resource = e.resource
-		e.state = st
+		sh.setState(i, resource, st)
 	}
 	close(ch)
 	sh.mu.Unlock()
 	if err != nil {
-		return fencegate.Unavailable(e.resource, fmt.Errorf("load fence: %w", err))
+		return fencegate.Unavailable(resource, fmt.Errorf("load fence: %w", err))
 	}
 	return nil
 }
 
-// advance durably raises e's highest token. Called with sh.mu held; returns
-// with it released.
-func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, e *fenceEntry, token int64, owner string) error {
+// advance durably raises the highest token of resource, entry i. Called
+// with sh.mu held; returns with it released.
+func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, i int32, resource string, token int64, owner string) error {
 	ch := make(chan struct{})
-	e.advancing = ch
+	sh.entries[i].advancing = ch
 	sh.mu.Unlock()
 
 	// The advance must not be abandoned half way because one client went
 	// away: other writers are waiting on it. It is bounded by storeTimeout.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
-	st, err := f.store.AdvanceFence(sctx, e.resource, token, owner)
+	st, err := f.store.AdvanceFence(sctx, resource, token, owner)
 	cancel()
 
 	sh.mu.Lock()
+	e := &sh.entries[i]
 	e.advancing = nil
-	if err == nil && st.Highest > e.state.Highest {
-		st.Resource = e.resource
-		e.state = st
-		f.supersede(e)
+	if err == nil && st.Highest > e.highest {
+		sh.setState(i, resource, st)
+		e.supersede()
 	}
 	close(ch)
 	sh.mu.Unlock()
 	if err != nil {
-		return fencegate.Unavailable(e.resource, fmt.Errorf("advance fence to %d: %w", token, err))
+		return fencegate.Unavailable(resource, fmt.Errorf("advance fence to %d: %w", token, err))
 	}
 	return nil
 }
@@ -269,7 +290,7 @@ func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, e *fenceEntry,
 // supersede marks every write in flight as older than the new highest token,
 // and aborts those whose request bodies have not been fully sent. Called with
 // the shard lock held.
-func (f *LocalFence) supersede(e *fenceEntry) {
+func (e *fenceEntry) supersede() {
 	e.older = e.flying
 	if e.older > 0 && e.drained == nil {
 		e.drained = make(chan struct{})
@@ -284,10 +305,11 @@ func (f *LocalFence) supersede(e *fenceEntry) {
 // Release implements Permit.
 func (fl *flight) Release() {
 	fl.once.Do(func() {
-		sh, e := fl.sh, fl.e
+		sh := fl.sh
 		sh.mu.Lock()
+		e := &sh.entries[fl.e]
 		e.land(fl)
-		if fl.token < e.state.Highest {
+		if fl.token < e.highest {
 			e.older--
 			if e.older == 0 {
 				close(e.drained)
@@ -325,10 +347,11 @@ func (e *fenceEntry) land(fl *flight) {
 
 // State implements Fence.
 func (f *LocalFence) State(ctx context.Context, resource string) (fencegate.FenceState, error) {
-	sh := f.shard(resource)
+	sh, h := f.shard(resource)
 	sh.mu.Lock()
-	if e, ok := sh.m[resource]; ok && e.loading == nil {
-		st := e.state
+	if i := sh.lookup(h, resource); i >= 0 && sh.entries[i].loading == nil {
+		e := &sh.entries[i]
+		st := sh.state(i)
 		st.Ready = e.older == 0 && e.advancing == nil
 		sh.mu.Unlock()
 		return st, nil
@@ -348,87 +371,212 @@ func (f *LocalFence) State(ctx context.Context, resource string) (fencegate.Fenc
 // Advance implements Fence. It goes through the same path as a write's
 // advance, so in-flight writes with older tokens are superseded too.
 func (f *LocalFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
-	sh := f.shard(resource)
 	for {
-		e, err := f.settled(ctx, sh, resource)
+		sh, i, err := f.settled(ctx, resource)
 		if err != nil {
 			return fencegate.FenceState{}, err
 		}
-		if token <= e.state.Highest {
-			st := e.state
+		if e := &sh.entries[i]; token <= e.highest {
+			st := sh.state(i)
 			st.Ready = e.older == 0
 			sh.mu.Unlock()
 			return st, nil
 		}
-		if err := f.advance(ctx, sh, e, token, owner); err != nil {
+		if err := f.advance(ctx, sh, i, resource, token, owner); err != nil {
 			return fencegate.FenceState{}, err
 		}
 	}
 }
 
-// settled returns resource's entry once it is loaded and no advance or
-// reset of it is under way (waiting for them to end), with sh.mu held. On
-// an error sh.mu is not held.
-func (f *LocalFence) settled(ctx context.Context, sh *fenceShard, resource string) (*fenceEntry, error) {
+// settled returns resource's shard and entry once it is loaded and no
+// advance or reset of it is under way (waiting for them to end), with the
+// shard's lock held. On an error the lock is not held.
+func (f *LocalFence) settled(ctx context.Context, resource string) (*fenceShard, int32, error) {
+	sh, h := f.shard(resource)
 	for {
 		sh.mu.Lock()
-		e, created := sh.get(resource)
+		i, created := sh.get(h, resource)
 		if created {
-			if err := f.load(ctx, sh, e); err != nil {
-				return nil, err
+			if err := f.load(ctx, sh, i, resource); err != nil {
+				return nil, -1, err
 			}
 			continue
 		}
+		e := &sh.entries[i]
 		ch := e.loading
 		if ch == nil {
 			ch = e.advancing
 		}
 		if ch == nil {
-			return e, nil
+			return sh, i, nil
 		}
 		sh.mu.Unlock()
 		if err := wait(ctx, ch, nil); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 	}
 }
 
-// get returns the entry for resource, creating it (to be loaded by the
-// caller, with load) if absent.
-// Called with sh.mu held.
-func (sh *fenceShard) get(resource string) (*fenceEntry, bool) {
-	if e, ok := sh.m[resource]; ok {
-		sh.lru.MoveToFront(e.elem)
-		return e, false
+// The cache's bookkeeping below is called with sh.mu held. An index into
+// sh.entries stays valid while the lock is released as long as the entry
+// cannot be evicted (it is loading, advancing or has writes in flight);
+// a pointer into sh.entries only until the next get.
+
+// lookup returns the entry of resource (hash h), or -1.
+func (sh *fenceShard) lookup(h uint64, resource string) int32 {
+	i, ok := sh.index[h]
+	if !ok {
+		return -1
+	}
+	for ; i >= 0; i = sh.entries[i].collision {
+		if e := &sh.entries[i]; string(sh.names[e.name:e.name+e.resLen]) == resource {
+			return i
+		}
+	}
+	return -1
+}
+
+// get returns the entry of resource (hash h), most recently used now,
+// creating it (to be loaded by the caller, with load) if absent.
+func (sh *fenceShard) get(h uint64, resource string) (int32, bool) {
+	if i := sh.lookup(h, resource); i >= 0 {
+		sh.unlink(i)
+		sh.pushFront(i)
+		return i, false
+	}
+	i := sh.free
+	if i >= 0 {
+		sh.free = sh.entries[i].next
+	} else {
+		i = int32(len(sh.entries))
+		sh.entries = append(sh.entries, fenceEntry{})
+	}
+	first, collides := sh.index[h]
+	if !collides {
+		first = -1
 	}
 	// Created in the loading state, so evict below cannot drop it.
-	e := &fenceEntry{resource: resource, loading: make(chan struct{})}
-	e.elem = sh.lru.PushFront(e)
-	sh.m[resource] = e
+	sh.entries[i] = fenceEntry{hash: h, collision: first, loading: make(chan struct{})}
+	sh.index[h] = i
+	sh.pushFront(i)
+	sh.setName(i, resource, "", "")
+	sh.n++
 	sh.evict()
-	return e, true
+	return i, true
 }
 
 // evict drops idle entries beyond the shard's budget, oldest first. An entry
 // with writes in flight, or one being loaded or advanced, stays: dropping it
 // would lose the drain bookkeeping. Idle entries lose nothing, since their
-// state is durable in the store.
+// state is durable in the store (I1).
 func (sh *fenceShard) evict() {
-	for el := sh.lru.Back(); el != nil && len(sh.m) > sh.max; {
-		e := el.Value.(*fenceEntry)
-		prev := el.Prev()
+	for i := sh.tail; i >= 0 && sh.n > sh.max; {
+		e := &sh.entries[i]
+		prev := e.prev
 		if e.flying == 0 && e.loading == nil && e.advancing == nil {
-			sh.remove(e)
+			sh.remove(i)
 		}
-		el = prev
+		i = prev
 	}
 }
 
-func (sh *fenceShard) remove(e *fenceEntry) {
-	if cur, ok := sh.m[e.resource]; ok && cur == e {
-		delete(sh.m, e.resource)
-		sh.lru.Remove(e.elem)
+// remove drops entry i from the cache.
+func (sh *fenceShard) remove(i int32) {
+	e := &sh.entries[i]
+	if sh.index[e.hash] == i {
+		if e.collision >= 0 {
+			sh.index[e.hash] = e.collision
+		} else {
+			delete(sh.index, e.hash)
+		}
+	} else {
+		for j := sh.index[e.hash]; j >= 0; j = sh.entries[j].collision {
+			if sh.entries[j].collision == i {
+				sh.entries[j].collision = e.collision
+				break
+			}
+		}
 	}
+	sh.unlink(i)
+	sh.garbage += e.resLen + e.ownerLen + e.etagLen
+	*e = fenceEntry{next: sh.free}
+	sh.free = i
+	sh.n--
+}
+
+func (sh *fenceShard) pushFront(i int32) {
+	e := &sh.entries[i]
+	e.prev, e.next = -1, sh.head
+	if sh.head >= 0 {
+		sh.entries[sh.head].prev = i
+	} else {
+		sh.tail = i
+	}
+	sh.head = i
+}
+
+func (sh *fenceShard) unlink(i int32) {
+	e := &sh.entries[i]
+	if e.prev >= 0 {
+		sh.entries[e.prev].next = e.next
+	} else {
+		sh.head = e.next
+	}
+	if e.next >= 0 {
+		sh.entries[e.next].prev = e.prev
+	} else {
+		sh.tail = e.prev
+	}
+	e.prev, e.next = -1, -1
+}
+
+// state returns entry i's record (Ready unset).
+func (sh *fenceShard) state(i int32) fencegate.FenceState {
+	e := &sh.entries[i]
+	b := sh.names[e.name : e.name+e.resLen+e.ownerLen+e.etagLen]
+	return fencegate.FenceState{
+		Resource:  string(b[:e.resLen]),
+		Highest:   e.highest,
+		Owner:     string(b[e.resLen : e.resLen+e.ownerLen]),
+		ETag:      string(b[e.resLen+e.ownerLen:]),
+		UpdatedAt: e.updatedAt,
+	}
+}
+
+// setState stores the record of resource, entry i, as the store returned it.
+func (sh *fenceShard) setState(i int32, resource string, st fencegate.FenceState) {
+	e := &sh.entries[i]
+	e.highest, e.updatedAt = st.Highest, st.UpdatedAt
+	if st.Owner != "" || st.ETag != "" || e.ownerLen+e.etagLen > 0 {
+		sh.setName(i, resource, st.Owner, st.ETag)
+	}
+}
+
+// setName stores entry i's resource, owner and ETag at the end of names.
+// The bytes they replace are garbage, reclaimed by rewriting names once
+// they are most of it. Entry i must be in the LRU list.
+func (sh *fenceShard) setName(i int32, resource, owner, etag string) {
+	e := &sh.entries[i]
+	sh.garbage += e.resLen + e.ownerLen + e.etagLen
+	e.name = len(sh.names)
+	e.resLen, e.ownerLen, e.etagLen = len(resource), len(owner), len(etag)
+	sh.names = append(append(append(sh.names, resource...), owner...), etag...)
+	if sh.garbage > 64<<10 && sh.garbage > len(sh.names)/2 {
+		sh.compact()
+	}
+}
+
+// compact rewrites names with only the bytes entries use.
+func (sh *fenceShard) compact() {
+	names := make([]byte, 0, 2*(len(sh.names)-sh.garbage))
+	for i := sh.head; i >= 0; i = sh.entries[i].next {
+		e := &sh.entries[i]
+		n := e.resLen + e.ownerLen + e.etagLen
+		off := len(names)
+		names = append(names, sh.names[e.name:e.name+n]...)
+		e.name = off
+	}
+	sh.names, sh.garbage = names, 0
 }
 
 // cached reports how many resources the fence holds in memory (for tests
@@ -438,7 +586,7 @@ func (f *LocalFence) cached() int {
 	for i := range f.shards {
 		sh := &f.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n

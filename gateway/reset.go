@@ -21,12 +21,11 @@ type ResetFunc func(ctx context.Context) (fencegate.FenceState, error)
 // no write may be in flight under the old token, whose drain bookkeeping
 // would not survive a lowering: then Lower refuses (409, retry).
 func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc) (fencegate.FenceState, error) {
-	sh := f.shard(resource)
-	e, err := f.settled(ctx, sh, resource)
+	sh, i, err := f.settled(ctx, resource)
 	if err != nil {
 		return fencegate.FenceState{}, err
 	}
-	if n := e.flying; n > 0 {
+	if n := sh.entries[i].flying; n > 0 {
 		sh.mu.Unlock()
 		return fencegate.FenceState{}, &fencegate.Error{
 			Status: http.StatusConflict, Code: fencegate.CodeFenceDraining,
@@ -36,7 +35,7 @@ func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc
 	}
 	// Hold writes off the way an advance does: they wait on advancing.
 	done := make(chan struct{})
-	e.advancing = done
+	sh.entries[i].advancing = done
 	sh.mu.Unlock()
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
@@ -44,10 +43,11 @@ func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc
 	cancel()
 
 	sh.mu.Lock()
+	e := &sh.entries[i]
 	e.advancing = nil
 	if err == nil {
 		st.Resource = resource
-		e.state = st
+		sh.setState(i, resource, st)
 		e.older = 0
 	}
 	close(done)

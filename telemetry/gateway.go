@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -44,12 +45,22 @@ var _ gateway.Observer = (*Telemetry)(nil)
 func (t *Telemetry) Observe(ctx context.Context, o *gateway.Outcome) {
 	d := Decision(o.Decision)
 	m := t.Metrics
-	m.Requests.WithLabelValues(o.Route, d).Inc()
-	if d == DecisionStale {
-		m.StaleRefusals.WithLabelValues(o.Route).Inc()
-	}
-	if o.Wait > 0 {
-		m.FenceCheck.WithLabelValues(o.Route).Observe(o.Wait.Seconds())
+	switch {
+	case d == DecisionForwarded && o.Route != "":
+		// The hot path: the route's series, looked up once.
+		rm := t.route(o.Route)
+		rm.forwarded.Inc()
+		if o.Wait > 0 {
+			rm.fenceCheck.Observe(o.Wait.Seconds())
+		}
+	default:
+		m.Requests.WithLabelValues(o.Route, d).Inc()
+		if d == DecisionStale {
+			m.StaleRefusals.WithLabelValues(o.Route).Inc()
+		}
+		if o.Wait > 0 {
+			m.FenceCheck.WithLabelValues(o.Route).Observe(o.Wait.Seconds())
+		}
 	}
 
 	span := trace.SpanFromContext(ctx)
@@ -318,12 +329,37 @@ func (tr *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if req := gateway.RequestFrom(r.Context()); req != nil && req.Route != nil {
 		route = req.Route.Name
 	}
-	outcome := "response"
+	rm := t.route(route)
+	upstream := rm.upstreamResponse
 	if err != nil {
-		outcome = "error"
+		upstream = rm.upstreamError
 	}
-	t.Metrics.Upstream.WithLabelValues(route, outcome).Observe(time.Since(start).Seconds())
+	upstream.Observe(time.Since(start).Seconds())
 	return resp, err
+}
+
+// routeMetrics are a route's series of the forward path, looked up once:
+// WithLabelValues hashes the labels and takes a lock on every call.
+// Routes are never removed from the metrics, so the series stay valid.
+type routeMetrics struct {
+	forwarded                       prometheus.Counter
+	fenceCheck                      prometheus.Observer
+	upstreamResponse, upstreamError prometheus.Observer
+}
+
+// route returns the series of the route named name.
+func (t *Telemetry) route(name string) *routeMetrics {
+	if rm, ok := t.routes.Load(name); ok {
+		return rm.(*routeMetrics)
+	}
+	m := t.Metrics
+	rm, _ := t.routes.LoadOrStore(name, &routeMetrics{
+		forwarded:        m.Requests.WithLabelValues(name, DecisionForwarded),
+		fenceCheck:       m.FenceCheck.WithLabelValues(name),
+		upstreamResponse: m.Upstream.WithLabelValues(name, "response"),
+		upstreamError:    m.Upstream.WithLabelValues(name, "error"),
+	})
+	return rm.(*routeMetrics)
 }
 
 // CloseIdleConnections passes on to the base transport.

@@ -56,6 +56,8 @@ type Telemetry struct {
 
 	coordOnce sync.Once
 	coord     *CoordinatorMetrics // registered by the first coordinator hook
+
+	routes sync.Map // route name → *routeMetrics
 }
 
 // Options tune New.

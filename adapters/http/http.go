@@ -153,7 +153,14 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 		transport = NewTransport(nil)
 	}
 	return &Proxy{rp: &httputil.ReverseProxy{
-		Rewrite:    rewrite,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			rewrite(pr)
+			if b := pr.Out.Body; b != nil && b != http.NoBody {
+				if _, ok := b.(io.WriterTo); !ok {
+					pr.Out.Body = largeSteps{b}
+				}
+			}
+		},
 		Transport:  transport,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -209,6 +216,60 @@ func NewTransport(tlsConfig *tls.Config) *http.Transport {
 // BufferSize is the size of one copy step of a streamed body (the proxy's
 // pooled buffers; the S3 adapter's chunk reader).
 const BufferSize = 32 << 10
+
+// StreamStep is the size of one copy step of a streamed request body
+// (largeSteps).
+const StreamStep = 256 << 10
+
+// largeSteps is a streamed request body that copies itself upstream in
+// steps of StreamStep: it fills a step before writing it (as nginx buffers
+// request bodies), so the upstream connection gets a few large writes
+// instead of one per 32 KiB that arrived. The transport sends a request
+// body with io.Copy in 32 KiB steps unless the body is an io.WriterTo, and
+// ReverseProxy wraps every body in a type that is not. The buffers are
+// pooled, so memory follows the number of bodies being sent at once, never
+// a body's size.
+type largeSteps struct{ io.ReadCloser }
+
+var streamBuffers = sync.Pool{New: func() any { b := make([]byte, StreamStep); return &b }}
+
+func (b largeSteps) WriteTo(w io.Writer) (int64, error) {
+	buf := streamBuffers.Get().(*[]byte)
+	defer streamBuffers.Put(buf)
+	// Not io.CopyBuffer: it would hand the copy to w's ReadFrom (the
+	// connection's bufio.Writer), which copies in 32 KiB steps again.
+	var n int64
+	for {
+		nr, err := fill(b.ReadCloser, *buf)
+		if nr > 0 {
+			nw, werr := w.Write((*buf)[:nr])
+			n += int64(nw)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// fill reads into buf until it is full or r fails (io.ReadFull, but with
+// r's own error: a body cut short stays io.ErrUnexpectedEOF, never EOF).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		nr, err := r.Read(buf[n:])
+		n += nr
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
 
 // bufferPool recycles ReverseProxy's copy buffers.
 type bufferPool struct{}
