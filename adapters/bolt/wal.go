@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -197,6 +198,7 @@ type advance struct {
 	token    int64
 	owner    string
 	result   fenceRecord
+	err      error // this advance's own failure (a corrupt record)
 	done     chan error
 }
 
@@ -334,7 +336,7 @@ func (w *advanceLog) run() {
 		}
 		err := w.write(batch)
 		for _, a := range batch {
-			a.done <- err
+			a.done <- cmp.Or(err, a.err)
 		}
 	}
 }
@@ -367,7 +369,8 @@ func (w *advanceLog) write(batch []*advance) error {
 			}
 			r, err := getFence(tx, a.resource)
 			if err != nil {
-				return err
+				a.err = err // the others go on without it
+				continue
 			}
 			if e, ok := inPending[a.resource]; ok {
 				r = e.merge(r, ckpt)
@@ -383,7 +386,13 @@ func (w *advanceLog) write(batch []*advance) error {
 	buf := w.buf[:0]
 	var logged []walRecord
 	for _, a := range batch {
-		r := cur[a.resource]
+		r, ok := cur[a.resource]
+		if !ok {
+			if a.err == nil {
+				a.err = fmt.Errorf("corrupt fence record for %q", a.resource)
+			}
+			continue
+		}
 		if a.token > r.Highest {
 			r.Highest, r.Owner, r.UpdatedAt = a.token, a.owner, now
 			cur[a.resource] = r

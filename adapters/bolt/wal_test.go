@@ -396,3 +396,24 @@ func TestAdvanceLogKill9(t *testing.T) {
 		t.Logf("round %d: %d acknowledged advances (%d resources) survived kill -9 (checkpointed up to %d)", round, n, len(acked), ckpt)
 	}
 }
+
+// An advance whose stored record is corrupt fails alone; the others of its
+// batch are logged.
+func TestAdvanceLogIsolatesCorruptRecord(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "fencegate.db"))
+	defer st.Close()
+	st.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketFences).Put([]byte("bad"), []byte("{")) })
+	// Both queued at once, so that they are one batch.
+	bad := &advance{resource: "bad", token: 5, owner: "o", done: make(chan error, 1)}
+	good := &advance{resource: "good", token: 5, owner: "o", done: make(chan error, 1)}
+	st.log.mu.Lock()
+	st.log.queue = append(st.log.queue, bad, good)
+	st.log.cond.Signal()
+	st.log.mu.Unlock()
+	if err := <-bad.done; err == nil {
+		t.Fatal("advance over a corrupt record succeeded")
+	}
+	if err := <-good.done; err != nil || good.result.Highest != 5 {
+		t.Fatalf("the other advance of the batch: %v %d", err, good.result.Highest)
+	}
+}
