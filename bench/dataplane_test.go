@@ -129,7 +129,7 @@ func benchDataplane(b *testing.B, only ...string) {
 				}
 				if syncs := float64(after.Syncs - before.Syncs); syncs > 0 {
 					b.ReportMetric(syncs/secs, "fsyncs/s")
-					b.ReportMetric(float64(b.N)/syncs, "writes/fsync")
+					b.ReportMetric(float64(after.Changes-before.Changes)/syncs, "writes/fsync")
 				}
 			}()
 			b.RunParallel(func(pb *testing.PB) {
