@@ -521,15 +521,31 @@ func (w *advanceLog) checkpointer() {
 	}
 }
 
-// checkpoint writes every pending advance into bbolt in one transaction,
-// with the log position it covers, then forgets them and removes the
-// segments it covers. With fn set, fn runs in the same transaction while
-// no batch is appended (reset and import, which must see and replace the
+// checkpoint writes every pending advance into bbolt, with the log
+// position it covers, then forgets them and removes the segments it
+// covers. With fn set (reset and import, which must see and replace the
 // latest records: a reset's lower fence must not be raised again by an
-// older advance, so that advance is in bbolt, covered, before it).
+// older advance), the bulk is checkpointed first while advances go on,
+// then what was logged meanwhile is checkpointed in fn's transaction while
+// no batch is appended: every earlier advance is in bbolt and covered by
+// the position before fn changes anything.
 func (w *advanceLog) checkpoint(fn func(tx *bbolt.Tx) error) error {
 	w.ckptMu.Lock()
 	defer w.ckptMu.Unlock()
+	if fn != nil {
+		if err := w.checkpointOnce(nil); err != nil {
+			return err
+		}
+	}
+	return w.checkpointOnce(fn)
+}
+
+// checkpointChunk bounds the records of one checkpoint transaction: on a
+// large store each lands in a leaf page of its own, and a long transaction
+// would hold bbolt's writer lock (leases, ETag marks) for its whole write.
+const checkpointChunk = 1024
+
+func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 	s := w.s
 	w.appendMu.Lock()
 	held := true
@@ -541,8 +557,10 @@ func (w *advanceLog) checkpoint(fn func(tx *bbolt.Tx) error) error {
 	upto := w.nextLSN - 1
 	s.pending.mu.Lock()
 	snap := make(map[string]pendingEntry, len(s.pending.m))
+	keys := make([]string, 0, len(s.pending.m))
 	for k, e := range s.pending.m {
 		snap[k] = e
+		keys = append(keys, k)
 	}
 	s.pending.mu.Unlock()
 	if fn == nil {
@@ -552,33 +570,47 @@ func (w *advanceLog) checkpoint(fn func(tx *bbolt.Tx) error) error {
 		w.appendMu.Unlock() // advances go on while bbolt commits
 		held = false
 	}
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		ckpt := checkpointed(tx)
-		for k, e := range snap {
-			r, err := getFence(tx, k)
-			if err != nil {
-				return err
+	sort.Strings(keys) // in key order: fewer pages touched per leaf
+	// Chunks before the last only write records (a replay would apply them
+	// again: harmless); the last raises the position and runs fn.
+	for {
+		chunk := keys[:min(len(keys), checkpointChunk)]
+		keys = keys[len(chunk):]
+		last := len(keys) == 0
+		err := s.db.Update(func(tx *bbolt.Tx) error {
+			ckpt := checkpointed(tx)
+			for _, k := range chunk {
+				r, err := getFence(tx, k)
+				if err != nil {
+					return err
+				}
+				if m := snap[k].merge(r, ckpt); m.Highest != r.Highest {
+					if err := putFence(tx, k, m); err != nil {
+						return err
+					}
+				}
 			}
-			if m := e.merge(r, ckpt); m.Highest != r.Highest {
-				if err := putFence(tx, k, m); err != nil {
+			if !last {
+				return nil
+			}
+			if upto > ckpt {
+				if err := tx.Bucket(bucketMeta).Put(metaWALLSN, binary.BigEndian.AppendUint64(nil, upto)); err != nil {
 					return err
 				}
 			}
-		}
-		if upto > ckpt {
-			if err := tx.Bucket(bucketMeta).Put(metaWALLSN, binary.BigEndian.AppendUint64(nil, upto)); err != nil {
-				return err
+			if fn != nil {
+				return fn(tx)
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		if fn != nil {
-			return fn(tx)
+		w.syncs.Add(2)
+		if last {
+			break
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
-	w.syncs.Add(2)
 	w.checkpoints.Add(1)
 	s.pending.mu.Lock()
 	for k, e := range s.pending.m {
