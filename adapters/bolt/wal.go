@@ -22,8 +22,8 @@ import (
 // The fence-advance log (docs/storage.md, "The advance log"). A batch of
 // advances is appended to a preallocated segment file and made durable with
 // one fdatasync; the advances are then kept in memory (pending) until a
-// checkpoint writes them into bbolt in one large transaction, together with
-// the log position it covers (metaWALLSN). Open replays what the file does
+// checkpoint writes them into bbolt in large transactions, the last with
+// the log position they cover (metaWALLSN). Open replays what the file does
 // not cover yet. Every record is a raise-only max-merge, so replaying one
 // twice changes nothing.
 
