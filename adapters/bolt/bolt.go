@@ -210,6 +210,11 @@ func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 	if err := ctx.Err(); err != nil {
 		return fencegate.FenceState{}, err
 	}
+	// What the log acknowledges must fit bbolt at the checkpoint: a key it
+	// refuses would stop every checkpoint and the replay at the next Open.
+	if resource == "" || len(resource) > bbolt.MaxKeySize {
+		return fencegate.FenceState{}, fmt.Errorf("advance fence: resource name of %d bytes (1 to %d)", len(resource), bbolt.MaxKeySize)
+	}
 	a := s.log.submit(resource, token, owner)
 	var err error
 	select {

@@ -40,7 +40,6 @@ const (
 	checkpointEvery   = time.Second
 	// recHeader is a record's length and CRC-32C (Castagnoli) of the payload.
 	recHeader = 8
-	maxRecord = 1 << 20
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -83,7 +82,7 @@ func decodeRecord(b []byte) (walRecord, int, error) {
 	if n == 0 {
 		return r, 0, nil
 	}
-	if n > maxRecord || n > len(b)-recHeader || n < 24 {
+	if n > len(b)-recHeader || n < 24 {
 		return r, 0, errTorn
 	}
 	p := b[recHeader : recHeader+n]

@@ -417,3 +417,27 @@ func TestAdvanceLogIsolatesCorruptRecord(t *testing.T) {
 		t.Fatalf("the other advance of the batch: %v %d", err, good.result.Highest)
 	}
 }
+
+// A resource name bbolt would refuse at the checkpoint is refused before it
+// is logged: one such advance acknowledged would stop every checkpoint and
+// the replay at the next Open (everyone locked out).
+func TestAdvanceRefusesNameBboltCannotStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fencegate.db")
+	st := openStore(t, path)
+	for _, res := range []string{"", strings.Repeat("x", bbolt.MaxKeySize+1)} {
+		if _, err := st.AdvanceFence(context.Background(), res, 5, "o"); err == nil {
+			t.Errorf("advance of a %d-byte resource name accepted", len(res))
+		}
+	}
+	longest := strings.Repeat("y", bbolt.MaxKeySize)
+	advanceTo(t, st, longest, 5)
+	if err := st.log.checkpoint(nil); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	st.Close()
+	st = openStore(t, path)
+	defer st.Close()
+	if h := highest(t, st, longest); h != 5 {
+		t.Fatalf("longest name: %d; want 5", h)
+	}
+}
