@@ -146,13 +146,15 @@ LUA
 # The fence of /orders/7 at 42: repeated sends 42, stale 41.
 curl -fsS -X PUT -H 'Fencing-Token: 42' --data x "http://127.0.0.1:$gw/orders/7" >/dev/null
 
-# fsyncs of the gateway so far: two per store commit (bbolt fdatasyncs the
-# data pages, then the meta page; docs/storage.md), from its
-# fencegate_store_commits_total metric; else perf's count of
+# fsyncs of the gateway so far, from its fencegate_store_fsyncs_total
+# metric; from a build without it, two per store commit (bbolt fdatasyncs
+# the data pages, then the meta page; docs/storage.md); else perf's count of
 # fdatasync/fsync calls (started by run below), else nothing.
 fsync_metric() {
   curl -fsS "http://127.0.0.1:$admin/metrics" 2>/dev/null |
-    awk '$1 ~ /^fencegate_store_commits_total/ {s += 2 * $2; f = 1} END {if (f) print s}'
+    awk '$1 ~ /^fencegate_store_fsyncs_total/ {y += $2; fy = 1}
+         $1 ~ /^fencegate_store_commits_total/ {s += 2 * $2; f = 1}
+         END {if (fy) printf "%d\n", y; else if (f) printf "%d\n", s}'
 }
 
 run() { # name url lua [token]

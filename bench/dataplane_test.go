@@ -135,6 +135,7 @@ func benchDataplane(b *testing.B, only ...string) {
 			b.SetParallelism(16) // 32 writers on 2 cores, as wrk -c32
 			b.ReportAllocs()
 			before := st.Stats()
+			cpu0 := cpuTime(b)
 			b.ResetTimer()
 			start, cpu0 := time.Now(), processCPU()
 			defer func() {
@@ -146,9 +147,14 @@ func benchDataplane(b *testing.B, only ...string) {
 				after := st.Stats()
 				commits := float64(after.Commits - before.Commits)
 				b.ReportMetric(float64(b.N)/secs, "writes/s")
+				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 				b.ReportMetric(commits/secs, "commits/s")
 				if commits > 0 {
 					b.ReportMetric(float64(after.Changes-before.Changes)/commits, "writes/commit")
+				}
+				if syncs := float64(after.Syncs - before.Syncs); syncs > 0 {
+					b.ReportMetric(syncs/secs, "fsyncs/s")
+					b.ReportMetric(float64(after.Changes-before.Changes)/syncs, "writes/fsync")
 				}
 			}()
 			b.RunParallel(func(pb *testing.PB) {

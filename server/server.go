@@ -148,6 +148,7 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 		s.closers = append(s.closers, st)
 		s.pinger = st
 		s.tel.StoreCommits(func() (uint64, uint64) { c := st.Stats(); return c.Commits, c.Changes })
+		s.tel.StoreSyncs(func() uint64 { return st.Stats().Syncs })
 		return st, nil
 	default:
 		return s.openPostgres(ctx, cfg)

@@ -115,13 +115,13 @@ func Decision(outcome string) string {
 // StoreCommits exports the embedded store's group-commit counters (read at
 // scrape time from stats): fencegate_store_commits_total and
 // fencegate_store_commit_changes_total, whose ratio is the changes
-// (advances, ETag marks, lease changes) per commit; each commit costs two
-// fdatasyncs.
+// (advances, ETag marks, lease changes) per commit; fsyncs are
+// fencegate_store_fsyncs_total (StoreSyncs).
 func (t *Telemetry) StoreCommits(stats func() (commits, changes uint64)) {
 	t.Registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "fencegate", Name: "store_commits_total",
-			Help: "Transactions committed by the embedded store's group commit (two fdatasyncs each).",
+			Help: "Group commits of the embedded store: advance log batches (one fdatasync each) and bbolt transactions (two each).",
 		}, func() float64 { c, _ := stats(); return float64(c) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "fencegate", Name: "store_commit_changes_total",

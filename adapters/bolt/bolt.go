@@ -24,10 +24,12 @@ var bucketFences = []byte("fences")
 
 // Store is the embedded store. It implements gateway.Store.
 type Store struct {
-	db     *bbolt.DB
-	path   string
-	commit *committer
-	etags  etagCache
+	db      *bbolt.DB
+	path    string
+	commit  *committer
+	log     *advanceLog // fence advances (wal.go)
+	pending pending     // logged advances not yet checkpointed into bbolt
+	etags   etagCache
 }
 
 // Options tune Open.
@@ -91,7 +93,14 @@ func Open(path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	nextSeq, nextLSN, err := replay(db, path)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	s := &Store{db: db, path: path, commit: newCommitter(db)}
+	s.pending.m = make(map[string]pendingEntry)
+	s.log = newAdvanceLog(s, nextSeq, nextLSN)
 	s.etags.init(opts.ETagCache)
 	return s, nil
 }
@@ -110,8 +119,9 @@ func (s *Store) Path() string { return s.path }
 // releases its lock. Changes submitted afterwards fail with ErrClosed.
 func (s *Store) Close() error {
 	err := s.flushETags()
+	lerr := s.log.close()
 	s.commit.close()
-	return errors.Join(err, s.db.Close())
+	return errors.Join(err, lerr, s.db.Close())
 }
 
 // Ping reports whether the file is usable.
@@ -163,12 +173,27 @@ func (r fenceRecord) state(resource string) fencegate.FenceState {
 // LoadFence implements gateway.Store.
 func (s *Store) LoadFence(ctx context.Context, resource string) (fencegate.FenceState, error) {
 	var r fenceRecord
+	// pending first: a checkpoint forgets an entry only after bbolt has it.
+	e, ok := s.pending.get(resource)
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		var err error
 		r, err = getFence(tx, resource)
+		if ok {
+			r = e.merge(r, checkpointed(tx))
+		}
 		return err
 	})
 	return s.overlay(r.state(resource)), err
+}
+
+// getFenceTx is getFence with the pending advances merged in, for a write
+// transaction (serialized with checkpoints, so pending is read after it).
+func (s *Store) getFenceTx(tx *bbolt.Tx, resource string) (fenceRecord, error) {
+	r, err := getFence(tx, resource)
+	if e, ok := s.pending.get(resource); ok && err == nil {
+		r = e.merge(r, checkpointed(tx))
+	}
+	return r, err
 }
 
 // overlay puts the ETag kept in memory (etag.go) into st.
@@ -179,27 +204,26 @@ func (s *Store) overlay(st fencegate.FenceState) fencegate.FenceState {
 	return st
 }
 
-// AdvanceFence implements gateway.Store: raise-only, fsynced before return.
+// AdvanceFence implements gateway.Store: raise-only, durable before return
+// (in the advance log, wal.go; concurrent advances share one fdatasync).
 func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
 	if err := ctx.Err(); err != nil {
 		return fencegate.FenceState{}, err
 	}
-	var r fenceRecord
-	// The change may run more than once; it is idempotent.
-	err := s.commit.do(ctx, func(tx *bbolt.Tx) error {
-		var err error
-		if r, err = getFence(tx, resource); err != nil {
-			return err
-		}
-		if token <= r.Highest {
-			return nil
-		}
-		// The ETag bookkeeping (adapters/s3) outlives token changes.
-		r = fenceRecord{Highest: token, Owner: owner, ETag: r.ETag, ETagToken: r.ETagToken, UpdatedAt: time.Now().UTC()}
-		return putFence(tx, resource, r)
-	})
+	// What the log acknowledges must fit bbolt at the checkpoint: a key it
+	// refuses would stop every checkpoint and the replay at the next Open.
+	if resource == "" || len(resource) > bbolt.MaxKeySize {
+		return fencegate.FenceState{}, fmt.Errorf("advance fence: resource name of %d bytes (1 to %d)", len(resource), bbolt.MaxKeySize)
+	}
+	a := s.log.submit(resource, token, owner)
+	var err error
+	select {
+	case err = <-a.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if err != nil {
 		return fencegate.FenceState{}, fmt.Errorf("advance fence %q: %w", resource, err)
 	}
-	return r.state(resource), nil
+	return a.result.state(resource), nil
 }

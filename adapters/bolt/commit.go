@@ -143,18 +143,31 @@ func (c *committer) close() {
 	<-c.done
 }
 
-// Stats are the group commit's counters since Open.
+// Stats are the store's commit counters since Open.
 type Stats struct {
-	// Commits is the number of transactions the group commit made. Each
-	// costs two fdatasyncs of the file (bbolt writes and syncs the pages,
-	// then the meta page), plus an fsync when the file grows (by AllocSize).
+	// Commits is the number of group commits that made changes durable:
+	// batches of fence advances appended to the log (one fdatasync each,
+	// wal.go) and bbolt transactions of the committer (two fdatasyncs
+	// each: bbolt writes and syncs the pages, then the meta page).
 	Commits uint64
 	// Changes is the number of changes they carried (fence advances, ETag
 	// marks, lease changes): Changes/Commits is the changes per commit.
 	Changes uint64
+	// Syncs is the number of fdatasyncs and fsyncs the store made: the
+	// commits', the checkpoints' (two each) and the new log segments'.
+	Syncs uint64
+	// Checkpoints is the number of bbolt transactions that moved logged
+	// advances into bbolt.
+	Checkpoints uint64
 }
 
-// Stats returns the group commit's counters.
+// Stats returns the store's commit counters.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.commit.commits.Load(), Changes: s.commit.changes.Load()}
+	c, l := s.commit, s.log
+	return Stats{
+		Commits:     c.commits.Load() + l.batches.Load(),
+		Changes:     c.changes.Load() + l.changes.Load(),
+		Syncs:       2*c.commits.Load() + l.syncs.Load(),
+		Checkpoints: l.checkpoints.Load(),
+	}
 }

@@ -127,7 +127,7 @@ func (s *Store) own(ctx context.Context, resource string, token int64, etag stri
 	}
 	ch := s.commit.submit(func(tx *bbolt.Tx) error {
 		var err error
-		if disk, err = getFence(tx, resource); err != nil {
+		if disk, err = s.getFenceTx(tx, resource); err != nil {
 			return err
 		}
 		if disk.Highest == 0 {
@@ -227,7 +227,7 @@ func (s *Store) writeBack(ctx context.Context, n int, resource string, token int
 	}
 	ch := s.commit.submit(func(tx *bbolt.Tx) error {
 		for _, b := range backs {
-			r, err := getFence(tx, b.resource)
+			r, err := s.getFenceTx(tx, b.resource)
 			if err != nil {
 				return err
 			}

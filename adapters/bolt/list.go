@@ -25,6 +25,10 @@ const MaxListLimit = 1000
 // while fences advance.
 func (s *Store) ListFences(ctx context.Context, prefix, after string, limit int) ([]fencegate.FenceState, error) {
 	var out []fencegate.FenceState
+	// Logged advances into bbolt first (wal.go): a listing walks bbolt.
+	if err := s.log.checkpoint(nil); err != nil {
+		return nil, err
+	}
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		return scan(ctx, tx.Bucket(bucketFences), prefix, after, limit, func(k, v []byte) error {
 			var r fenceRecord

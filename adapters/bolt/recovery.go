@@ -49,6 +49,10 @@ func (s *Store) StoreID(ctx context.Context) (string, error) {
 // one consistent snapshot. It walks a cursor: memory stays bounded however
 // many records there are.
 func (s *Store) ExportFences(ctx context.Context, fn func(fencegate.FenceRecord) error) error {
+	// Logged advances into bbolt first (wal.go).
+	if err := s.log.checkpoint(nil); err != nil {
+		return err
+	}
 	return s.db.View(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketFences).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
@@ -85,7 +89,7 @@ func (s *Store) ImportFences(ctx context.Context, recs []fencegate.FenceRecord) 
 		raised   int
 		replaced []string
 	)
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+	err := s.log.checkpoint(func(tx *bbolt.Tx) error {
 		raised, replaced = 0, replaced[:0]
 		now := time.Now().UTC()
 		for _, in := range recs {

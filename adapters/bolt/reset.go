@@ -30,7 +30,9 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 		r       fenceRecord
 		refused error
 	)
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+	// In the checkpoint's transaction: every logged advance is in bbolt
+	// and covered before the fence is lowered (wal.go).
+	err := s.log.checkpoint(func(tx *bbolt.Tx) error {
 		var err error
 		refused = nil
 		if r, err = getFence(tx, resource); err != nil {
