@@ -21,10 +21,10 @@ func TestUpstreamSignerMatchesSDK(t *testing.T) {
 	now := time.Date(2026, 12, 3, 14, 5, 6, 0, time.UTC)
 	for _, tc := range []struct {
 		name, method, url string
-		hdr                map[string][]string
-		length             int64
-		token              string
-		payload            string
+		hdr               map[string][]string
+		length            int64
+		token             string
+		payload           string
 	}{
 		{name: "put", method: "PUT", url: "http://127.0.0.1:7070/bucket/key?x-id=PutObject", length: 4096,
 			hdr: map[string][]string{"Content-Type": {"application/octet-stream"}, "X-Amz-Checksum-Crc32": {"AAAAAA=="},
