@@ -75,7 +75,8 @@ type leanConn struct {
 	br    *bufio.Reader
 	bw    *bufio.Writer // on connWriter: werr is the connection's write error
 	werr  error
-	idled time.Time // when it was last put in the pool
+	wdone chan error // the body writer's result; nil: none running
+	idled time.Time  // when it was last put in the pool
 }
 
 // Connection buffers are recycled: with VersityGW's default
@@ -91,6 +92,12 @@ var (
 // after it.
 func (c *leanConn) close() {
 	c.conn.Close()
+	if c.wdone != nil {
+		// A body writer still runs: it stops on the closed connection
+		// and must be done with the buffers before they are recycled.
+		<-c.wdone
+		c.wdone = nil
+	}
 	c.br.Reset(nil)
 	readers.Put(c.br)
 	c.bw.Reset(nil)
@@ -260,6 +267,14 @@ func (t *Transport) CloseIdleConnections() {
 // aLongTimeAgo is a deadline that makes blocked I/O return at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
+// inlineBody is the largest request body written by the caller's goroutine
+// before it reads the answer: small enough to sit in the socket buffers
+// whole, so the write cannot wait on an upstream that answered early and
+// stopped reading. Larger bodies, bodies of unknown length and those
+// waiting for 100 Continue are written by a goroutine of their own while
+// the answer is read, as net/http's client does.
+const inlineBody = 64 << 10
+
 // roundTrip writes req on c and reads its answer. The answer's body hands c
 // back to the pool when read to its end on a connection both sides keep
 // open; anything else closes c.
@@ -276,51 +291,127 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	c.werr = nil
-	var gate *continueGate
-	if len(req.Header["Expect"]) == 1 && req.Body != nil && req.Body != http.NoBody {
-		gate = &continueGate{rc: req.Body, c: c, req: req}
-		r2 := new(http.Request)
-		*r2 = *req
-		r2.Body = gate
-		req = r2
-	}
-	werr := req.Write(c.bw)
-	if werr == nil {
-		werr = c.bw.Flush()
-	}
-	if gate != nil && gate.final != nil {
-		// The upstream answered before the go-ahead (a refusal): the body
-		// was not sent, the answer is passed on, the connection closed.
-		return c.answer(req, gate.final, stop, false)
-	}
-	if werr != nil && c.werr == nil {
-		// Reading the request body failed (the worker went away, or sent
-		// more than allowed): the upstream waits for the rest of a request
-		// that will not come.
-		return fail(werr)
-	}
-	for interim := 0; ; interim++ {
-		resp, err := http.ReadResponse(c.br, req)
+	body := req.Body != nil && req.Body != http.NoBody
+	if !body || req.ContentLength > 0 && req.ContentLength <= inlineBody && len(req.Header["Expect"]) == 0 {
+		werr := req.Write(c.bw)
+		if werr == nil {
+			werr = c.bw.Flush()
+		}
+		if werr != nil && c.werr == nil {
+			// Reading the request body failed (the worker went away,
+			// or sent more than allowed): the upstream waits for the
+			// rest of a request that will not come.
+			return fail(werr)
+		}
+		resp, err := c.readAnswer(req, false)
 		if err != nil {
 			if werr != nil {
 				return fail(werr)
 			}
+			return fail(err)
+		}
+		// An answer to a request not sent whole (the upstream refused
+		// it early and closed) is passed on; the connection is not kept.
+		return c.answer(req, resp, stop, werr == nil)
+	}
+
+	var gate *continueGate
+	w := req
+	if len(req.Header["Expect"]) > 0 {
+		gate = &continueGate{rc: req.Body, proceed: make(chan bool, 1)}
+		w = new(http.Request)
+		*w = *req
+		w.Body = gate
+	}
+	c.wdone = make(chan error, 1)
+	go func() {
+		err := w.Write(c.bw)
+		if err == nil {
+			err = c.bw.Flush()
+		}
+		if err != nil && c.werr == nil && !errors.Is(err, errAnsweredEarly) {
+			// The body failed: end the wait for an answer.
+			c.conn.Close()
+		}
+		c.wdone <- err
+	}()
+	if gate != nil {
+		// Request.Write flushes the head before it reads a body that
+		// is not in memory; the go-ahead, a refusal or the timeout
+		// decides whether the body follows.
+		c.conn.SetReadDeadline(time.Now().Add(expectContinueTimeout))
+		_, err := c.br.Peek(1)
+		// Clearing the deadline may clear one a cancellation set: the
+		// context is checked after it.
+		c.conn.SetReadDeadline(time.Time{})
+		var ne net.Error
+		switch {
+		case req.Context().Err() != nil:
+			gate.decide(false)
+			return fail(req.Context().Err())
+		case errors.As(err, &ne) && ne.Timeout() && c.br.Buffered() == 0:
+			gate.decide(true) // no answer yet: the body goes
+		case err != nil:
+			gate.decide(false)
+			return fail(err)
+		default:
+			resp, err := c.readAnswer(req, true)
+			if err != nil {
+				gate.decide(false)
+				return fail(err)
+			}
+			if resp != nil {
+				// A final answer to the head: the body is not sent.
+				gate.decide(false)
+				return c.answer(req, resp, stop, false)
+			}
+			gate.decide(true)
+		}
+	}
+	resp, err := c.readAnswer(req, false)
+	if err != nil {
+		if c.wdone != nil {
+			if werr := <-c.wdone; werr != nil && c.werr == nil {
+				c.wdone = nil
+				return fail(werr) // the body's error ended the wait
+			}
+			c.wdone = nil
+		}
+		return fail(err)
+	}
+	reuse := false
+	select {
+	case werr := <-c.wdone:
+		c.wdone, reuse = nil, werr == nil
+	default:
+		// Answered while the body is still going: the connection ends
+		// with the answer.
+	}
+	return c.answer(req, resp, stop, reuse)
+}
+
+// readAnswer reads the answer to req, skipping interim ones; expecting (a
+// 100 Continue awaited), a 100 Continue returns (nil, nil).
+func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response, error) {
+	for interim := 0; interim < 10; interim++ {
+		resp, err := http.ReadResponse(c.br, req)
+		if err != nil {
 			if c.br.Buffered() > 0 || !isEOF(err) {
 				err = errors.Join(errResponseStarted, err)
 			}
-			return fail(err)
+			return nil, err
 		}
-		if resp.StatusCode < 200 {
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
 			resp.Body.Close()
-			return fail(errors.Join(errResponseStarted, errors.New("s3 upstream: unexpected "+resp.Status)))
+			return nil, errors.Join(errResponseStarted, errors.New("s3 upstream: unexpected "+resp.Status))
+		case resp.StatusCode == http.StatusContinue && expecting:
+			return nil, nil
+		case resp.StatusCode >= 200:
+			return resp, nil
 		}
-		if resp.StatusCode < 200 && interim < 10 {
-			continue // 100 Continue (unasked for) and other interim answers
-		}
-		// An answer to a request not sent whole (the upstream refused it
-		// early and closed) is passed on, but the connection is not kept.
-		return c.answer(req, resp, stop, werr == nil)
 	}
+	return nil, errors.Join(errResponseStarted, errors.New("s3 upstream: too many interim answers"))
 }
 
 // answer hands resp on, its body releasing c.
@@ -334,78 +425,50 @@ func (c *leanConn) answer(req *http.Request, resp *http.Response, stop func() bo
 	return resp, nil
 }
 
+func isEOF(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "connection reset")
+}
+
 // expectContinueTimeout is how long a request with Expect: 100-continue
 // waits for the go-ahead before its body is sent anyway (as net/http's
 // client, httpup.NewTransport's ExpectContinueTimeout).
 const expectContinueTimeout = time.Second
 
-// continueGate holds back a request body until the upstream answers
-// 100 Continue to the head (or expectContinueTimeout passes). Request.Write
-// flushes the head before it reads a body that is not in memory, so the
-// wait happens in its first Read. A final answer instead of the go-ahead
-// ends the request: final keeps it, the body is never read.
+// continueGate holds back a request body until roundTrip decides: sent
+// after 100 Continue (or expectContinueTimeout without an answer), never
+// read after a final answer to the head.
 type continueGate struct {
-	rc     io.ReadCloser
-	c      *leanConn
-	req    *http.Request
-	opened bool
-	final  *http.Response
+	rc      io.ReadCloser
+	proceed chan bool // buffered: decide never waits
+	decided bool      // roundTrip's
+	opened  bool      // the writer's
+	err     error
 }
 
 var errAnsweredEarly = errors.New("s3 upstream answered before 100 Continue")
 
+func (g *continueGate) decide(send bool) {
+	if !g.decided {
+		g.decided = true
+		g.proceed <- send
+	}
+}
+
 func (g *continueGate) Read(p []byte) (int, error) {
 	if !g.opened {
 		g.opened = true
-		if err := g.wait(); err != nil {
-			return 0, err
+		if !<-g.proceed {
+			g.err = errAnsweredEarly
 		}
+	}
+	if g.err != nil {
+		return 0, g.err
 	}
 	return g.rc.Read(p)
 }
 
 func (g *continueGate) Close() error { return g.rc.Close() }
-
-func (g *continueGate) wait() error {
-	c := g.c
-	if err := c.bw.Flush(); err != nil {
-		return err
-	}
-	c.conn.SetReadDeadline(time.Now().Add(expectContinueTimeout))
-	_, err := c.br.Peek(1)
-	// Clearing the deadline may clear the one a cancellation set:
-	// the context is checked after it.
-	c.conn.SetReadDeadline(time.Time{})
-	if cerr := g.req.Context().Err(); cerr != nil {
-		return cerr
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() && c.br.Buffered() == 0 {
-		return nil // no answer yet: the body goes
-	}
-	if err != nil {
-		return err
-	}
-	for interim := 0; interim < 10; interim++ {
-		resp, err := http.ReadResponse(c.br, g.req)
-		if err != nil {
-			return err
-		}
-		switch {
-		case resp.StatusCode == http.StatusContinue:
-			return nil
-		case resp.StatusCode >= 200:
-			g.final = resp
-			return errAnsweredEarly
-		}
-	}
-	return errors.New("s3 upstream: too many interim answers")
-}
-
-func isEOF(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		strings.Contains(err.Error(), "connection reset")
-}
 
 // release ends c's use by one request: pooled if reuse and the request's
 // context did not fire meanwhile, closed otherwise.

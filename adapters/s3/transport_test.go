@@ -241,3 +241,37 @@ func TestTransportLeanScope(t *testing.T) {
 		}
 	}
 }
+
+// An upstream that refuses a large body without reading it (and without
+// Expect: 100-continue) is answered at once: the body is written by a
+// goroutine of its own while the answer is read, so the refusal does not
+// wait behind a write the upstream no longer reads.
+func TestTransportEarlyAnswerToStreamedBody(t *testing.T) {
+	srv, _ := leanServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusPreconditionFailed)
+	})
+	tr := NewTransport(nil)
+	body := &countingBody{r: bytes.NewReader(make([]byte, 64<<20))}
+	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", body)
+	req.ContentLength = 64 << 20
+	if st, _ := do(t, tr, req); st != http.StatusPreconditionFailed {
+		t.Fatalf("status %d; want 412", st)
+	}
+	// And the next request has a working connection.
+	req, _ = http.NewRequest("GET", srv.URL+"/b/k", nil)
+	if st, _ := do(t, tr, req); st != http.StatusPreconditionFailed {
+		t.Fatalf("status %d; want 412", st)
+	}
+}
+
+// A streamed body that fails midway ends the request with the body's error.
+func TestTransportStreamedBodyReadError(t *testing.T) {
+	srv, _ := leanServer(t, echo)
+	tr := NewTransport(nil)
+	boom := errors.New("worker went away")
+	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", &countingBody{r: bytes.NewReader(make([]byte, 1<<20)), fail: boom})
+	req.ContentLength = 2 << 20
+	if _, err := tr.RoundTrip(req); err == nil || !strings.Contains(err.Error(), boom.Error()) {
+		t.Fatalf("err %v; want %v", err, boom)
+	}
+}
