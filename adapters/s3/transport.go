@@ -146,7 +146,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
 	ctx := req.Context()
-	bodyless := req.Body == nil || req.Body == http.NoBody
+	// Only reads are sent again (as net/http's isReplayable): a write the
+	// upstream may have applied before the connection failed, sent again
+	// later, could land after a newer token's write.
+	replayable := (req.Body == nil || req.Body == http.NoBody) && (req.Method == http.MethodGet || req.Method == http.MethodHead)
 	for attempt := 0; ; attempt++ {
 		c, reused, err := t.conn(ctx, addr)
 		if err != nil {
@@ -157,10 +160,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return resp, nil
 		}
-		if reused && bodyless && attempt == 0 && ctx.Err() == nil && !errors.Is(err, errResponseStarted) {
-			// A pooled connection the server closed as it was taken: a
-			// request without a body is sent again, as http.Transport
-			// does (a body, once read from the worker, cannot be).
+		if reused && replayable && attempt == 0 && ctx.Err() == nil && !errors.Is(err, errResponseStarted) {
+			// A pooled connection the server closed as it was taken.
 			continue
 		}
 		closeBody(req)
