@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
@@ -50,7 +49,7 @@ type Upstream struct {
 	endpoint    *url.URL
 	region      string
 	creds       aws.CredentialsProvider
-	signer      *v4.Signer
+	signer      upstreamSigner
 	clients     map[string]string // access key id -> secret
 	keys        keyCache          // signing keys of verified worker requests
 	vhostSuffix string
@@ -137,7 +136,6 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	}
 	u := &Upstream{
 		route: c.Route, endpoint: ep, region: c.Region,
-		signer:      v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }),
 		clients:     make(map[string]string),
 		vhostSuffix: strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
 		tokenHeader: opts.TokenHeader,
@@ -151,6 +149,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	if u.region == "" {
 		u.region = "us-east-1"
 	}
+	u.signer.region = u.region
 	if u.tokenHeader == "" {
 		u.tokenHeader = fencegate.DefaultTokenHeader
 	}
@@ -504,9 +503,7 @@ func (st *signingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return nil, fmt.Errorf("s3: gateway credentials: %w", err)
 	}
 	now := u.now().UTC()
-	if err := u.signer.SignHTTP(req.Context(), creds, req, payload, "s3", u.region, now); err != nil {
-		return nil, fmt.Errorf("s3: sign upstream request: %w", err)
-	}
+	u.signer.sign(req, creds, payload, now)
 	if f != nil && f.chunks != nil {
 		seed := req.Header.Get("Authorization")
 		i := strings.LastIndex(seed, "Signature=")
@@ -514,7 +511,7 @@ func (st *signingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 			return nil, errors.New("s3: signed request has no signature")
 		}
 		date := now.Format("20060102")
-		f.chunks.setOutput(signingKey(creds.SecretAccessKey, date, u.region, "s3"),
+		f.chunks.setOutput(u.signer.signingKey(creds.SecretAccessKey, date),
 			now.Format(amzDateFormat), date+"/"+u.region+"/s3/aws4_request", seed[i+len("Signature="):])
 	}
 	resp, err := u.transport.RoundTrip(req)

@@ -1,8 +1,16 @@
 package s3
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
+	"errors"
+	"io"
+	"net"
 	"net/http"
+	"strings"
+	"sync"
+	"time"
 
 	httpup "github.com/fencegate/fencegate/adapters/http"
 )
@@ -11,17 +19,510 @@ import (
 // of NewTransport.
 const ConnBufferSize = 8 << 10
 
-// NewTransport returns the transport for S3 upstreams: the gateway's
-// upstream transport (httpup.NewTransport: no environment proxy, the same
-// pool and timeouts) with ConnBufferSize connection buffers instead of
-// 64 KiB ones. An S3 request's head and answer are a few KiB, and bodies
-// bypass the buffers (net/http copies them to the socket in 32 KiB steps
-// once the head is written), so large buffers gain nothing; but every new
-// connection allocates and clears them, and VersityGW answers every
-// request with Connection: close unless run with --keep-alive: at 64 KiB
-// that was 128 KiB cleared per forwarded request.
-func NewTransport(tlsConfig *tls.Config) *http.Transport {
-	t := httpup.NewTransport(tlsConfig)
-	t.ReadBufferSize, t.WriteBufferSize = ConnBufferSize, ConnBufferSize
-	return t
+// Transport carries S3 upstream requests. Plain-http requests without
+// Expect: 100-continue (what small PutObjects are) go over its own HTTP/1.1
+// connections, written and read in the calling goroutine; everything else
+// (https, Expect: 100-continue, upgrades) goes through Std.
+//
+// Why a client of its own: a forwarded 4 KiB PutObject costs the gateway
+// about as much CPU in net/http's client as in everything else together.
+// http.Transport runs two goroutines per connection (a read loop and a
+// write loop) that hand every request and answer over channels, and it
+// dials through a goroutine of its own; with VersityGW's default
+// Connection: close that is three goroutines, their wake-ups and the pool
+// bookkeeping per request. Here a request is one buffered write of head and
+// small body and one buffered read of the answer on the caller's
+// goroutine. Request bytes are written by net/http's own Request.Write
+// (header validation, framing) and answers parsed by http.ReadResponse.
+type Transport struct {
+	// Std is the transport of the requests Transport does not carry
+	// itself: httpup.NewTransport with ConnBufferSize buffers.
+	Std *http.Transport
+
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	idleTimeout time.Duration
+	maxIdle     int // per host
+
+	mu     sync.Mutex
+	idle   map[string][]*leanConn // host:port -> idle connections, oldest first
+	sweep  *time.Timer
+	closed bool
 }
+
+// NewTransport returns the transport for S3 upstreams. Its Std transport is
+// the gateway's upstream transport (httpup.NewTransport: no environment
+// proxy, the same pool and timeouts) with ConnBufferSize connection buffers
+// instead of 64 KiB ones. An S3 request's head and answer are a few KiB,
+// and bodies bypass the buffers, so large buffers gain nothing; but every
+// new connection allocates and clears them, and VersityGW answers every
+// request with Connection: close unless run with --keep-alive.
+func NewTransport(tlsConfig *tls.Config) *Transport {
+	std := httpup.NewTransport(tlsConfig)
+	std.ReadBufferSize, std.WriteBufferSize = ConnBufferSize, ConnBufferSize
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &Transport{
+		Std: std, dial: d.DialContext,
+		idleTimeout: std.IdleConnTimeout, maxIdle: std.MaxIdleConnsPerHost,
+		idle: make(map[string][]*leanConn),
+	}
+}
+
+// leanConn is one upstream connection of Transport.
+type leanConn struct {
+	t     *Transport
+	addr  string
+	conn  net.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer // on connWriter: werr is the connection's write error
+	werr  error
+	wdone chan error // the body writer's result; nil: none running
+	idled time.Time  // when it was last put in the pool
+}
+
+// Connection buffers are recycled: with VersityGW's default
+// Connection: close every request has a connection of its own, and
+// allocating (and clearing) two buffers per request was over a third of
+// the gateway's allocated bytes.
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, ConnBufferSize) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, ConnBufferSize) }}
+)
+
+// close closes c's connection and recycles its buffers; c is not used
+// after it.
+func (c *leanConn) close() {
+	c.conn.Close()
+	if c.wdone != nil {
+		// A body writer still runs: it stops on the closed connection
+		// and must be done with the buffers before they are recycled.
+		<-c.wdone
+		c.wdone = nil
+	}
+	c.br.Reset(nil)
+	readers.Put(c.br)
+	c.bw.Reset(nil)
+	writers.Put(c.bw)
+	c.br, c.bw = nil, nil
+}
+
+// connWriter is a leanConn's connection as its bufio.Writer writes to it,
+// keeping write errors apart from errors reading the request body.
+type connWriter struct{ c *leanConn }
+
+func (w connWriter) Write(p []byte) (int, error) {
+	n, err := w.c.conn.Write(p)
+	if err != nil {
+		w.c.werr = err
+	}
+	return n, err
+}
+
+// ReadFrom copies a request body to the connection in CopyBufferSize
+// steps (bufio.Writer hands a body to it once the head is flushed).
+func (w connWriter) ReadFrom(r io.Reader) (int64, error) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{r}, *bp)
+}
+
+// lean reports whether Transport carries req itself.
+func lean(req *http.Request) bool {
+	if req.URL.Scheme != "http" || req.Method == http.MethodConnect {
+		return false
+	}
+	if e := req.Header["Expect"]; len(e) > 1 || len(e) == 1 && !strings.EqualFold(e[0], "100-continue") {
+		return false
+	}
+	return len(req.Header["Upgrade"]) == 0 && len(req.Header["Connection"]) == 0
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !lean(req) {
+		return t.Std.RoundTrip(req)
+	}
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	ctx := req.Context()
+	// Only reads are sent again (as net/http's isReplayable): a write the
+	// upstream may have applied before the connection failed, sent again
+	// later, could land after a newer token's write.
+	replayable := (req.Body == nil || req.Body == http.NoBody) && (req.Method == http.MethodGet || req.Method == http.MethodHead)
+	for attempt := 0; ; attempt++ {
+		c, reused, err := t.conn(ctx, addr)
+		if err != nil {
+			closeBody(req)
+			return nil, err
+		}
+		resp, err := c.roundTrip(req)
+		if err == nil {
+			return resp, nil
+		}
+		if reused && replayable && attempt == 0 && ctx.Err() == nil && !errors.Is(err, errResponseStarted) {
+			// A pooled connection the server closed as it was taken.
+			continue
+		}
+		closeBody(req)
+		return nil, err
+	}
+}
+
+// errResponseStarted marks a failure after some of the answer was read.
+var errResponseStarted = errors.New("s3 upstream: connection failed in the answer")
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// conn returns an idle connection to addr that is still open, or dials one.
+func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused bool, err error) {
+	now := time.Now()
+	t.mu.Lock()
+	for {
+		cs := t.idle[addr]
+		if len(cs) == 0 {
+			break
+		}
+		c = cs[len(cs)-1]
+		cs[len(cs)-1] = nil
+		t.idle[addr] = cs[:len(cs)-1]
+		if now.Sub(c.idled) < t.idleTimeout && c.br.Buffered() == 0 && alive(c.conn) {
+			t.mu.Unlock()
+			return c, true, nil
+		}
+		c.close()
+	}
+	t.mu.Unlock()
+	nc, err := t.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	c = &leanConn{t: t, addr: addr, conn: nc}
+	c.br = readers.Get().(*bufio.Reader)
+	c.br.Reset(nc)
+	c.bw = writers.Get().(*bufio.Writer)
+	c.bw.Reset(connWriter{c})
+	return c, false, nil
+}
+
+// put keeps c for the next request to its host, or closes it.
+func (t *Transport) put(c *leanConn) {
+	c.idled = time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || len(t.idle[c.addr]) >= t.maxIdle {
+		c.close()
+		return
+	}
+	t.idle[c.addr] = append(t.idle[c.addr], c)
+	if t.sweep == nil {
+		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
+	}
+}
+
+// sweepIdle closes the connections idle for longer than idleTimeout.
+func (t *Transport) sweepIdle() {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sweep = nil
+	left := false
+	for addr, cs := range t.idle {
+		kept := cs[:0]
+		for _, c := range cs {
+			if now.Sub(c.idled) >= t.idleTimeout {
+				c.close()
+				continue
+			}
+			kept = append(kept, c)
+		}
+		clear(cs[len(kept):])
+		if len(kept) == 0 {
+			delete(t.idle, addr)
+			continue
+		}
+		t.idle[addr], left = kept, true
+	}
+	if left && !t.closed {
+		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
+	}
+}
+
+// CloseIdleConnections closes the idle connections of both transports.
+func (t *Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	for addr, cs := range t.idle {
+		for _, c := range cs {
+			c.close()
+		}
+		delete(t.idle, addr)
+	}
+	t.mu.Unlock()
+	t.Std.CloseIdleConnections()
+}
+
+// aLongTimeAgo is a deadline that makes blocked I/O return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// inlineBody is the largest request body written by the caller's goroutine
+// before it reads the answer: small enough to sit in the socket buffers
+// whole, so the write cannot wait on an upstream that answered early and
+// stopped reading. Larger bodies, bodies of unknown length and those
+// waiting for 100 Continue are written by a goroutine of their own while
+// the answer is read, as net/http's client does.
+const inlineBody = 64 << 10
+
+// roundTrip writes req on c and reads its answer. The answer's body hands c
+// back to the pool when read to its end on a connection both sides keep
+// open; anything else closes c.
+func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
+	// Cancelling the request unblocks whatever I/O is under way; the
+	// connection is not reused after that.
+	stop := context.AfterFunc(req.Context(), func() { c.conn.SetDeadline(aLongTimeAgo) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		c.close()
+		if cerr := req.Context().Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	c.werr = nil
+	body := req.Body != nil && req.Body != http.NoBody
+	if !body || req.ContentLength > 0 && req.ContentLength <= inlineBody && len(req.Header["Expect"]) == 0 {
+		werr := req.Write(c.bw)
+		if werr == nil {
+			werr = c.bw.Flush()
+		}
+		if werr != nil && c.werr == nil {
+			// Reading the request body failed (the worker went away,
+			// or sent more than allowed): the upstream waits for the
+			// rest of a request that will not come.
+			return fail(werr)
+		}
+		resp, err := c.readAnswer(req, false)
+		if err != nil {
+			if werr != nil {
+				return fail(werr)
+			}
+			return fail(err)
+		}
+		// An answer to a request not sent whole (the upstream refused
+		// it early and closed) is passed on; the connection is not kept.
+		return c.answer(req, resp, stop, werr == nil)
+	}
+
+	var gate *continueGate
+	w := req
+	if len(req.Header["Expect"]) > 0 {
+		gate = &continueGate{rc: req.Body, proceed: make(chan bool, 1)}
+		w = new(http.Request)
+		*w = *req
+		w.Body = gate
+	}
+	c.wdone = make(chan error, 1)
+	go func() {
+		err := w.Write(c.bw)
+		if err == nil {
+			err = c.bw.Flush()
+		}
+		if err != nil && c.werr == nil && !errors.Is(err, errAnsweredEarly) {
+			// The body failed: end the wait for an answer.
+			c.conn.Close()
+		}
+		c.wdone <- err
+	}()
+	if gate != nil {
+		// Request.Write flushes the head before it reads a body that
+		// is not in memory; the go-ahead, a refusal or the timeout
+		// decides whether the body follows.
+		c.conn.SetReadDeadline(time.Now().Add(expectContinueTimeout))
+		_, err := c.br.Peek(1)
+		// Clearing the deadline may clear one a cancellation set: the
+		// context is checked after it.
+		c.conn.SetReadDeadline(time.Time{})
+		var ne net.Error
+		switch {
+		case req.Context().Err() != nil:
+			gate.decide(false)
+			return fail(req.Context().Err())
+		case errors.As(err, &ne) && ne.Timeout() && c.br.Buffered() == 0:
+			gate.decide(true) // no answer yet: the body goes
+		case err != nil:
+			gate.decide(false)
+			return fail(err)
+		default:
+			resp, err := c.readAnswer(req, true)
+			if err != nil {
+				gate.decide(false)
+				return fail(err)
+			}
+			if resp != nil {
+				// A final answer to the head: the body is not sent.
+				gate.decide(false)
+				return c.answer(req, resp, stop, false)
+			}
+			gate.decide(true)
+		}
+	}
+	resp, err := c.readAnswer(req, false)
+	if err != nil {
+		if c.wdone != nil {
+			if werr := <-c.wdone; werr != nil && c.werr == nil {
+				c.wdone = nil
+				return fail(werr) // the body's error ended the wait
+			}
+			c.wdone = nil
+		}
+		return fail(err)
+	}
+	reuse := false
+	select {
+	case werr := <-c.wdone:
+		c.wdone, reuse = nil, werr == nil
+	default:
+		// Answered while the body is still going: the connection ends
+		// with the answer.
+	}
+	return c.answer(req, resp, stop, reuse)
+}
+
+// readAnswer reads the answer to req, skipping interim ones; expecting (a
+// 100 Continue awaited), a 100 Continue returns (nil, nil).
+func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response, error) {
+	for interim := 0; interim < 10; interim++ {
+		resp, err := http.ReadResponse(c.br, req)
+		if err != nil {
+			if c.br.Buffered() > 0 || !isEOF(err) {
+				err = errors.Join(errResponseStarted, err)
+			}
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			resp.Body.Close()
+			return nil, errors.Join(errResponseStarted, errors.New("s3 upstream: unexpected "+resp.Status))
+		case resp.StatusCode == http.StatusContinue && expecting:
+			return nil, nil
+		case resp.StatusCode >= 200:
+			return resp, nil
+		}
+	}
+	return nil, errors.Join(errResponseStarted, errors.New("s3 upstream: too many interim answers"))
+}
+
+// answer hands resp on, its body releasing c.
+func (c *leanConn) answer(req *http.Request, resp *http.Response, stop func() bool, reuse bool) (*http.Response, error) {
+	reuse = reuse && !resp.Close && !req.Close
+	if resp.Body == http.NoBody {
+		c.release(stop, reuse)
+		return resp, nil
+	}
+	resp.Body = &leanBody{rc: resp.Body, c: c, stop: stop, reuse: reuse}
+	return resp, nil
+}
+
+func isEOF(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "connection reset")
+}
+
+// expectContinueTimeout is how long a request with Expect: 100-continue
+// waits for the go-ahead before its body is sent anyway (as net/http's
+// client, httpup.NewTransport's ExpectContinueTimeout).
+const expectContinueTimeout = time.Second
+
+// continueGate holds back a request body until roundTrip decides: sent
+// after 100 Continue (or expectContinueTimeout without an answer), never
+// read after a final answer to the head.
+type continueGate struct {
+	rc      io.ReadCloser
+	proceed chan bool // buffered: decide never waits
+	decided bool      // roundTrip's
+	opened  bool      // the writer's
+	err     error
+}
+
+var errAnsweredEarly = errors.New("s3 upstream answered before 100 Continue")
+
+func (g *continueGate) decide(send bool) {
+	if !g.decided {
+		g.decided = true
+		g.proceed <- send
+	}
+}
+
+func (g *continueGate) Read(p []byte) (int, error) {
+	if !g.opened {
+		g.opened = true
+		if !<-g.proceed {
+			g.err = errAnsweredEarly
+		}
+	}
+	if g.err != nil {
+		return 0, g.err
+	}
+	return g.rc.Read(p)
+}
+
+func (g *continueGate) Close() error { return g.rc.Close() }
+
+// release ends c's use by one request: pooled if reuse and the request's
+// context did not fire meanwhile, closed otherwise.
+func (c *leanConn) release(stop func() bool, reuse bool) {
+	if stop() && reuse {
+		c.t.put(c)
+		return
+	}
+	c.close()
+}
+
+// leanBody is the body of an answer on a leanConn.
+type leanBody struct {
+	rc    io.ReadCloser
+	c     *leanConn
+	stop  func() bool
+	reuse bool
+	mu    sync.Mutex
+	done  bool
+}
+
+func (b *leanBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	if err != nil {
+		b.done = true
+		b.c.release(b.stop, b.reuse && err == io.EOF)
+	}
+	return n, err
+}
+
+// Close closes the connection unless the body was read to its end (the
+// rest of an answer left unread would be taken for the next one).
+func (b *leanBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.done {
+		b.done = true
+		b.c.release(b.stop, false)
+	}
+	return nil
+}
+
+// CopyBufferSize is the step in which Transport copies a request body to
+// the upstream connection. net/http's client copies in 32 KiB steps: 512
+// reads from the worker's socket and as many writes to the upstream's per
+// 16 MiB object, where a direct client (the SDK writing a bytes.Reader)
+// hands the kernel its whole body in one write. A read returns what the
+// worker's socket holds, up to the step.
+const CopyBufferSize = 256 << 10
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, CopyBufferSize); return &b }}

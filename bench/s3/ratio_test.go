@@ -39,7 +39,9 @@ import (
 // over the rounds (/proc/PID/task/*/schedstat and getrusage), and "-cpu-%" is direct's
 // CPU per object over the target's: the share of direct's throughput the
 // target reaches where the CPU is the limit, load from other work
-// notwithstanding.
+// notwithstanding. "-vgw-cpu-µs/put" and "-gw-cpu-µs/put" split it: the
+// part spent in VersityGW and in the gateway process (the rest is the
+// clients').
 //
 // Both connection behaviours of VersityGW are measured: "close" is its
 // default (every answer carries Connection: close, to direct clients and to
@@ -83,16 +85,27 @@ func BenchmarkPutObjectRatio(b *testing.B) {
 					data := bytes.Repeat([]byte("fencegate"), size/9+1)[:size]
 					times := make([][]time.Duration, len(targets))
 					cpu := make([]time.Duration, len(targets))
+					vcpu := make([]time.Duration, len(targets))
+					gcpu := make([]time.Duration, len(targets))
 					b.ResetTimer()
 					for r := 0; r < b.N; r++ {
 						for j := range targets {
 							k := (j + r) % len(targets)
 							c0 := cpuOf(b, vpid, targets[k].pid)
+							v0 := procCPU(b, vpid)
+							var g0 time.Duration
+							if targets[k].pid != 0 {
+								g0 = procCPU(b, targets[k].pid)
+							}
 							d, err := putRound(targets[k].c, targets[k].name, data, puts, conc)
 							if err != nil {
 								b.Fatal(err)
 							}
 							cpu[k] += cpuOf(b, vpid, targets[k].pid) - c0
+							vcpu[k] += procCPU(b, vpid) - v0
+							if targets[k].pid != 0 {
+								gcpu[k] += procCPU(b, targets[k].pid) - g0
+							}
 							times[k] = append(times[k], d/time.Duration(puts))
 						}
 					}
@@ -101,6 +114,8 @@ func BenchmarkPutObjectRatio(b *testing.B) {
 						b.ReportMetric(float64(median(times[k]).Microseconds()), tg.name+"-µs/put")
 						perPut := func(k int) float64 { return float64(cpu[k].Microseconds()) / float64(b.N*puts) }
 						b.ReportMetric(perPut(k), tg.name+"-cpu-µs/put")
+						b.ReportMetric(float64(vcpu[k].Microseconds())/float64(b.N*puts), tg.name+"-vgw-cpu-µs/put")
+						b.ReportMetric(float64(gcpu[k].Microseconds())/float64(b.N*puts), tg.name+"-gw-cpu-µs/put")
 						if k == 0 {
 							continue
 						}
