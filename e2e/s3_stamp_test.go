@@ -15,18 +15,24 @@ import (
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
+// stampedS3Gateway starts VersityGW and a gateway whose S3 route has
+// `stamp: true`.
+func stampedS3Gateway(t *testing.T) (*s3Env, *Proc) {
+	srv := testenv.Versity(t)
+	srv.CreateBucket(t, s3Bucket)
+	route := strings.Replace(s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s"),
+		"        timeout: 30s\n", "        timeout: 30s\n        stamp: true\n", 1)
+	p := startFencegate(t, s3GatewayYAML(route))
+	return &s3Env{S3: srv, Proc: p, GW: p.URL("gateway")}, p
+}
+
 // `stamp: true` writes each admitted write's token into the object's
 // metadata (signed by the gateway with the rest of the request; a worker's
 // own copy of the header is replaced, not trusted). After the store is
 // lost, `fence rebuild` raises the fences from the stamps and the zombie's
 // write is refused again.
 func TestS3StampRebuildAfterStoreLoss(t *testing.T) {
-	srv := testenv.Versity(t)
-	srv.CreateBucket(t, s3Bucket)
-	route := strings.Replace(s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s"),
-		"        timeout: 30s\n", "        timeout: 30s\n        stamp: true\n", 1)
-	p := startFencegate(t, s3GatewayYAML(route))
-	e := &s3Env{S3: srv, Proc: p, GW: p.URL("gateway")}
+	e, p := stampedS3Gateway(t)
 	zombie := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(41))
 	owner := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(42))
 	ctx := context.Background()
@@ -86,12 +92,7 @@ func TestS3StampRebuildAfterStoreLoss(t *testing.T) {
 // raising a fence out of every worker's reach; the operator decides with
 // --prefix or --max-advance.
 func TestS3RebuildCeiling(t *testing.T) {
-	srv := testenv.Versity(t)
-	srv.CreateBucket(t, s3Bucket)
-	route := strings.Replace(s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s"),
-		"        timeout: 30s\n", "        timeout: 30s\n        stamp: true\n", 1)
-	p := startFencegate(t, s3GatewayYAML(route))
-	e := &s3Env{S3: srv, Proc: p, GW: p.URL("gateway")}
+	e, p := stampedS3Gateway(t)
 	zombie := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(41))
 	owner := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(42))
 	ctx := context.Background()
