@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -244,7 +246,15 @@ func (l *lane) run() {
 			first := l.lastErr == nil
 			l.lastErr = err
 			l.mu.Unlock()
-			if first || errors.Is(err, ErrPoolMode) {
+			if errors.Is(err, ErrPoolMode) {
+				// Latched, and the lane stays down: a check that passes on a
+				// later try could be luck (which server the pooler hands
+				// out), never proof. Fixing the pooler takes a restart.
+				l.f.poolMode.Store(true)
+				l.f.log.Error("marker session refused: the database is reached through a pooler that does not keep sessions; shared mode admits no write until restarted", "err", err)
+				return
+			}
+			if first {
 				l.f.log.Warn("marker session to the database not up", "err", err)
 			}
 			select {
@@ -316,27 +326,43 @@ func (l *lane) connect(ctx context.Context) (*session, error) {
 // the backend conn just released to the next client (PgBouncer reuses the
 // most recently used server first), which the first test catches; the
 // second catches the rest.
+//
+// The pids alone can be fooled when other clients (another marker lane,
+// another replica) take servers in between: conn's server goes to someone
+// else while the pool's transaction gets another, and conn lands on its
+// old server again. So conn also leaves a session setting with a value of
+// its own: the pool's transaction must not see any such setting (its
+// server was a marker connection's: sessions are shared), and conn's later
+// statement must see its own value (a session of its own). A pooler in
+// session mode resets a server before another client gets it
+// (server_reset_query, PgBouncer's default DISCARD ALL).
 func checkOwnSession(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) error {
 	// The simple protocol: a pooler in transaction mode mixes up prepared
 	// statements, which would hide the answer behind another error.
-	const pidSQL = "SELECT pg_backend_pid()"
 	simple := pgx.QueryExecModeSimpleProtocol
+	var nonce [8]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return err
+	}
+	mine := hex.EncodeToString(nonce[:])
 	var p1, p2, p3 int32
-	if err := conn.QueryRow(ctx, pidSQL, simple).Scan(&p1); err != nil {
+	var seen2, seen3 string
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid(), set_config('fencegate.session_probe', $1, false)", simple, mine).Scan(&p1, &seen3); err != nil {
 		return fmt.Errorf("marker session: %w", err)
 	}
+	const probeSQL = "SELECT pg_backend_pid(), coalesce(current_setting('fencegate.session_probe', true), '')"
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("marker session: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := tx.QueryRow(ctx, pidSQL, simple).Scan(&p2); err != nil {
+	if err := tx.QueryRow(ctx, probeSQL, simple).Scan(&p2, &seen2); err != nil {
 		return fmt.Errorf("marker session: %w", err)
 	}
-	if err := conn.QueryRow(ctx, pidSQL, simple).Scan(&p3); err != nil {
+	if err := conn.QueryRow(ctx, probeSQL, simple).Scan(&p3, &seen3); err != nil {
 		return fmt.Errorf("marker session: %w", err)
 	}
-	if p1 == p2 || p1 != p3 {
+	if p1 == p2 || p1 != p3 || seen2 != "" || seen3 != mine {
 		return ErrPoolMode
 	}
 	return nil

@@ -59,6 +59,9 @@ import (
 // every forward by that timeout, counted from before the marker was read,
 // and aborts the forwards of a session it lost.
 type SharedFence struct {
+	// poolMode is set for good once a marker session found the database
+	// behind a pooler that does not keep sessions (checkOwnSession).
+	poolMode       atomic.Bool
 	pool           *pgxpool.Pool
 	connConfig     *pgx.ConnConfig
 	drainTimeout   time.Duration
@@ -205,8 +208,8 @@ func (f *SharedFence) Ready(ctx context.Context) error {
 			l.mu.Lock()
 			up, err := l.up, l.lastErr
 			l.mu.Unlock()
-			if errors.Is(err, ErrPoolMode) {
-				return err
+			if errors.Is(err, ErrPoolMode) || f.poolMode.Load() {
+				return ErrPoolMode
 			}
 			select {
 			case <-up:
@@ -308,6 +311,9 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 	drain := w.DrainTimeout
 	if drain <= 0 {
 		drain = f.drainTimeout
+	}
+	if f.poolMode.Load() {
+		return nil, fencegate.Unavailable(w.Resource, ErrPoolMode)
 	}
 	deadline := time.Now().Add(drain)
 	key := lockKey(w.Resource)

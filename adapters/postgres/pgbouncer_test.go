@@ -72,4 +72,30 @@ func TestSharedFenceBehindPgBouncer(t *testing.T) {
 			t.Fatal("a write was admitted through a pooler in transaction mode")
 		}
 	})
+
+	// Several replicas' marker sessions connecting at once take servers
+	// from each other between the check's statements, and a lane refused
+	// once used to try again: one retry found its session "of its own" by
+	// luck (seen once in CI), and the fence came up. Every fence must still
+	// be refused after its lanes had time for many tries.
+	t.Run("transaction, concurrent", func(t *testing.T) {
+		url := testenv.PgBouncer(t, pg, "transaction")
+		errs := make(chan error, 6)
+		for range cap(errs) {
+			st := openFenceStore(t, url, Options{MaxConns: 4, SkipMigrate: true})
+			go func() {
+				f := NewSharedFence(st, SharedFenceOptions{MarkerConns: 3})
+				defer f.Close()
+				time.Sleep(3 * time.Second)
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				errs <- f.Ready(rctx)
+			}()
+		}
+		for range cap(errs) {
+			if err := <-errs; !errors.Is(err, ErrPoolMode) {
+				t.Fatalf("one of 6 shared fences in transaction mode: %v; want ErrPoolMode", err)
+			}
+		}
+	})
 }
