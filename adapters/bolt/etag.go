@@ -118,13 +118,28 @@ func (s *Store) RecordETag(ctx context.Context, resource string, token int64, et
 // own marks resource's record unknown in the file, durably, and then owns
 // it in memory, recording etag (if set) by the token rule.
 func (s *Store) own(ctx context.Context, resource string, token int64, etag string, set bool) error {
+	for {
+		owned, err := s.ownOnce(ctx, resource, token, etag, set)
+		if err != nil || owned {
+			return err
+		}
+	}
+}
+
+// ownOnce is one attempt of own. It reports false, having changed nothing
+// in memory, when a write-back of resource was submitted after its mark:
+// that write-back lands in the file after the mark, so the mark does not
+// make the file's record unknown, and own must mark again.
+func (s *Store) ownOnce(ctx context.Context, resource string, token int64, etag string, set bool) (bool, error) {
 	c := &s.etags
 	var disk fenceRecord
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrClosed
+		return false, ErrClosed
 	}
+	// Write-backs submitted after this point have ids above mark.
+	mark := c.next
 	ch := s.commit.submit(func(tx *bbolt.Tx) error {
 		var err error
 		if disk, err = s.getFenceTx(tx, resource); err != nil {
@@ -142,10 +157,30 @@ func (s *Store) own(ctx context.Context, resource string, token int64, etag stri
 	})
 	c.mu.Unlock()
 	if err := ch.wait(ctx); err != nil {
-		return err
+		return false, err
 	}
 	c.mu.Lock()
 	e, ok := c.m[resource]
+	if ok && !e.owned && e.back > mark {
+		c.mu.Unlock()
+		return false, nil
+	}
+	if !ok && c.next > mark {
+		// A write-back since the mark may have carried resource and been
+		// forgotten; with no entry, every write-back of it has committed,
+		// so the file says whether one landed after the mark.
+		var now fenceRecord
+		err := s.db.View(func(tx *bbolt.Tx) error {
+			var err error
+			now, err = s.getFenceTx(tx, resource)
+			return err
+		})
+		if err != nil || now.ETag != fencegate.ETagUnknown {
+			c.mu.Unlock()
+			return false, err
+		}
+		disk = now
+	}
 	if !ok {
 		// The file's record is the latest (nothing in memory is newer).
 		e = &etagEntry{etag: disk.ETag, token: disk.ETagToken}
@@ -166,9 +201,9 @@ func (s *Store) own(ctx context.Context, resource string, token int64, etag stri
 		c.mu.Lock()
 		c.evicting = false
 		c.mu.Unlock()
-		return err
+		return true, err
 	}
-	return nil
+	return true, nil
 }
 
 // RecordETagDurable is RecordETag, on disk before it returns: the record
