@@ -233,9 +233,17 @@ type largeSteps struct{ io.ReadCloser }
 
 var streamBuffers = sync.Pool{New: func() any { b := make([]byte, StreamStep); return &b }}
 
+// StreamBuffer returns a pooled buffer of StreamStep bytes, for other
+// upstream clients copying bodies in the same steps (the S3 adapter's);
+// give it back with PutStreamBuffer.
+func StreamBuffer() *[]byte { return streamBuffers.Get().(*[]byte) }
+
+// PutStreamBuffer returns a buffer of StreamBuffer to the pool.
+func PutStreamBuffer(b *[]byte) { streamBuffers.Put(b) }
+
 func (b largeSteps) WriteTo(w io.Writer) (int64, error) {
-	buf := streamBuffers.Get().(*[]byte)
-	defer streamBuffers.Put(buf)
+	buf := StreamBuffer()
+	defer PutStreamBuffer(buf)
 	// Not io.CopyBuffer: it would hand the copy to w's ReadFrom (the
 	// connection's bufio.Writer), which copies in 32 KiB steps again.
 	var n int64

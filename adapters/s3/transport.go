@@ -117,11 +117,14 @@ func (w connWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFrom copies a request body to the connection in CopyBufferSize
+// ReadFrom copies a request body to the connection in httpup.StreamStep
 // steps (bufio.Writer hands a body to it once the head is flushed).
+// net/http's client copies in 32 KiB steps: 512 reads from the worker's
+// socket and as many writes to the upstream's per 16 MiB object, where a
+// direct client hands the kernel its whole body in one write.
 func (w connWriter) ReadFrom(r io.Reader) (int64, error) {
-	bp := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(bp)
+	bp := httpup.StreamBuffer()
+	defer httpup.PutStreamBuffer(bp)
 	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{r}, *bp)
 }
 
@@ -516,13 +519,3 @@ func (b *leanBody) Close() error {
 	}
 	return nil
 }
-
-// CopyBufferSize is the step in which Transport copies a request body to
-// the upstream connection. net/http's client copies in 32 KiB steps: 512
-// reads from the worker's socket and as many writes to the upstream's per
-// 16 MiB object, where a direct client (the SDK writing a bytes.Reader)
-// hands the kernel its whole body in one write. A read returns what the
-// worker's socket holds, up to the step.
-const CopyBufferSize = 256 << 10
-
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, CopyBufferSize); return &b }}
