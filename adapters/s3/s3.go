@@ -464,7 +464,7 @@ func stamps(r *http.Request, o op) bool {
 	case opCopyObject:
 		return strings.EqualFold(r.Header.Get("X-Amz-Metadata-Directive"), "REPLACE")
 	case opOther:
-		return r.Method == http.MethodPost && r.URL.Query().Has("uploads")
+		return r.Method == http.MethodPost && queryHas(r.URL.RawQuery, "uploads")
 	}
 	return false
 }
