@@ -71,7 +71,9 @@ func BenchmarkPutObjectRatio(b *testing.B) {
 				{"gateway-etag", client(gwEtagURL, "worker", "worker-secret"), gwEtagPID},
 			}
 			if bin := os.Getenv("S3BENCH_BEFORE"); bin != "" {
-				u, pid := gatewayBinary(b, bin, srv, "")
+				// S3BENCH_BEFORE_ENV: environment of that process alone,
+				// space-separated (GOMAXPROCS=1, GOGC=400, ...).
+				u, pid := gatewayBinary(b, bin, srv, "", strings.Fields(os.Getenv("S3BENCH_BEFORE_ENV"))...)
 				targets = append(targets, target{"before", client(u, "worker", "worker-secret"), pid})
 			}
 			for _, size := range []int{4 << 10, 16 << 20} {
