@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"math/rand/v2"
+	"net/textproto"
 	"net/url"
 	"testing"
 )
@@ -80,4 +81,18 @@ func FuzzQueryHas(f *testing.F) {
 			t.Errorf("queryHas(%q, %q) = %v; url.ParseQuery says %v", raw, name, got, want)
 		}
 	})
+}
+
+// headerKey finds the header map key http.Header.Values would.
+func TestHeaderKey(t *testing.T) {
+	for l := range canonicalKeys {
+		if got, want := headerKey(l), textproto.CanonicalMIMEHeaderKey(l); got != want {
+			t.Errorf("headerKey(%q) = %q; want %q", l, got, want)
+		}
+	}
+	for _, l := range []string{"x-amz-meta-other", "content-length", "host", "x-custom-1"} {
+		if got, want := headerKey(l), textproto.CanonicalMIMEHeaderKey(l); got != want {
+			t.Errorf("headerKey(%q) = %q; want %q", l, got, want)
+		}
+	}
 }
