@@ -1,37 +1,10 @@
 package s3
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"math/rand/v2"
 	"net/textproto"
 	"net/url"
 	"testing"
 )
-
-// hmacSHA256Sum is crypto/hmac's HMAC-SHA256 for keys shorter than, as
-// long as and longer than a block, and messages that fit its stack buffer
-// and do not.
-func TestHMACSum(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, kl := range []int{0, 1, 32, 63, 64, 65, 100, 200} {
-		for _, ml := range []int{0, 1, 55, 64, 150, 256, 257, 1000} {
-			key, msg := make([]byte, kl), make([]byte, ml)
-			for i := range key {
-				key[i] = byte(rng.Uint32())
-			}
-			for i := range msg {
-				msg[i] = byte(rng.Uint32())
-			}
-			m := hmac.New(sha256.New, key)
-			m.Write(msg)
-			want := m.Sum(nil)
-			if got := hmacSHA256Sum(key, msg); !hmac.Equal(got[:], want) {
-				t.Errorf("key %d bytes, message %d: %x, want %x", kl, ml, got, want)
-			}
-		}
-	}
-}
 
 // The canonical query's fast path (a query already in canonical form is
 // its own canonical query) gives what the general encoding gives.

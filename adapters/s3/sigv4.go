@@ -475,33 +475,13 @@ func hmacSHA256(key, data []byte) []byte {
 	return m.Sum(nil)
 }
 
-// hmacSHA256Sum is HMAC-SHA256 (RFC 2104) of msg, computed with two
-// sha256.Sum256 over buffers on the stack: crypto/hmac allocates the HMAC
-// and its two digests per call, and the gateway computes one per verified
-// request and one per upstream signature (TestHMACSum compares the two).
-func hmacSHA256Sum(key, msg []byte) [sha256.Size]byte {
-	if len(key) > sha256.BlockSize {
-		k := sha256.Sum256(key)
-		key = k[:]
-	}
-	var ib [sha256.BlockSize + 256]byte
-	in := ib[:sha256.BlockSize]
-	for i := range in {
-		in[i] = 0x36
-	}
-	for i, c := range key {
-		in[i] ^= c
-	}
-	inner := sha256.Sum256(append(in, msg...))
-	var ob [sha256.BlockSize + sha256.Size]byte
-	for i := 0; i < sha256.BlockSize; i++ {
-		ob[i] = 0x5c
-	}
-	for i, c := range key {
-		ob[i] ^= c
-	}
-	copy(ob[sha256.BlockSize:], inner[:])
-	return sha256.Sum256(ob[:])
+// hmacSHA256Sum is hmacSHA256 into an array, for the one HMAC per verified
+// request and per upstream signature.
+func hmacSHA256Sum(key, msg []byte) (sum [sha256.Size]byte) {
+	m := hmac.New(sha256.New, key)
+	m.Write(msg)
+	m.Sum(sum[:0])
+	return sum
 }
 
 func sha256Hex(b []byte) string {
