@@ -309,6 +309,10 @@ type forward struct {
 	// bodyHeaders are set on the outbound request: the integrity headers
 	// of a DeleteObjects body the gateway wrote anew.
 	bodyHeaders map[string]string
+	// body is the whole request body when it is in memory (the gateway
+	// read a small body before the fence, or a DeleteObjects body was
+	// written anew); nil if it streams.
+	body []byte
 }
 
 type forwardKey struct{}
@@ -352,6 +356,7 @@ func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 		if len(req.Resources) == 1 {
 			f.resource = req.Resources[0]
 		}
+		f.body = req.Body
 	}
 	if a.presigned && a.payloadHash == unsignedPayload {
 		f.payloadHash = unsignedPayload
@@ -388,7 +393,7 @@ func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 				io.Copy(io.Discard, r.Body)
 				out.Body = io.NopCloser(bytes.NewReader(body))
 				out.ContentLength = int64(len(body))
-				f.bodyHeaders, f.payloadHash = set, payload
+				f.bodyHeaders, f.payloadHash, f.body = set, payload, body
 			default:
 				// An integrity header the gateway cannot compute: the
 				// body goes as sent, its objects unconditioned.
@@ -438,8 +443,17 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	for k, v := range f.bodyHeaders {
 		h.Set(k, v)
 	}
-	if f.chunks != nil {
+	switch {
+	case f.chunks != nil:
 		out.Body = f.chunks
+	case f.body != nil && int64(len(f.body)) == out.ContentLength:
+		// A body whole in memory goes as a reader net/http knows to be
+		// one (a bytes.Reader): it then writes head and body in one write
+		// (one TCP segment for a small PutObject) instead of flushing the
+		// head first, as it must for ReverseProxy's wrapper of the body,
+		// which could block. The bytes are those the worker sent (or the
+		// DeleteObjects body written anew), as gateway.Request.Body says.
+		out.Body = io.NopCloser(bytes.NewReader(f.body))
 	}
 	if u.stampHeader != "" && f.token > 0 && stamps(pr.In, f.target.op) {
 		// Set, not added: a worker's own copy would forge the stamp
@@ -464,7 +478,7 @@ func stamps(r *http.Request, o op) bool {
 	case opCopyObject:
 		return strings.EqualFold(r.Header.Get("X-Amz-Metadata-Directive"), "REPLACE")
 	case opOther:
-		return r.Method == http.MethodPost && r.URL.Query().Has("uploads")
+		return r.Method == http.MethodPost && queryHas(r.URL.RawQuery, "uploads")
 	}
 	return false
 }

@@ -1,10 +1,8 @@
 package s3
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -78,8 +76,8 @@ func (s *upstreamSigner) sign(req *http.Request, creds aws.Credentials, payload 
 		name, key string
 		more      []string
 	}
-	var buf [24]signed
-	names := append(buf[:0], signed{name: "host"})
+	var nbuf [24]signed
+	names := append(nbuf[:0], signed{name: "host"})
 	if req.ContentLength > 0 {
 		names = append(names, signed{name: "content-length"})
 	}
@@ -104,33 +102,28 @@ func (s *upstreamSigner) sign(req *http.Request, creds aws.Credentials, payload 
 	}
 	slices.SortFunc(names, func(a, b signed) int { return strings.Compare(a.name, b.name) })
 
-	var sb strings.Builder
-	sb.Grow(256)
-	for i, n := range names {
-		if i > 0 {
-			sb.WriteByte(';')
-		}
-		sb.WriteString(n.name)
-	}
-	signedHeaders := sb.String()
-
-	ch := sha256.New()
+	// The canonical request, then the string to sign, built in a buffer
+	// on the stack and hashed in one call each.
+	var buf [2048]byte
+	b := buf[:0]
 	path := req.URL.EscapedPath()
 	if path == "" {
 		path = "/"
 	}
-	for _, p := range [...]string{req.Method, "\n", path, "\n", req.URL.RawQuery, "\n"} {
-		io.WriteString(ch, p)
-	}
+	b = append(b, req.Method...)
+	b = append(b, '\n')
+	b = append(b, path...)
+	b = append(b, '\n')
+	b = append(b, req.URL.RawQuery...)
+	b = append(b, '\n')
 	for _, n := range names {
-		io.WriteString(ch, n.name)
-		io.WriteString(ch, ":")
+		b = append(b, n.name...)
+		b = append(b, ':')
 		switch n.name {
 		case "host":
-			io.WriteString(ch, stripExcessSpaces(host))
+			b = append(b, stripExcessSpaces(host)...)
 		case "content-length":
-			var nb [20]byte
-			ch.Write(strconv.AppendInt(nb[:0], req.ContentLength, 10))
+			b = strconv.AppendInt(b, req.ContentLength, 10)
 		default:
 			// The SDK gathers case variants in map order; the
 			// gateway's maps hold one canonical key per name.
@@ -142,31 +135,50 @@ func (s *upstreamSigner) sign(req *http.Request, creds aws.Credentials, payload 
 				}
 				for _, v := range h[k] {
 					if !first {
-						io.WriteString(ch, ",")
+						b = append(b, ',')
 					}
 					first = false
-					io.WriteString(ch, strings.TrimSpace(stripExcessSpaces(v)))
+					b = append(b, strings.TrimSpace(stripExcessSpaces(v))...)
 				}
 			}
 		}
-		io.WriteString(ch, "\n")
+		b = append(b, '\n')
 	}
-	for _, p := range [...]string{"\n", signedHeaders, "\n", payload} {
-		io.WriteString(ch, p)
+	b = append(b, '\n')
+	signedAt := len(b)
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ';')
+		}
+		b = append(b, n.name...)
 	}
-	var sum [sha256.Size]byte
-	var hexSum [2 * sha256.Size]byte
-	hex.Encode(hexSum[:], ch.Sum(sum[:0]))
+	signedEnd := len(b)
+	b = append(b, '\n')
+	b = append(b, payload...)
+	sum := sha256.Sum256(b)
 
-	scope := date + "/" + s.region + "/s3/aws4_request"
-	m := hmac.New(sha256.New, s.signingKey(creds.SecretAccessKey, date))
-	io.WriteString(m, algorithm+"\n"+amzDate+"\n"+scope+"\n")
-	m.Write(hexSum[:])
-	var mac [sha256.Size]byte
-	var sig [2 * sha256.Size]byte
-	hex.Encode(sig[:], m.Sum(mac[:0]))
-	h["Authorization"] = append(h["Authorization"][:0],
-		algorithm+" Credential="+creds.AccessKeyID+"/"+scope+", SignedHeaders="+signedHeaders+", Signature="+string(sig[:]))
+	// Authorization: the signed header names are copied out of the
+	// canonical request before the buffer is reused.
+	var ab [512]byte
+	auth := append(ab[:0], algorithm+" Credential="...)
+	auth = append(auth, creds.AccessKeyID...)
+	auth = append(auth, '/')
+	scopeAt := len(auth)
+	auth = appendScope(auth, date, s.region, "s3")
+	scopeEnd := len(auth)
+	auth = append(auth, ", SignedHeaders="...)
+	auth = append(auth, b[signedAt:signedEnd]...)
+	auth = append(auth, ", Signature="...)
+
+	sts := append(buf[:0], algorithm+"\n"...)
+	sts = append(sts, amzDate...)
+	sts = append(sts, '\n')
+	sts = append(sts, auth[scopeAt:scopeEnd]...)
+	sts = append(sts, '\n')
+	sts = hex.AppendEncode(sts, sum[:])
+	mac := hmacSHA256Sum(s.signingKey(creds.SecretAccessKey, date), sts)
+	auth = hex.AppendEncode(auth, mac[:])
+	h["Authorization"] = append(h["Authorization"][:0], string(auth))
 }
 
 // canonicalForm reports whether raw is already what the SDK's signer makes
@@ -175,7 +187,9 @@ func (s *upstreamSigner) sign(req *http.Request, creds aws.Credentials, payload 
 // SDK's PutObject carries such a query (x-id=PutObject).
 func canonicalForm(raw string) bool {
 	var pk, pv string
-	for i, pair := range strings.Split(raw, "&") {
+	for i, more := 0, true; more; i++ {
+		var pair string
+		pair, raw, more = strings.Cut(raw, "&")
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok || k == "" || !unreserved(k) || !unreserved(v) {
 			return false

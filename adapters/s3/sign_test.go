@@ -92,6 +92,7 @@ func TestCanonicalForm(t *testing.T) {
 	for _, raw := range []string{
 		"x-id=PutObject", "a=1&b=2", "b=2&a=1", "a=2&a=1", "a=1&a=2", "a=&b=", "uploads", "a=1&&b=2", "a=b=c",
 		"a=%20", "a=+", "a=~._-", "A=1&a=1", "a=1&A=1", "=1", "a=1;b=2", "ab=1&a=2", "a=2&ab=1", "a-b=1&a=2",
+		"a=1&", "&a=1", "&", "a=1&b=2&", "x-id=PutObject&",
 	} {
 		q, _ := url.ParseQuery(raw)
 		for _, vs := range q {

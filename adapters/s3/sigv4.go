@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"io"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"sort"
 	"strconv"
@@ -65,11 +65,10 @@ func (a *authRequest) scope() string {
 // signature itself.
 func parseAuth(r *http.Request, now time.Time) (*authRequest, *s3Error) {
 	a := &authRequest{}
-	q := r.URL.Query()
 	h := r.Header.Get("Authorization")
 	switch {
 	case h != "":
-		if q.Has("X-Amz-Signature") {
+		if queryHas(r.URL.RawQuery, "X-Amz-Signature") {
 			return nil, errInvalidArgument("only one auth mechanism allowed")
 		}
 		rest, ok := strings.CutPrefix(h, algorithm+" ")
@@ -80,7 +79,9 @@ func parseAuth(r *http.Request, now time.Time) (*authRequest, *s3Error) {
 			return nil, errAuthMalformed("unsupported authorization algorithm")
 		}
 		var cred, signed string
-		for _, part := range strings.Split(rest, ",") {
+		for more := true; more; {
+			var part string
+			part, rest, more = strings.Cut(rest, ",")
 			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 			if !ok {
 				return nil, errAuthMalformed("malformed authorization header")
@@ -104,7 +105,8 @@ func parseAuth(r *http.Request, now time.Time) (*authRequest, *s3Error) {
 		if a.payloadHash == "" {
 			return nil, errInvalidRequest("missing required header for this request: x-amz-content-sha256")
 		}
-	case q.Has("X-Amz-Signature"):
+	case queryHas(r.URL.RawQuery, "X-Amz-Signature"):
+		q := r.URL.Query()
 		a.presigned = true
 		if q.Get("X-Amz-Algorithm") != algorithm {
 			return nil, errAuthMalformed("unsupported X-Amz-Algorithm")
@@ -154,8 +156,16 @@ func parseAuth(r *http.Request, now time.Time) (*authRequest, *s3Error) {
 }
 
 func (a *authRequest) setCredential(cred, signed string) *s3Error {
-	parts := strings.Split(cred, "/")
-	if len(parts) != 5 || parts[4] != "aws4_request" || parts[0] == "" || len(parts[1]) != 8 {
+	// ACCESS/DATE/REGION/SERVICE/aws4_request, five parts exactly.
+	var parts [5]string
+	rest, n := cred, 0
+	for more := true; more; n++ {
+		if n == len(parts) {
+			return errAuthMalformed("malformed credential scope")
+		}
+		parts[n], rest, more = strings.Cut(rest, "/")
+	}
+	if n != 5 || parts[4] != "aws4_request" || parts[0] == "" || len(parts[1]) != 8 {
 		return errAuthMalformed("malformed credential scope")
 	}
 	a.accessKey, a.date, a.region, a.service = parts[0], parts[1], parts[2], parts[3]
@@ -180,51 +190,71 @@ func (a *authRequest) setCredential(cred, signed string) *s3Error {
 // for the request's scope (keys.get derives it, or has it from an earlier
 // request of the same day) and returns that key, which verifies the chunk
 // signatures of a streaming body.
+//
+// The canonical request and the string to sign are built in a buffer on
+// the stack and hashed in one call each: no allocation for a request of
+// common size (about 35 allocations per request before, most of them
+// io.WriteString copies of strings into the hash).
 func (a *authRequest) verify(r *http.Request, secret string, keys *keyCache) ([]byte, bool) {
-	h := sha256.New()
-	writeCanonicalRequest(h, r, a)
-	var sum [sha256.Size]byte
-	var hexSum [2 * sha256.Size]byte
-	hex.Encode(hexSum[:], h.Sum(sum[:0]))
-	key := keys.get(secret, a)
-	m := hmac.New(sha256.New, key)
-	io.WriteString(m, algorithm+"\n"+a.amzDateRaw+"\n"+a.scope()+"\n")
-	m.Write(hexSum[:])
-	var mac [sha256.Size]byte
-	var want [2 * sha256.Size]byte
-	hex.Encode(want[:], m.Sum(mac[:0]))
-	if subtle.ConstantTimeCompare(want[:], []byte(a.signature)) != 1 {
+	var buf [2048]byte
+	sum := sha256.Sum256(appendCanonicalRequest(buf[:0], r, a))
+	sts := append(buf[:0], algorithm+"\n"...)
+	sts = append(sts, a.amzDateRaw...)
+	sts = append(sts, '\n')
+	sts = appendScope(sts, a.date, a.region, a.service)
+	sts = append(sts, '\n')
+	sts = hex.AppendEncode(sts, sum[:])
+	key, cached := keys.get(secret, a)
+	mac := hmacSHA256Sum(key, sts)
+	var want, got [2 * sha256.Size]byte
+	hex.Encode(want[:], mac[:])
+	if len(a.signature) != len(got) {
 		return nil, false
 	}
-	keys.put(secret, a, key)
+	copy(got[:], a.signature)
+	if subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
+		return nil, false
+	}
+	if !cached {
+		keys.put(secret, a, key)
+	}
 	return key, true
 }
 
-// writeCanonicalRequest writes SigV4's canonical request of r to b (verify
-// hashes it as it is written).
-func writeCanonicalRequest(b io.Writer, r *http.Request, a *authRequest) {
-	io.WriteString(b, r.Method)
-	io.WriteString(b, "\n")
+// appendScope appends a credential scope, DATE/REGION/SERVICE/aws4_request.
+func appendScope(b []byte, date, region, service string) []byte {
+	b = append(b, date...)
+	b = append(b, '/')
+	b = append(b, region...)
+	b = append(b, '/')
+	b = append(b, service...)
+	return append(b, "/aws4_request"...)
+}
+
+// appendCanonicalRequest appends SigV4's canonical request of r to b.
+func appendCanonicalRequest(b []byte, r *http.Request, a *authRequest) []byte {
+	b = append(b, r.Method...)
+	b = append(b, '\n')
 	// The path exactly as sent: S3 signs it as the client encoded it.
-	io.WriteString(b, rawPath(r))
-	io.WriteString(b, "\n")
-	io.WriteString(b, canonicalQuery(r.URL.RawQuery, a.presigned))
-	io.WriteString(b, "\n")
+	b = append(b, rawPath(r)...)
+	b = append(b, '\n')
+	b = appendCanonicalQuery(b, r.URL.RawQuery, a.presigned)
+	b = append(b, '\n')
 	for _, name := range a.signedHeaders {
-		io.WriteString(b, name)
-		io.WriteString(b, ":")
-		writeHeaderValue(b, r, name)
-		io.WriteString(b, "\n")
+		b = append(b, name...)
+		b = append(b, ':')
+		b = appendHeaderValue(b, r, name)
+		b = append(b, '\n')
 	}
-	io.WriteString(b, "\n")
+	b = append(b, '\n')
 	for i, name := range a.signedHeaders {
 		if i > 0 {
-			io.WriteString(b, ";")
+			b = append(b, ';')
 		}
-		io.WriteString(b, name)
+		b = append(b, name...)
 	}
-	io.WriteString(b, "\n")
-	io.WriteString(b, a.payloadHash)
+	b = append(b, '\n')
+	return append(b, a.payloadHash...)
 }
 
 // keyCache keeps the signing keys of verified requests: a key is derived
@@ -241,15 +271,18 @@ type keyScope struct{ secret, date, region, service string }
 
 const maxKeys = 256
 
-func (c *keyCache) get(secret string, a *authRequest) []byte {
+// get returns the signing key of secret for a's scope, and whether it
+// came from the cache (else it is derived, and put once it verified a
+// signature).
+func (c *keyCache) get(secret string, a *authRequest) ([]byte, bool) {
 	s := keyScope{secret, a.date, a.region, a.service}
 	c.mu.Lock()
 	k, ok := c.keys[s]
 	c.mu.Unlock()
 	if ok {
-		return k
+		return k, true
 	}
-	return signingKey(secret, a.date, a.region, a.service)
+	return signingKey(secret, a.date, a.region, a.service), false
 }
 
 func (c *keyCache) put(secret string, a *authRequest, key []byte) {
@@ -281,9 +314,9 @@ func rawPath(r *http.Request) string {
 	return p
 }
 
-// writeHeaderValue writes the canonical value of header name: its values
+// appendHeaderValue appends the canonical value of header name: its values
 // joined by commas, each trimmed and with inner runs of spaces folded.
-func writeHeaderValue(b io.Writer, r *http.Request, name string) {
+func appendHeaderValue(b []byte, r *http.Request, name string) []byte {
 	var one [1]string
 	var vs []string
 	switch name {
@@ -292,24 +325,45 @@ func writeHeaderValue(b io.Writer, r *http.Request, name string) {
 	case "content-length":
 		// net/http moves Content-Length out of the header map.
 		if r.ContentLength >= 0 {
-			one[0], vs = strconv.FormatInt(r.ContentLength, 10), one[:]
+			return strconv.AppendInt(b, r.ContentLength, 10)
 		}
 	case "transfer-encoding":
 		vs = r.TransferEncoding
 	default:
-		vs = r.Header.Values(name)
+		vs = r.Header[headerKey(name)]
 	}
 	for i, v := range vs {
 		if i > 0 {
-			io.WriteString(b, ",")
+			b = append(b, ',')
 		}
 		if !needsFolding(v) {
-			io.WriteString(b, v)
+			b = append(b, v...)
 			continue
 		}
-		io.WriteString(b, strings.Join(strings.Fields(v), " "))
+		b = append(b, strings.Join(strings.Fields(v), " ")...)
 	}
+	return b
 }
+
+// headerKey is the header map key of a lower-case header name, as
+// http.Header.Values finds it (textproto.CanonicalMIMEHeaderKey), without
+// allocating one for the names SDKs sign.
+func headerKey(name string) string {
+	if k, ok := canonicalKeys[name]; ok {
+		return k
+	}
+	return textproto.CanonicalMIMEHeaderKey(name)
+}
+
+// canonicalKeys maps the lower-case names of lowerNames (and the fencing
+// token header) back to their header map keys.
+var canonicalKeys = func() map[string]string {
+	m := map[string]string{"fencing-token": "Fencing-Token"}
+	for k, l := range lowerNames {
+		m[l] = k
+	}
+	return m
+}()
 
 // needsFolding reports whether strings.Fields would change v joined by
 // single spaces: leading or trailing white space, a run of it, or white
@@ -328,6 +382,21 @@ func needsFolding(v string) bool {
 		prevSpace = sp
 	}
 	return prevSpace && len(v) > 0
+}
+
+// appendCanonicalQuery appends SigV4's canonical query string of raw:
+// every pair's key and value decoded and encoded again, sorted by key, then
+// value; X-Amz-Signature left out of a presigned URL's.
+func appendCanonicalQuery(b []byte, raw string, presigned bool) []byte {
+	if raw == "" {
+		return b
+	}
+	if !presigned && canonicalForm(raw) {
+		// Pairs of unreserved characters, already sorted (an SDK's
+		// x-id=PutObject): encoded and sorted again they are the same.
+		return append(b, raw...)
+	}
+	return append(b, canonicalQuery(raw, presigned)...)
 }
 
 func canonicalQuery(raw string, presigned bool) string {
@@ -404,6 +473,15 @@ func hmacSHA256(key, data []byte) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write(data)
 	return m.Sum(nil)
+}
+
+// hmacSHA256Sum is hmacSHA256 into an array, for the one HMAC per verified
+// request and per upstream signature.
+func hmacSHA256Sum(key, msg []byte) (sum [sha256.Size]byte) {
+	m := hmac.New(sha256.New, key)
+	m.Write(msg)
+	m.Sum(sum[:0])
+	return sum
 }
 
 func sha256Hex(b []byte) string {

@@ -101,7 +101,7 @@ func validBucket(b string) bool {
 }
 
 func decodeKey(raw string) (string, *s3Error) {
-	if strings.Contains(strings.ToLower(raw), "%2f") {
+	if strings.Contains(raw, "%2f") || strings.Contains(raw, "%2F") {
 		return "", errInvalidArgument("object key contains an encoded slash (%2F); send / unencoded")
 	}
 	k, err := url.PathUnescape(raw)
@@ -119,10 +119,11 @@ func decodeKey(raw string) (string, *s3Error) {
 			return "", errInvalidArgument(fmt.Sprintf("object key contains %q, which this gateway refuses", c))
 		}
 	}
-	segs := strings.Split(k, "/")
-	for i, s := range segs {
+	for rest, more := k, true; more; {
+		var s string
+		s, rest, more = strings.Cut(rest, "/")
 		switch {
-		case s == "" && i == len(segs)-1:
+		case s == "" && !more:
 			// "dir/": a trailing slash is a common folder-marker key.
 		case s == "":
 			return "", errInvalidArgument("object key contains an empty segment (// or a leading /)")
@@ -134,40 +135,83 @@ func decodeKey(raw string) (string, *s3Error) {
 }
 
 func classify(r *http.Request, t target) op {
-	q := r.URL.Query()
+	raw := r.URL.RawQuery
 	if t.key == "" {
-		if r.Method == http.MethodPost && q.Has("delete") && t.bucket != "" {
+		if r.Method == http.MethodPost && queryHas(raw, "delete") && t.bucket != "" {
 			return opDeleteObjects
 		}
 		return opOther
 	}
 	// Object subresources (acl, tagging, retention, legal-hold, ...) change
 	// metadata, not the object's ETag.
-	for _, sub := range []string{"acl", "tagging", "retention", "legal-hold", "restore", "select", "attributes", "torrent"} {
-		if q.Has(sub) {
-			return opOther
+	if raw != "" {
+		for _, sub := range []string{"acl", "tagging", "retention", "legal-hold", "restore", "select", "attributes", "torrent"} {
+			if queryHas(raw, sub) {
+				return opOther
+			}
 		}
 	}
 	switch r.Method {
 	case http.MethodPut:
 		switch {
-		case q.Has("uploadId") || q.Has("partNumber"):
+		case queryHas(raw, "uploadId") || queryHas(raw, "partNumber"):
 			return opOther // UploadPart, UploadPartCopy: invisible until completion
 		case r.Header.Get("X-Amz-Copy-Source") != "":
 			return opCopyObject
 		}
 		return opPutObject
 	case http.MethodPost:
-		if q.Has("uploadId") {
+		if queryHas(raw, "uploadId") {
 			return opCompleteMultipart
 		}
 	case http.MethodDelete:
-		if !q.Has("uploadId") {
+		if !queryHas(raw, "uploadId") {
 			return opDeleteObject
 		}
 	}
 	return opOther
 }
+
+// queryHas reports whether url.ParseQuery(raw) has name, without building
+// the map (classify asks up to eleven times per request): the same pairs
+// are skipped (empty, with a semicolon, with bad percent-encoding in key or
+// value) and keys are compared decoded (TestQueryHas, FuzzQueryHas).
+func queryHas(raw, name string) bool {
+	if strings.Count(raw, "&") >= maxQueryPairs {
+		// net/url's limit (and its GODEBUG): let it decide.
+		q, _ := url.ParseQuery(raw)
+		return q.Has(name)
+	}
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if strings.ContainsAny(k, "%+") {
+			u, err := url.QueryUnescape(k)
+			if err != nil {
+				continue
+			}
+			k = u
+		}
+		if k != name {
+			continue
+		}
+		if strings.IndexByte(v, '%') >= 0 {
+			if _, err := url.QueryUnescape(v); err != nil {
+				continue
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// maxQueryPairs is net/url's default limit on the pairs of a query it
+// parses (more: none are).
+const maxQueryPairs = 10000
 
 // maxDeleteBody bounds a DeleteObjects body: S3 allows 1000 keys of up to
 // 1024 bytes each, with some XML around them.

@@ -54,6 +54,10 @@ import (
 //
 //	(cd /path/to/main-checkout && go build -o /tmp/fencegate-before ./cmd/fencegate)
 //	S3BENCH_BEFORE=/tmp/fencegate-before go test ./bench/s3 -run '^$' -bench PutObjectRatio -benchtime 9x
+//
+// S3BENCH_BEFORE_ENV="GOMAXPROCS=1 GOGC=400" runs that binary with those
+// environment variables (the other gateways without): runtime settings
+// compared in one run, with S3BENCH_BEFORE naming the same build.
 func BenchmarkPutObjectRatio(b *testing.B) {
 	for _, mode := range []struct {
 		name  string
@@ -71,7 +75,9 @@ func BenchmarkPutObjectRatio(b *testing.B) {
 				{"gateway-etag", client(gwEtagURL, "worker", "worker-secret"), gwEtagPID},
 			}
 			if bin := os.Getenv("S3BENCH_BEFORE"); bin != "" {
-				u, pid := gatewayBinary(b, bin, srv, "")
+				// S3BENCH_BEFORE_ENV: environment of that process alone,
+				// space-separated (GOMAXPROCS=1, GOGC=400, ...).
+				u, pid := gatewayBinary(b, bin, srv, "", strings.Fields(os.Getenv("S3BENCH_BEFORE_ENV"))...)
 				targets = append(targets, target{"before", client(u, "worker", "worker-secret"), pid})
 			}
 			for _, size := range []int{4 << 10, 16 << 20} {

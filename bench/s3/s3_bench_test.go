@@ -109,7 +109,7 @@ func gateway(b *testing.B, srv *testenv.S3Server, precondition string) (url stri
 }
 
 // gatewayBinary is gateway with the fencegate binary bin.
-func gatewayBinary(b *testing.B, bin string, srv *testenv.S3Server, precondition string) (url string, pid int) {
+func gatewayBinary(b *testing.B, bin string, srv *testenv.S3Server, precondition string, env ...string) (url string, pid int) {
 	dir := b.TempDir()
 	gw := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
 	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
@@ -156,6 +156,9 @@ log: {level: warn}
 		cmd.Env = append(os.Environ(), "S3BENCH_SERVE="+path,
 			"S3BENCH_PROFILE_TO="+filepath.Join(dir, "gateway-"+gw[strings.LastIndexByte(gw, ':')+1:]))
 		stop = func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }
+	}
+	if len(env) > 0 {
+		cmd.Env = append(cmd.Environ(), env...)
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
