@@ -182,7 +182,13 @@ type advanceLog struct {
 	nextSeq  uint64
 	nextLSN  uint64
 	err      error // sticky: after a failed write or sync the log is unusable
-	buf      []byte
+	// Reused by every batch (under appendMu): the encoded records, the
+	// records logged, and the current and pending records of the batch's
+	// resources.
+	buf       []byte
+	logged    []walRecord
+	cur       map[string]fenceRecord
+	inPending map[string]pendingEntry
 
 	ckptMu  sync.Mutex // one checkpoint at a time
 	kick    chan struct{}
@@ -234,7 +240,7 @@ func segmentPaths(base string) ([]string, []uint64, error) {
 // segment files. A torn record ends the last segment (its batch was never
 // acknowledged: its fdatasync had not returned); one in an older segment,
 // written before the last segment was created and synced, is corruption.
-func replay(db *bbolt.DB, base string) (nextSeq, nextLSN uint64, err error) {
+func replay(db *bbolt.DB, known *keyFilter, base string) (nextSeq, nextLSN uint64, err error) {
 	paths, seqs, err := segmentPaths(base)
 	if err != nil {
 		return 0, 0, err
@@ -273,7 +279,7 @@ func replay(db *bbolt.DB, base string) (nextSeq, nextLSN uint64, err error) {
 			}
 			e := pendingEntry{highest: rec.token, owner: rec.owner, at: time.Unix(0, rec.at).UTC(), lsn: rec.lsn}
 			if r = e.merge(r, ckpt); r.Highest == rec.token {
-				if err := putFence(tx, rec.resource, r); err != nil {
+				if err := putFence(tx, known, rec.resource, r); err != nil {
 					return err
 				}
 			}
@@ -297,7 +303,8 @@ func replay(db *bbolt.DB, base string) (nextSeq, nextLSN uint64, err error) {
 
 func newAdvanceLog(s *Store, nextSeq, nextLSN uint64) *advanceLog {
 	w := &advanceLog{s: s, base: s.path, done: make(chan struct{}), nextSeq: nextSeq, nextLSN: nextLSN,
-		kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+		kick: make(chan struct{}, 1), stopped: make(chan struct{}),
+		cur: make(map[string]fenceRecord), inPending: make(map[string]pendingEntry)}
 	w.cond.L = &w.mu
 	go w.run()
 	go w.checkpointer()
@@ -350,9 +357,11 @@ func (w *advanceLog) write(batch []*advance) error {
 	}
 	s := w.s
 	// The current records: pending first, then bbolt (a checkpoint removes
-	// an entry from pending only after its commit).
-	cur := make(map[string]fenceRecord, len(batch))
-	inPending := make(map[string]pendingEntry, len(batch))
+	// an entry from pending only after its commit); a resource bbolt has no
+	// record of (filter.go) needs no bbolt read.
+	cur, inPending := w.cur, w.inPending
+	clear(cur)
+	clear(inPending)
 	s.pending.mu.Lock()
 	for _, a := range batch {
 		if e, ok := s.pending.m[a.resource]; ok {
@@ -360,30 +369,22 @@ func (w *advanceLog) write(batch []*advance) error {
 		}
 	}
 	s.pending.mu.Unlock()
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		ckpt := checkpointed(tx)
-		for _, a := range batch {
-			if _, ok := cur[a.resource]; ok {
-				continue
-			}
-			r, err := getFence(tx, a.resource)
-			if err != nil {
-				a.err = err // the others go on without it
-				continue
-			}
-			if e, ok := inPending[a.resource]; ok {
-				r = e.merge(r, ckpt)
-			}
-			cur[a.resource] = r
+	read := false
+	for _, a := range batch {
+		if s.known.mayHave(a.resource) {
+			read = true
+		} else {
+			cur[a.resource] = inPending[a.resource].merge(fenceRecord{}, 0)
 		}
-		return nil
-	})
-	if err != nil {
-		return err
+	}
+	if read {
+		if err := s.db.View(w.readCurrent(batch)); err != nil {
+			return err
+		}
 	}
 	now := time.Now().UTC()
 	buf := w.buf[:0]
-	var logged []walRecord
+	logged := w.logged[:0]
 	for _, a := range batch {
 		r, ok := cur[a.resource]
 		if !ok {
@@ -401,7 +402,7 @@ func (w *advanceLog) write(batch []*advance) error {
 		}
 		a.result = r
 	}
-	w.buf = buf
+	w.buf, w.logged = buf, logged
 	if len(logged) == 0 {
 		return nil
 	}
@@ -435,6 +436,29 @@ func (w *advanceLog) write(batch []*advance) error {
 		}
 	}
 	return nil
+}
+
+// readCurrent reads into w.cur the bbolt records of the advances of batch
+// that are not there yet, merged with their pending entries.
+func (w *advanceLog) readCurrent(batch []*advance) func(tx *bbolt.Tx) error {
+	return func(tx *bbolt.Tx) error {
+		ckpt := checkpointed(tx)
+		for _, a := range batch {
+			if _, ok := w.cur[a.resource]; ok {
+				continue
+			}
+			r, err := getFence(tx, a.resource)
+			if err != nil {
+				a.err = err // the others go on without it
+				continue
+			}
+			if e, ok := w.inPending[a.resource]; ok {
+				r = e.merge(r, ckpt)
+			}
+			w.cur[a.resource] = r
+		}
+		return nil
+	}
 }
 
 // append writes b at the end of the current segment (a new one if it does
@@ -579,12 +603,15 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		err := s.db.Update(func(tx *bbolt.Tx) error {
 			ckpt := checkpointed(tx)
 			for _, k := range chunk {
-				r, err := getFence(tx, k)
-				if err != nil {
-					return err
+				var r fenceRecord
+				if s.known.mayHave(k) { // else bbolt has no record of k (filter.go)
+					var err error
+					if r, err = getFence(tx, k); err != nil {
+						return err
+					}
 				}
 				if m := snap[k].merge(r, ckpt); m.Highest != r.Highest {
-					if err := putFence(tx, k, m); err != nil {
+					if err := putFence(tx, s.known, k, m); err != nil {
 						return err
 					}
 				}

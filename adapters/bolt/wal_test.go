@@ -402,6 +402,7 @@ func TestAdvanceLogKill9(t *testing.T) {
 func TestAdvanceLogIsolatesCorruptRecord(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "fencegate.db"))
 	defer st.Close()
+	st.known.add("bad") // written around putFence
 	st.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketFences).Put([]byte("bad"), []byte("{")) })
 	// Both queued at once, so that they are one batch.
 	bad := &advance{resource: "bad", token: 5, owner: "o", done: make(chan error, 1)}
