@@ -235,10 +235,13 @@ func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 	select {
 	case err = <-a.done:
 	case <-ctx.Done():
-		err = ctx.Err()
+		// The log still answers a: it is not released for reuse.
+		return fencegate.FenceState{}, fmt.Errorf("advance fence %q: %w", resource, ctx.Err())
 	}
+	r := a.result
+	a.release()
 	if err != nil {
 		return fencegate.FenceState{}, fmt.Errorf("advance fence %q: %w", resource, err)
 	}
-	return a.result.state(resource), nil
+	return r.state(resource), nil
 }

@@ -311,9 +311,15 @@ func newAdvanceLog(s *Store, nextSeq, nextLSN uint64) *advanceLog {
 	return w
 }
 
+// advances recycles advances with their channels: one whose answer was
+// received is put back (release); one whose caller stopped waiting is
+// left to the collector, since the log still answers it.
+var advances = sync.Pool{New: func() any { return &advance{done: make(chan error, 1)} }}
+
 // submit queues an advance.
 func (w *advanceLog) submit(resource string, token int64, owner string) *advance {
-	a := &advance{resource: resource, token: token, owner: owner, done: make(chan error, 1)}
+	a := advances.Get().(*advance)
+	a.resource, a.token, a.owner = resource, token, owner
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -325,24 +331,31 @@ func (w *advanceLog) submit(resource string, token int64, owner string) *advance
 	return a
 }
 
+// release puts a, whose answer was received, back for reuse.
+func (a *advance) release() {
+	*a = advance{done: a.done}
+	advances.Put(a)
+}
+
 func (w *advanceLog) run() {
 	defer close(w.done)
+	var batch []*advance
 	for {
 		w.mu.Lock()
 		for len(w.queue) == 0 && !w.closed {
 			w.cond.Wait()
 		}
 		n := min(len(w.queue), maxChanges)
-		batch := make([]*advance, n)
-		copy(batch, w.queue)
+		batch = append(batch[:0], w.queue[:n]...)
 		w.queue = append(w.queue[:0], w.queue[n:]...)
 		w.mu.Unlock()
 		if n == 0 {
 			return
 		}
 		err := w.write(batch)
-		for _, a := range batch {
-			a.done <- cmp.Or(err, a.err)
+		for i, a := range batch {
+			a.done <- cmp.Or(err, a.err) // a may be reused from here on
+			batch[i] = nil
 		}
 	}
 }
