@@ -123,15 +123,17 @@ type pendingEntry struct {
 
 // pending is the in-memory overlay of logged advances.
 type pending struct {
-	mu    sync.Mutex
+	// mu is read-locked by reads and snapshots; only applying a batch and
+	// forgetting checkpointed entries lock it.
+	mu    sync.RWMutex
 	m     map[string]pendingEntry
 	since time.Time // when the first entry after a checkpoint came
 }
 
 func (p *pending) get(resource string) (pendingEntry, bool) {
-	p.mu.Lock()
+	p.mu.RLock()
 	e, ok := p.m[resource]
-	p.mu.Unlock()
+	p.mu.RUnlock()
 	return e, ok
 }
 
@@ -375,13 +377,13 @@ func (w *advanceLog) write(batch []*advance) error {
 	cur, inPending := w.cur, w.inPending
 	clear(cur)
 	clear(inPending)
-	s.pending.mu.Lock()
+	s.pending.mu.RLock()
 	for _, a := range batch {
 		if e, ok := s.pending.m[a.resource]; ok {
 			inPending[a.resource] = e
 		}
 	}
-	s.pending.mu.Unlock()
+	s.pending.mu.RUnlock()
 	read := false
 	for _, a := range batch {
 		if s.known.mayHave(a.resource) {
@@ -544,9 +546,9 @@ func (w *advanceLog) checkpointer() {
 		select {
 		case <-w.kick:
 		case <-t.C:
-			w.s.pending.mu.Lock()
+			w.s.pending.mu.RLock()
 			due := len(w.s.pending.m) > 0 && time.Since(w.s.pending.since) >= checkpointEvery
-			w.s.pending.mu.Unlock()
+			w.s.pending.mu.RUnlock()
 			if !due {
 				continue
 			}
@@ -591,14 +593,14 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		}
 	}()
 	upto := w.nextLSN - 1
-	s.pending.mu.Lock()
+	s.pending.mu.RLock()
 	snap := make(map[string]pendingEntry, len(s.pending.m))
 	keys := make([]string, 0, len(s.pending.m))
 	for k, e := range s.pending.m {
 		snap[k] = e
 		keys = append(keys, k)
 	}
-	s.pending.mu.Unlock()
+	s.pending.mu.RUnlock()
 	if fn == nil {
 		if len(snap) == 0 {
 			return nil
@@ -607,6 +609,7 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		held = false
 	}
 	sort.Strings(keys) // in key order: fewer pages touched per leaf
+	all := keys
 	// Chunks before the last only write records (a replay would apply them
 	// again: harmless); the last raises the position and runs fn.
 	for {
@@ -651,12 +654,21 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		}
 	}
 	w.checkpoints.Add(1)
-	s.pending.mu.Lock()
-	for k, e := range s.pending.m {
-		if e.lsn <= upto {
-			delete(s.pending.m, k)
+	// Forget what bbolt now covers, a chunk at a time so that reads wait
+	// for one chunk at most. Only snapshot entries can be at or below upto
+	// (it was read under appendMu); those logged again since are above it.
+	for len(all) > 0 {
+		chunk := all[:min(len(all), checkpointChunk)]
+		all = all[len(chunk):]
+		s.pending.mu.Lock()
+		for _, k := range chunk {
+			if e, ok := s.pending.m[k]; ok && e.lsn <= upto {
+				delete(s.pending.m, k)
+			}
 		}
+		s.pending.mu.Unlock()
 	}
+	s.pending.mu.Lock()
 	s.pending.since = time.Now()
 	s.pending.mu.Unlock()
 	if !held {
