@@ -240,7 +240,11 @@ func (f *LocalFence) load(ctx context.Context, sh *fenceShard, i int32, resource
 	ch := sh.entries[i].loading
 	sh.mu.Unlock()
 
-	sctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	// Like an advance, the load is not abandoned because one client went
+	// away (other writers may be waiting on it); it is bounded by
+	// storeTimeout. Detached, it also costs no registration with the
+	// request's context.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
 	st, err := f.store.LoadFence(sctx, resource)
 	cancel()
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -124,5 +125,39 @@ func copyFile(b *testing.B, from, to string) {
 	}
 	if err := out.Close(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkLoadFence: the read of a resource the store has no record of
+// (what the fence does for every new resource before its advance), and of
+// one it has.
+func BenchmarkLoadFence(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "bench.db")
+	st, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := st.AdvanceFence(ctx, "/orders/known", 42, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	st.Close() // the record is in bbolt, not only in the log
+	if st, err = bolt.Open(path, bolt.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for _, name := range []string{"absent", "known"} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				res := "/orders/known"
+				if name == "absent" {
+					res = "/orders/absent/" + strconv.Itoa(i)
+				}
+				if _, err := st.LoadFence(ctx, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

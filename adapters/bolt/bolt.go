@@ -29,6 +29,7 @@ type Store struct {
 	commit  *committer
 	log     *advanceLog // fence advances (wal.go)
 	pending pending     // logged advances not yet checkpointed into bbolt
+	known   *keyFilter  // the resources bbolt may have a record of (filter.go)
 	etags   etagCache
 }
 
@@ -73,6 +74,7 @@ func Open(path string, opts Options) (*Store, error) {
 		NoFreelistSync:  true,
 		FreelistType:    bbolt.FreelistMapType,
 		InitialMmapSize: initialMmapSize,
+		NoStatistics:    true, // DB.Stats is not used; saves a lock per transaction
 	})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
@@ -81,24 +83,26 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	db.AllocSize = allocSize
+	var known *keyFilter
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
+		known = newKeyFilter(tx.Bucket(bucketFences))
 		return ensureID(tx)
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	nextSeq, nextLSN, err := replay(db, path)
+	nextSeq, nextLSN, err := replay(db, known, path)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, commit: newCommitter(db)}
+	s := &Store{db: db, path: path, commit: newCommitter(db), known: known}
 	s.pending.m = make(map[string]pendingEntry)
 	s.log = newAdvanceLog(s, nextSeq, nextLSN)
 	s.etags.init(opts.ETagCache)
@@ -155,11 +159,15 @@ func getFence(tx *bbolt.Tx, resource string) (fenceRecord, error) {
 	return r, nil
 }
 
-func putFence(tx *bbolt.Tx, resource string, r fenceRecord) error {
+// putFence writes the record of resource. Every write of a fence record
+// goes through it: it adds resource to known before the transaction can
+// commit (filter.go).
+func putFence(tx *bbolt.Tx, known *keyFilter, resource string, r fenceRecord) error {
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
+	known.add(resource)
 	return tx.Bucket(bucketFences).Put([]byte(resource), v)
 }
 
@@ -175,6 +183,13 @@ func (s *Store) LoadFence(ctx context.Context, resource string) (fencegate.Fence
 	var r fenceRecord
 	// pending first: a checkpoint forgets an entry only after bbolt has it.
 	e, ok := s.pending.get(resource)
+	if !s.known.mayHave(resource) {
+		// Not in bbolt: pending, if anything, is the record.
+		if ok {
+			r = e.merge(r, 0)
+		}
+		return s.overlay(r.state(resource)), nil
+	}
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		var err error
 		r, err = getFence(tx, resource)
@@ -220,10 +235,13 @@ func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 	select {
 	case err = <-a.done:
 	case <-ctx.Done():
-		err = ctx.Err()
+		// The log still answers a: it is not released for reuse.
+		return fencegate.FenceState{}, fmt.Errorf("advance fence %q: %w", resource, ctx.Err())
 	}
+	r := a.result
+	a.release()
 	if err != nil {
 		return fencegate.FenceState{}, fmt.Errorf("advance fence %q: %w", resource, err)
 	}
-	return a.result.state(resource), nil
+	return r.state(resource), nil
 }

@@ -153,7 +153,7 @@ func (s *Store) ownOnce(ctx context.Context, resource string, token int64, etag 
 		}
 		r := disk
 		r.ETag, r.ETagToken = fencegate.ETagUnknown, max(r.ETagToken, token)
-		return putFence(tx, resource, r)
+		return putFence(tx, s.known, resource, r)
 	})
 	c.mu.Unlock()
 	if err := ch.wait(ctx); err != nil {
@@ -273,7 +273,7 @@ func (s *Store) writeBack(ctx context.Context, n int, resource string, token int
 				continue // a newer write's record (an import)
 			}
 			r.ETag, r.ETagToken = b.etag, max(r.ETagToken, b.token)
-			if err := putFence(tx, b.resource, r); err != nil {
+			if err := putFence(tx, s.known, b.resource, r); err != nil {
 				return err
 			}
 		}

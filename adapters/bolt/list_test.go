@@ -20,7 +20,7 @@ func TestListFencesContract(t *testing.T) {
 	consoletest.RunFenceLister(t, st, func(t *testing.T, keys []string) {
 		err := st.db.Update(func(tx *bbolt.Tx) error {
 			for _, k := range keys {
-				if err := putFence(tx, k, fenceRecord{Highest: 1, Owner: "seed", UpdatedAt: time.Now().UTC()}); err != nil {
+				if err := putFence(tx, st.known, k, fenceRecord{Highest: 1, Owner: "seed", UpdatedAt: time.Now().UTC()}); err != nil {
 					return err
 				}
 			}

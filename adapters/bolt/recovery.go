@@ -102,7 +102,7 @@ func (s *Store) ImportFences(ctx context.Context, recs []fencegate.FenceRecord) 
 			}
 			r := fenceRecord{Highest: in.Highest, Owner: in.Owner, ETag: in.ETag,
 				ETagToken: max(cur.ETagToken, in.Highest), UpdatedAt: now}
-			if err := putFence(tx, in.Resource, r); err != nil {
+			if err := putFence(tx, s.known, in.Resource, r); err != nil {
 				return err
 			}
 			raised++

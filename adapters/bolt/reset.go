@@ -53,7 +53,7 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 			return nil
 		}
 		r = fenceRecord{Highest: to, Owner: owner, ETag: r.ETag, ETagToken: r.ETagToken, UpdatedAt: time.Now().UTC()}
-		return putFence(tx, resource, r)
+		return putFence(tx, s.known, resource, r)
 	})
 	if err != nil {
 		return fencegate.FenceState{}, fmt.Errorf("reset fence %q: %w", resource, err)

@@ -123,15 +123,17 @@ type pendingEntry struct {
 
 // pending is the in-memory overlay of logged advances.
 type pending struct {
-	mu    sync.Mutex
+	// mu is read-locked by reads and snapshots; only applying a batch and
+	// forgetting checkpointed entries lock it.
+	mu    sync.RWMutex
 	m     map[string]pendingEntry
 	since time.Time // when the first entry after a checkpoint came
 }
 
 func (p *pending) get(resource string) (pendingEntry, bool) {
-	p.mu.Lock()
+	p.mu.RLock()
 	e, ok := p.m[resource]
-	p.mu.Unlock()
+	p.mu.RUnlock()
 	return e, ok
 }
 
@@ -182,7 +184,13 @@ type advanceLog struct {
 	nextSeq  uint64
 	nextLSN  uint64
 	err      error // sticky: after a failed write or sync the log is unusable
-	buf      []byte
+	// Reused by every batch (under appendMu): the encoded records, the
+	// records logged, and the current and pending records of the batch's
+	// resources.
+	buf       []byte
+	logged    []walRecord
+	cur       map[string]fenceRecord
+	inPending map[string]pendingEntry
 
 	ckptMu  sync.Mutex // one checkpoint at a time
 	kick    chan struct{}
@@ -234,7 +242,7 @@ func segmentPaths(base string) ([]string, []uint64, error) {
 // segment files. A torn record ends the last segment (its batch was never
 // acknowledged: its fdatasync had not returned); one in an older segment,
 // written before the last segment was created and synced, is corruption.
-func replay(db *bbolt.DB, base string) (nextSeq, nextLSN uint64, err error) {
+func replay(db *bbolt.DB, known *keyFilter, base string) (nextSeq, nextLSN uint64, err error) {
 	paths, seqs, err := segmentPaths(base)
 	if err != nil {
 		return 0, 0, err
@@ -273,7 +281,7 @@ func replay(db *bbolt.DB, base string) (nextSeq, nextLSN uint64, err error) {
 			}
 			e := pendingEntry{highest: rec.token, owner: rec.owner, at: time.Unix(0, rec.at).UTC(), lsn: rec.lsn}
 			if r = e.merge(r, ckpt); r.Highest == rec.token {
-				if err := putFence(tx, rec.resource, r); err != nil {
+				if err := putFence(tx, known, rec.resource, r); err != nil {
 					return err
 				}
 			}
@@ -297,16 +305,23 @@ func replay(db *bbolt.DB, base string) (nextSeq, nextLSN uint64, err error) {
 
 func newAdvanceLog(s *Store, nextSeq, nextLSN uint64) *advanceLog {
 	w := &advanceLog{s: s, base: s.path, done: make(chan struct{}), nextSeq: nextSeq, nextLSN: nextLSN,
-		kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+		kick: make(chan struct{}, 1), stopped: make(chan struct{}),
+		cur: make(map[string]fenceRecord), inPending: make(map[string]pendingEntry)}
 	w.cond.L = &w.mu
 	go w.run()
 	go w.checkpointer()
 	return w
 }
 
+// advances recycles advances with their channels: one whose answer was
+// received is put back (release); one whose caller stopped waiting is
+// left to the collector, since the log still answers it.
+var advances = sync.Pool{New: func() any { return &advance{done: make(chan error, 1)} }}
+
 // submit queues an advance.
 func (w *advanceLog) submit(resource string, token int64, owner string) *advance {
-	a := &advance{resource: resource, token: token, owner: owner, done: make(chan error, 1)}
+	a := advances.Get().(*advance)
+	a.resource, a.token, a.owner = resource, token, owner
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -318,24 +333,31 @@ func (w *advanceLog) submit(resource string, token int64, owner string) *advance
 	return a
 }
 
+// release puts a, whose answer was received, back for reuse.
+func (a *advance) release() {
+	*a = advance{done: a.done}
+	advances.Put(a)
+}
+
 func (w *advanceLog) run() {
 	defer close(w.done)
+	var batch []*advance
 	for {
 		w.mu.Lock()
 		for len(w.queue) == 0 && !w.closed {
 			w.cond.Wait()
 		}
 		n := min(len(w.queue), maxChanges)
-		batch := make([]*advance, n)
-		copy(batch, w.queue)
+		batch = append(batch[:0], w.queue[:n]...)
 		w.queue = append(w.queue[:0], w.queue[n:]...)
 		w.mu.Unlock()
 		if n == 0 {
 			return
 		}
 		err := w.write(batch)
-		for _, a := range batch {
-			a.done <- cmp.Or(err, a.err)
+		for i, a := range batch {
+			a.done <- cmp.Or(err, a.err) // a may be reused from here on
+			batch[i] = nil
 		}
 	}
 }
@@ -350,40 +372,34 @@ func (w *advanceLog) write(batch []*advance) error {
 	}
 	s := w.s
 	// The current records: pending first, then bbolt (a checkpoint removes
-	// an entry from pending only after its commit).
-	cur := make(map[string]fenceRecord, len(batch))
-	inPending := make(map[string]pendingEntry, len(batch))
-	s.pending.mu.Lock()
+	// an entry from pending only after its commit); a resource bbolt has no
+	// record of (filter.go) needs no bbolt read.
+	cur, inPending := w.cur, w.inPending
+	clear(cur)
+	clear(inPending)
+	s.pending.mu.RLock()
 	for _, a := range batch {
 		if e, ok := s.pending.m[a.resource]; ok {
 			inPending[a.resource] = e
 		}
 	}
-	s.pending.mu.Unlock()
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		ckpt := checkpointed(tx)
-		for _, a := range batch {
-			if _, ok := cur[a.resource]; ok {
-				continue
-			}
-			r, err := getFence(tx, a.resource)
-			if err != nil {
-				a.err = err // the others go on without it
-				continue
-			}
-			if e, ok := inPending[a.resource]; ok {
-				r = e.merge(r, ckpt)
-			}
-			cur[a.resource] = r
+	s.pending.mu.RUnlock()
+	read := false
+	for _, a := range batch {
+		if s.known.mayHave(a.resource) {
+			read = true
+		} else {
+			cur[a.resource] = inPending[a.resource].merge(fenceRecord{}, 0)
 		}
-		return nil
-	})
-	if err != nil {
-		return err
+	}
+	if read {
+		if err := s.db.View(w.readCurrent(batch)); err != nil {
+			return err
+		}
 	}
 	now := time.Now().UTC()
 	buf := w.buf[:0]
-	var logged []walRecord
+	logged := w.logged[:0]
 	for _, a := range batch {
 		r, ok := cur[a.resource]
 		if !ok {
@@ -401,7 +417,7 @@ func (w *advanceLog) write(batch []*advance) error {
 		}
 		a.result = r
 	}
-	w.buf = buf
+	w.buf, w.logged = buf, logged
 	if len(logged) == 0 {
 		return nil
 	}
@@ -435,6 +451,29 @@ func (w *advanceLog) write(batch []*advance) error {
 		}
 	}
 	return nil
+}
+
+// readCurrent reads into w.cur the bbolt records of the advances of batch
+// that are not there yet, merged with their pending entries.
+func (w *advanceLog) readCurrent(batch []*advance) func(tx *bbolt.Tx) error {
+	return func(tx *bbolt.Tx) error {
+		ckpt := checkpointed(tx)
+		for _, a := range batch {
+			if _, ok := w.cur[a.resource]; ok {
+				continue
+			}
+			r, err := getFence(tx, a.resource)
+			if err != nil {
+				a.err = err // the others go on without it
+				continue
+			}
+			if e, ok := w.inPending[a.resource]; ok {
+				r = e.merge(r, ckpt)
+			}
+			w.cur[a.resource] = r
+		}
+		return nil
+	}
 }
 
 // append writes b at the end of the current segment (a new one if it does
@@ -507,9 +546,9 @@ func (w *advanceLog) checkpointer() {
 		select {
 		case <-w.kick:
 		case <-t.C:
-			w.s.pending.mu.Lock()
+			w.s.pending.mu.RLock()
 			due := len(w.s.pending.m) > 0 && time.Since(w.s.pending.since) >= checkpointEvery
-			w.s.pending.mu.Unlock()
+			w.s.pending.mu.RUnlock()
 			if !due {
 				continue
 			}
@@ -554,14 +593,14 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		}
 	}()
 	upto := w.nextLSN - 1
-	s.pending.mu.Lock()
+	s.pending.mu.RLock()
 	snap := make(map[string]pendingEntry, len(s.pending.m))
 	keys := make([]string, 0, len(s.pending.m))
 	for k, e := range s.pending.m {
 		snap[k] = e
 		keys = append(keys, k)
 	}
-	s.pending.mu.Unlock()
+	s.pending.mu.RUnlock()
 	if fn == nil {
 		if len(snap) == 0 {
 			return nil
@@ -570,6 +609,7 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		held = false
 	}
 	sort.Strings(keys) // in key order: fewer pages touched per leaf
+	all := keys
 	// Chunks before the last only write records (a replay would apply them
 	// again: harmless); the last raises the position and runs fn.
 	for {
@@ -579,12 +619,15 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		err := s.db.Update(func(tx *bbolt.Tx) error {
 			ckpt := checkpointed(tx)
 			for _, k := range chunk {
-				r, err := getFence(tx, k)
-				if err != nil {
-					return err
+				var r fenceRecord
+				if s.known.mayHave(k) { // else bbolt has no record of k (filter.go)
+					var err error
+					if r, err = getFence(tx, k); err != nil {
+						return err
+					}
 				}
 				if m := snap[k].merge(r, ckpt); m.Highest != r.Highest {
-					if err := putFence(tx, k, m); err != nil {
+					if err := putFence(tx, s.known, k, m); err != nil {
 						return err
 					}
 				}
@@ -611,12 +654,21 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		}
 	}
 	w.checkpoints.Add(1)
-	s.pending.mu.Lock()
-	for k, e := range s.pending.m {
-		if e.lsn <= upto {
-			delete(s.pending.m, k)
+	// Forget what bbolt now covers, a chunk at a time so that reads wait
+	// for one chunk at most. Only snapshot entries can be at or below upto
+	// (it was read under appendMu); those logged again since are above it.
+	for len(all) > 0 {
+		chunk := all[:min(len(all), checkpointChunk)]
+		all = all[len(chunk):]
+		s.pending.mu.Lock()
+		for _, k := range chunk {
+			if e, ok := s.pending.m[k]; ok && e.lsn <= upto {
+				delete(s.pending.m, k)
+			}
 		}
+		s.pending.mu.Unlock()
 	}
+	s.pending.mu.Lock()
 	s.pending.since = time.Now()
 	s.pending.mu.Unlock()
 	if !held {

@@ -402,6 +402,7 @@ func TestAdvanceLogKill9(t *testing.T) {
 func TestAdvanceLogIsolatesCorruptRecord(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "fencegate.db"))
 	defer st.Close()
+	st.known.add("bad") // written around putFence
 	st.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketFences).Put([]byte("bad"), []byte("{")) })
 	// Both queued at once, so that they are one batch.
 	bad := &advance{resource: "bad", token: 5, owner: "o", done: make(chan error, 1)}
@@ -439,5 +440,52 @@ func TestAdvanceRefusesNameBboltCannotStore(t *testing.T) {
 	defer st.Close()
 	if h := highest(t, st, longest); h != 5 {
 		t.Fatalf("longest name: %d; want 5", h)
+	}
+}
+
+// Advances are recycled once answered: under concurrent callers, some of
+// which stop waiting, every answer is the caller's own (its resource and
+// its token), and every acknowledged advance is durable after a reopen.
+func TestAdvanceRecycledAnswersItsOwnCaller(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fencegate.db")
+	st := openStore(t, path)
+	var (
+		mu    sync.Mutex
+		acked = map[string]int64{}
+		wg    sync.WaitGroup
+	)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				res, token := fmt.Sprintf("/r/%d/%d", g, i), int64(1+i%7)
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%5 == 0 {
+					go cancel() // this caller may stop waiting
+				}
+				f, err := st.AdvanceFence(ctx, res, token, "o")
+				cancel()
+				if err != nil {
+					continue
+				}
+				if f.Resource != res || f.Highest != token {
+					t.Errorf("advance of %s to %d answered %s at %d", res, token, f.Resource, f.Highest)
+					return
+				}
+				mu.Lock()
+				acked[res] = token
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	st.Close()
+	st = openStore(t, path)
+	defer st.Close()
+	for res, token := range acked {
+		if got := highest(t, st, res); got != token {
+			t.Fatalf("%s: highest %d after reopen; want %d", res, got, token)
+		}
 	}
 }
