@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/adapters/h1"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -219,7 +220,7 @@ const BufferSize = 32 << 10
 
 // StreamStep is the size of one copy step of a streamed request body
 // (largeSteps).
-const StreamStep = 256 << 10
+const StreamStep = h1.StreamStep
 
 // largeSteps is a streamed request body that copies itself upstream in
 // steps of StreamStep: it fills a step before writing it (as nginx buffers
@@ -231,15 +232,12 @@ const StreamStep = 256 << 10
 // a body's size.
 type largeSteps struct{ io.ReadCloser }
 
-var streamBuffers = sync.Pool{New: func() any { b := make([]byte, StreamStep); return &b }}
-
-// StreamBuffer returns a pooled buffer of StreamStep bytes, for other
-// upstream clients copying bodies in the same steps (the S3 adapter's);
-// give it back with PutStreamBuffer.
-func StreamBuffer() *[]byte { return streamBuffers.Get().(*[]byte) }
+// StreamBuffer returns a pooled buffer of StreamStep bytes (h1's pool: one
+// for every upstream client); give it back with PutStreamBuffer.
+func StreamBuffer() *[]byte { return h1.StreamBuffer() }
 
 // PutStreamBuffer returns a buffer of StreamBuffer to the pool.
-func PutStreamBuffer(b *[]byte) { streamBuffers.Put(b) }
+func PutStreamBuffer(b *[]byte) { h1.PutStreamBuffer(b) }
 
 func (b largeSteps) WriteTo(w io.Writer) (int64, error) {
 	buf := StreamBuffer()

@@ -1,9 +1,14 @@
-package s3
+// Package h1 is fencegate's HTTP/1.1 upstream client: a RoundTripper that
+// writes a request and reads its answer on the caller's goroutine over
+// pooled plain-http connections, with net/http's own framing
+// (Request.Write, http.ReadResponse). S3 routes and plain-http HTTP routes
+// forward through it; https (HTTP/2), upgrades and other Expect values go
+// through net/http's transport.
+package h1
 
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -11,18 +16,19 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	httpup "github.com/fencegate/fencegate/adapters/http"
 )
 
-// ConnBufferSize is the read and write buffer of each upstream connection
-// of NewTransport.
+// ConnBufferSize is the read and write buffer of each upstream connection.
+// A request's head and answer are a few KiB and bodies bypass the
+// buffers, so large buffers gain nothing; but every new connection takes
+// them (VersityGW answers every request with Connection: close unless run
+// with --keep-alive).
 const ConnBufferSize = 8 << 10
 
-// Transport carries S3 upstream requests. Plain-http requests without
-// Expect: 100-continue (what small PutObjects are) go over its own HTTP/1.1
-// connections, written and read in the calling goroutine; everything else
-// (https, Expect: 100-continue, upgrades) goes through Std.
+// Transport carries upstream requests. Plain-http requests (without
+// upgrades, Connection headers or Expect values other than 100-continue)
+// go over its own HTTP/1.1 connections, written and read in the calling
+// goroutine; everything else (https, upgrades) goes through Std.
 //
 // Why a client of its own: a forwarded 4 KiB PutObject costs the gateway
 // about as much CPU in net/http's client as in everything else together.
@@ -36,12 +42,12 @@ const ConnBufferSize = 8 << 10
 // (header validation, framing) and answers parsed by http.ReadResponse.
 type Transport struct {
 	// Std is the transport of the requests Transport does not carry
-	// itself: httpup.NewTransport with ConnBufferSize buffers.
+	// itself.
 	Std *http.Transport
 
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
-	idleTimeout time.Duration
-	maxIdle     int // per host
+	idleTimeout time.Duration // 0: no limit
+	maxIdle     int           // per host
 
 	mu     sync.Mutex
 	idle   map[string][]*leanConn // host:port -> idle connections, oldest first
@@ -49,20 +55,18 @@ type Transport struct {
 	closed bool
 }
 
-// NewTransport returns the transport for S3 upstreams. Its Std transport is
-// the gateway's upstream transport (httpup.NewTransport: no environment
-// proxy, the same pool and timeouts) with ConnBufferSize connection buffers
-// instead of 64 KiB ones. An S3 request's head and answer are a few KiB,
-// and bodies bypass the buffers, so large buffers gain nothing; but every
-// new connection allocates and clears them, and VersityGW answers every
-// request with Connection: close unless run with --keep-alive.
-func NewTransport(tlsConfig *tls.Config) *Transport {
-	std := httpup.NewTransport(tlsConfig)
-	std.ReadBufferSize, std.WriteBufferSize = ConnBufferSize, ConnBufferSize
+// NewTransport returns a Transport falling back to std (not nil), whose
+// pool limits it takes: IdleConnTimeout (0: none) and MaxIdleConnsPerHost
+// (0: http.DefaultMaxIdleConnsPerHost), as net/http reads them.
+func NewTransport(std *http.Transport) *Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	maxIdle := std.MaxIdleConnsPerHost
+	if maxIdle == 0 {
+		maxIdle = http.DefaultMaxIdleConnsPerHost
+	}
 	return &Transport{
 		Std: std, dial: d.DialContext,
-		idleTimeout: std.IdleConnTimeout, maxIdle: std.MaxIdleConnsPerHost,
+		idleTimeout: std.IdleConnTimeout, maxIdle: maxIdle,
 		idle: make(map[string][]*leanConn),
 	}
 }
@@ -117,14 +121,14 @@ func (w connWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFrom copies a request body to the connection in httpup.StreamStep
+// ReadFrom copies a request body to the connection in StreamStep
 // steps (bufio.Writer hands a body to it once the head is flushed).
 // net/http's client copies in 32 KiB steps: 512 reads from the worker's
 // socket and as many writes to the upstream's per 16 MiB object, where a
 // direct client hands the kernel its whole body in one write.
 func (w connWriter) ReadFrom(r io.Reader) (int64, error) {
-	bp := httpup.StreamBuffer()
-	defer httpup.PutStreamBuffer(bp)
+	bp := StreamBuffer()
+	defer PutStreamBuffer(bp)
 	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{r}, *bp)
 }
 
@@ -173,7 +177,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // errResponseStarted marks a failure after some of the answer was read.
-var errResponseStarted = errors.New("s3 upstream: connection failed in the answer")
+var errResponseStarted = errors.New("upstream: connection failed in the answer")
 
 func closeBody(req *http.Request) {
 	if req.Body != nil {
@@ -193,7 +197,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 		c = cs[len(cs)-1]
 		cs[len(cs)-1] = nil
 		t.idle[addr] = cs[:len(cs)-1]
-		if now.Sub(c.idled) < t.idleTimeout && c.br.Buffered() == 0 && alive(c.conn) {
+		if (t.idleTimeout == 0 || now.Sub(c.idled) < t.idleTimeout) && c.br.Buffered() == 0 && alive(c.conn) {
 			t.mu.Unlock()
 			return c, true, nil
 		}
@@ -222,7 +226,7 @@ func (t *Transport) put(c *leanConn) {
 		return
 	}
 	t.idle[c.addr] = append(t.idle[c.addr], c)
-	if t.sweep == nil {
+	if t.sweep == nil && t.idleTimeout > 0 {
 		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
 	}
 }
@@ -408,14 +412,14 @@ func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response
 		switch {
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			resp.Body.Close()
-			return nil, errors.Join(errResponseStarted, errors.New("s3 upstream: unexpected "+resp.Status))
+			return nil, errors.Join(errResponseStarted, errors.New("upstream: unexpected "+resp.Status))
 		case resp.StatusCode == http.StatusContinue && expecting:
 			return nil, nil
 		case resp.StatusCode >= 200:
 			return resp, nil
 		}
 	}
-	return nil, errors.Join(errResponseStarted, errors.New("s3 upstream: too many interim answers"))
+	return nil, errors.Join(errResponseStarted, errors.New("upstream: too many interim answers"))
 }
 
 // answer hands resp on, its body releasing c.
@@ -436,7 +440,7 @@ func isEOF(err error) bool {
 
 // expectContinueTimeout is how long a request with Expect: 100-continue
 // waits for the go-ahead before its body is sent anyway (as net/http's
-// client, httpup.NewTransport's ExpectContinueTimeout).
+// client with the gateway's ExpectContinueTimeout).
 const expectContinueTimeout = time.Second
 
 // continueGate holds back a request body until roundTrip decides: sent
@@ -450,7 +454,7 @@ type continueGate struct {
 	err     error
 }
 
-var errAnsweredEarly = errors.New("s3 upstream answered before 100 Continue")
+var errAnsweredEarly = errors.New("upstream answered before 100 Continue")
 
 func (g *continueGate) decide(send bool) {
 	if !g.decided {
@@ -519,3 +523,16 @@ func (b *leanBody) Close() error {
 	}
 	return nil
 }
+
+// StreamStep is the size of one copy step of a streamed request body.
+const StreamStep = 256 << 10
+
+var streamBuffers = sync.Pool{New: func() any { b := make([]byte, StreamStep); return &b }}
+
+// StreamBuffer returns a pooled buffer of StreamStep bytes, for every
+// upstream client copying bodies in the same steps; give it back with
+// PutStreamBuffer.
+func StreamBuffer() *[]byte { return streamBuffers.Get().(*[]byte) }
+
+// PutStreamBuffer returns a buffer of StreamBuffer to the pool.
+func PutStreamBuffer(b *[]byte) { streamBuffers.Put(b) }

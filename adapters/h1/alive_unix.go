@@ -1,6 +1,6 @@
 //go:build unix
 
-package s3
+package h1
 
 import (
 	"net"
