@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/h1"
 	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/api"
@@ -162,7 +163,9 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	if cfg.Gateway == nil {
 		return nil, nil
 	}
-	transport := httpup.NewTransport(nil)
+	// Plain-http upstreams: h1's client on the handler's goroutine;
+	// https ones (HTTP/2) and upgrades: net/http's.
+	transport := h1.NewTransport(httpup.NewTransport(nil))
 	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {

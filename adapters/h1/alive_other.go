@@ -4,6 +4,6 @@ package h1
 
 import "net"
 
-// alive cannot peek without waiting here; a connection the server closed
-// while idle fails its next request (a GET or HEAD is sent again).
-func alive(net.Conn) bool { return true }
+// aliveCheck cannot peek without waiting here; a connection the server
+// closed while idle fails its next request (a GET or HEAD is sent again).
+func aliveCheck(net.Conn) func() bool { return func() bool { return true } }

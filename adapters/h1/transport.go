@@ -13,6 +13,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +78,7 @@ type leanConn struct {
 	t     *Transport
 	addr  string
 	conn  net.Conn
+	alive func() bool // conn is open with nothing to read (aliveCheck)
 	br    *bufio.Reader
 	bw    *bufio.Writer // on connWriter: werr is the connection's write error
 	werr  error
@@ -197,7 +200,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 		c = cs[len(cs)-1]
 		cs[len(cs)-1] = nil
 		t.idle[addr] = cs[:len(cs)-1]
-		if (t.idleTimeout == 0 || now.Sub(c.idled) < t.idleTimeout) && c.br.Buffered() == 0 && alive(c.conn) {
+		if (t.idleTimeout == 0 || now.Sub(c.idled) < t.idleTimeout) && c.br.Buffered() == 0 && c.alive() {
 			t.mu.Unlock()
 			return c, true, nil
 		}
@@ -208,7 +211,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 	if err != nil {
 		return nil, false, err
 	}
-	c = &leanConn{t: t, addr: addr, conn: nc}
+	c = &leanConn{t: t, addr: addr, conn: nc, alive: aliveCheck(nc)}
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(nc)
 	c.bw = writers.Get().(*bufio.Writer)
@@ -323,12 +326,13 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 		return c.answer(req, resp, stop, werr == nil)
 	}
 
+	rb := &readErrBody{ReadCloser: req.Body, c: c}
+	w := new(http.Request)
+	*w = *req
+	w.Body = rb
 	var gate *continueGate
-	w := req
 	if len(req.Header["Expect"]) > 0 {
-		gate = &continueGate{rc: req.Body, proceed: make(chan bool, 1)}
-		w = new(http.Request)
-		*w = *req
+		gate = &continueGate{rc: rb, proceed: make(chan bool, 1)}
 		w.Body = gate
 	}
 	c.wdone = make(chan error, 1)
@@ -381,6 +385,9 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 		if c.wdone != nil {
 			if werr := <-c.wdone; werr != nil && c.werr == nil {
 				c.wdone = nil
+				if rb.err != nil {
+					werr = rb.err
+				}
 				return fail(werr) // the body's error ended the wait
 			}
 			c.wdone = nil
@@ -398,9 +405,43 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 	return c.answer(req, resp, stop, reuse)
 }
 
-// readAnswer reads the answer to req, skipping interim ones; expecting (a
-// 100 Continue awaited), a 100 Continue returns (nil, nil).
+// readErrBody is a streamed request body that keeps its read error:
+// Request.Write returns it wrapped in a type without Unwrap, and the
+// gateway answers by the error itself (*http.MaxBytesError: 413; a client
+// gone: no answer), as net/http's client hands it back.
+type readErrBody struct {
+	io.ReadCloser
+	c   *leanConn // its werr tells write errors from read errors
+	err error
+}
+
+func (b *readErrBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// WriteTo keeps the body's own copy (httpup's large steps) where it has one.
+func (b *readErrBody) WriteTo(w io.Writer) (int64, error) {
+	wt, ok := b.ReadCloser.(io.WriterTo)
+	if !ok {
+		return io.Copy(w, struct{ io.Reader }{b})
+	}
+	n, err := wt.WriteTo(w)
+	if err != nil && b.c.werr == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// readAnswer reads the answer to req; expecting (a 100 Continue awaited),
+// a 100 Continue returns (nil, nil). Interim answers go to the request's
+// httptrace.ClientTrace.Got1xxResponse, as net/http's client hands them
+// (ReverseProxy passes them on to its client: 103 Early Hints).
 func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
 	for interim := 0; interim < 10; interim++ {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
@@ -413,10 +454,16 @@ func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			resp.Body.Close()
 			return nil, errors.Join(errResponseStarted, errors.New("upstream: unexpected "+resp.Status))
-		case resp.StatusCode == http.StatusContinue && expecting:
-			return nil, nil
 		case resp.StatusCode >= 200:
 			return resp, nil
+		}
+		if trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+				return nil, errors.Join(errResponseStarted, err)
+			}
+		}
+		if resp.StatusCode == http.StatusContinue && expecting {
+			return nil, nil
 		}
 	}
 	return nil, errors.Join(errResponseStarted, errors.New("upstream: too many interim answers"))

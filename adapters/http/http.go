@@ -53,7 +53,8 @@ type Options struct {
 	// replacing the worker's own copies.
 	Headers map[string]string
 	// Transport carries the requests. Nil means a transport of the
-	// gateway's own (never http.DefaultTransport, which others may tune).
+	// gateway's own (never http.DefaultTransport, which others may tune):
+	// h1.Transport over NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader, if set, is removed from forwarded requests.
 	TokenHeader string
@@ -81,7 +82,7 @@ func New(opts Options) (*Upstream, error) {
 	}
 	h.transport = opts.Transport
 	if h.transport == nil {
-		h.transport = NewTransport(nil)
+		h.transport = h1.NewTransport(NewTransport(nil))
 	}
 	if opts.ETags != nil {
 		h.tracker = &precondition.Tracker{Store: opts.ETags, Route: opts.Route, Log: opts.Logger}
