@@ -234,8 +234,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if cfg.Gateway != nil {
 		g := cfg.Gateway
 		// No ReadTimeout/WriteTimeout: bodies stream; see listeners.go.
+		// The telemetry is in every connection's base context, so
+		// InstrumentHandler need not copy each request to add it.
 		if err := s.listen("gateway", g.Listen, gatewayMaxConnections(cfg), &http.Server{
 			Handler:           s.accessLog("gateway", s.tel.InstrumentHandler("gateway", s.gw)),
+			BaseContext:       func(net.Listener) context.Context { return s.tel.WithContext(context.Background()) },
 			ReadHeaderTimeout: g.ReadHeaderTimeout,
 			IdleTimeout:       g.IdleTimeout,
 			MaxHeaderBytes:    g.MaxHeaderBytes,

@@ -75,15 +75,16 @@ func NewTransport(std *http.Transport) *Transport {
 
 // leanConn is one upstream connection of Transport.
 type leanConn struct {
-	t     *Transport
-	addr  string
-	conn  net.Conn
-	alive func() bool // conn is open with nothing to read (aliveCheck)
-	br    *bufio.Reader
-	bw    *bufio.Writer // on connWriter: werr is the connection's write error
-	werr  error
-	wdone chan error // the body writer's result; nil: none running
-	idled time.Time  // when it was last put in the pool
+	t      *Transport
+	addr   string
+	conn   net.Conn
+	alive  func() bool // conn is open with nothing to read (aliveCheck)
+	expire func()      // makes conn's blocked I/O return at once
+	br     *bufio.Reader
+	bw     *bufio.Writer // on connWriter: werr is the connection's write error
+	werr   error
+	wdone  chan error // the body writer's result; nil: none running
+	idled  time.Time  // when it was last put in the pool
 }
 
 // Connection buffers are recycled: with VersityGW's default
@@ -212,6 +213,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 		return nil, false, err
 	}
 	c = &leanConn{t: t, addr: addr, conn: nc, alive: aliveCheck(nc)}
+	c.expire = func() { nc.SetDeadline(aLongTimeAgo) }
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(nc)
 	c.bw = writers.Get().(*bufio.Writer)
@@ -292,7 +294,7 @@ const inlineBody = 64 << 10
 func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 	// Cancelling the request unblocks whatever I/O is under way; the
 	// connection is not reused after that.
-	stop := context.AfterFunc(req.Context(), func() { c.conn.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(req.Context(), c.expire)
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		c.close()
