@@ -443,6 +443,11 @@ func upstreamErrMessage(err error) string {
 }
 
 func canonicalHost(h string) string {
+	// Without a colon there is no port (and SplitHostPort's error for
+	// that would be an allocation per request).
+	if strings.IndexByte(h, ':') < 0 {
+		return strings.ToLower(strings.TrimSuffix(h, "."))
+	}
 	if host, _, err := net.SplitHostPort(h); err == nil {
 		h = host
 	}

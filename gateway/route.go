@@ -247,7 +247,9 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 	}
 	objects := insp.Objects
 	if objects == nil {
-		objects = []map[string]string{insp.Vars}
+		var one [1]map[string]string // on the stack: objects stays here
+		one[0] = insp.Vars
+		objects = one[:]
 	}
 	keys := make([]string, 0, len(objects))
 	for _, vars := range objects {

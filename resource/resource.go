@@ -67,7 +67,12 @@ func JoinPath(segs []string, trailingSlash bool) string {
 	if len(segs) == 0 {
 		return "/"
 	}
+	n := len(segs) + 1
+	for _, s := range segs {
+		n += len(s) // escaping may add more
+	}
 	var b strings.Builder
+	b.Grow(n)
 	for _, s := range segs {
 		b.WriteByte('/')
 		b.WriteString(url.PathEscape(s))

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/h1"
 	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/api"
@@ -162,7 +163,9 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	if cfg.Gateway == nil {
 		return nil, nil
 	}
-	transport := httpup.NewTransport(nil)
+	// Plain-http upstreams: h1's client on the handler's goroutine;
+	// https ones (HTTP/2) and upgrades: net/http's.
+	transport := h1.NewTransport(httpup.NewTransport(nil))
 	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {
@@ -231,8 +234,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if cfg.Gateway != nil {
 		g := cfg.Gateway
 		// No ReadTimeout/WriteTimeout: bodies stream; see listeners.go.
+		// The telemetry is in every connection's base context, so
+		// InstrumentHandler need not copy each request to add it.
 		if err := s.listen("gateway", g.Listen, gatewayMaxConnections(cfg), &http.Server{
 			Handler:           s.accessLog("gateway", s.tel.InstrumentHandler("gateway", s.gw)),
+			BaseContext:       func(net.Listener) context.Context { return s.tel.WithContext(context.Background()) },
 			ReadHeaderTimeout: g.ReadHeaderTimeout,
 			IdleTimeout:       g.IdleTimeout,
 			MaxHeaderBytes:    g.MaxHeaderBytes,

@@ -272,9 +272,15 @@ type ctxKey struct{}
 // upstream calls made while serving find this Telemetry (Transport), and,
 // when tracing, with a server span per request following the OpenTelemetry
 // HTTP semantic conventions, continuing the caller's W3C trace context.
+//
+// A server whose BaseContext is WithContext's serves its requests without
+// the copy of each that adding t to its context takes.
 func (t *Telemetry) InstrumentHandler(server string, h http.Handler) http.Handler {
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, t)))
+		if fromContext(r.Context()) != t {
+			r = r.WithContext(t.WithContext(r.Context()))
+		}
+		h.ServeHTTP(w, r)
 	})
 	if !t.Tracing() {
 		return inner
@@ -285,6 +291,12 @@ func (t *Telemetry) InstrumentHandler(server string, h http.Handler) http.Handle
 		// Metrics are Prometheus's job here, without the global provider.
 		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
 	)
+}
+
+// WithContext returns ctx carrying t, as the requests InstrumentHandler
+// serves: for an http.Server's BaseContext.
+func (t *Telemetry) WithContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ctxKey{}, t)
 }
 
 func fromContext(ctx context.Context) *Telemetry {

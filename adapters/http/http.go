@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/adapters/h1"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -52,7 +53,8 @@ type Options struct {
 	// replacing the worker's own copies.
 	Headers map[string]string
 	// Transport carries the requests. Nil means a transport of the
-	// gateway's own (never http.DefaultTransport, which others may tune).
+	// gateway's own (never http.DefaultTransport, which others may tune):
+	// h1.Transport over NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader, if set, is removed from forwarded requests.
 	TokenHeader string
@@ -80,7 +82,7 @@ func New(opts Options) (*Upstream, error) {
 	}
 	h.transport = opts.Transport
 	if h.transport == nil {
-		h.transport = NewTransport(nil)
+		h.transport = h1.NewTransport(NewTransport(nil))
 	}
 	if opts.ETags != nil {
 		h.tracker = &precondition.Tracker{Store: opts.ETags, Route: opts.Route, Log: opts.Logger}
@@ -219,7 +221,7 @@ const BufferSize = 32 << 10
 
 // StreamStep is the size of one copy step of a streamed request body
 // (largeSteps).
-const StreamStep = 256 << 10
+const StreamStep = h1.StreamStep
 
 // largeSteps is a streamed request body that copies itself upstream in
 // steps of StreamStep: it fills a step before writing it (as nginx buffers
@@ -231,15 +233,12 @@ const StreamStep = 256 << 10
 // a body's size.
 type largeSteps struct{ io.ReadCloser }
 
-var streamBuffers = sync.Pool{New: func() any { b := make([]byte, StreamStep); return &b }}
-
-// StreamBuffer returns a pooled buffer of StreamStep bytes, for other
-// upstream clients copying bodies in the same steps (the S3 adapter's);
-// give it back with PutStreamBuffer.
-func StreamBuffer() *[]byte { return streamBuffers.Get().(*[]byte) }
+// StreamBuffer returns a pooled buffer of StreamStep bytes (h1's pool: one
+// for every upstream client); give it back with PutStreamBuffer.
+func StreamBuffer() *[]byte { return h1.StreamBuffer() }
 
 // PutStreamBuffer returns a buffer of StreamBuffer to the pool.
-func PutStreamBuffer(b *[]byte) { streamBuffers.Put(b) }
+func PutStreamBuffer(b *[]byte) { h1.PutStreamBuffer(b) }
 
 func (b largeSteps) WriteTo(w io.Writer) (int64, error) {
 	buf := StreamBuffer()

@@ -1,28 +1,36 @@
-package s3
+// Package h1 is fencegate's HTTP/1.1 upstream client: a RoundTripper that
+// writes a request and reads its answer on the caller's goroutine over
+// pooled plain-http connections, with net/http's own framing
+// (Request.Write, http.ReadResponse). S3 routes and plain-http HTTP routes
+// forward through it; https (HTTP/2), upgrades and other Expect values go
+// through net/http's transport.
+package h1
 
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"time"
-
-	httpup "github.com/fencegate/fencegate/adapters/http"
 )
 
-// ConnBufferSize is the read and write buffer of each upstream connection
-// of NewTransport.
+// ConnBufferSize is the read and write buffer of each upstream connection.
+// A request's head and answer are a few KiB and bodies bypass the
+// buffers, so large buffers gain nothing; but every new connection takes
+// them (VersityGW answers every request with Connection: close unless run
+// with --keep-alive).
 const ConnBufferSize = 8 << 10
 
-// Transport carries S3 upstream requests. Plain-http requests without
-// Expect: 100-continue (what small PutObjects are) go over its own HTTP/1.1
-// connections, written and read in the calling goroutine; everything else
-// (https, Expect: 100-continue, upgrades) goes through Std.
+// Transport carries upstream requests. Plain-http requests (without
+// upgrades, Connection headers or Expect values other than 100-continue)
+// go over its own HTTP/1.1 connections, written and read in the calling
+// goroutine; everything else (https, upgrades) goes through Std.
 //
 // Why a client of its own: a forwarded 4 KiB PutObject costs the gateway
 // about as much CPU in net/http's client as in everything else together.
@@ -36,12 +44,12 @@ const ConnBufferSize = 8 << 10
 // (header validation, framing) and answers parsed by http.ReadResponse.
 type Transport struct {
 	// Std is the transport of the requests Transport does not carry
-	// itself: httpup.NewTransport with ConnBufferSize buffers.
+	// itself.
 	Std *http.Transport
 
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
-	idleTimeout time.Duration
-	maxIdle     int // per host
+	idleTimeout time.Duration // 0: no limit
+	maxIdle     int           // per host
 
 	mu     sync.Mutex
 	idle   map[string][]*leanConn // host:port -> idle connections, oldest first
@@ -49,34 +57,34 @@ type Transport struct {
 	closed bool
 }
 
-// NewTransport returns the transport for S3 upstreams. Its Std transport is
-// the gateway's upstream transport (httpup.NewTransport: no environment
-// proxy, the same pool and timeouts) with ConnBufferSize connection buffers
-// instead of 64 KiB ones. An S3 request's head and answer are a few KiB,
-// and bodies bypass the buffers, so large buffers gain nothing; but every
-// new connection allocates and clears them, and VersityGW answers every
-// request with Connection: close unless run with --keep-alive.
-func NewTransport(tlsConfig *tls.Config) *Transport {
-	std := httpup.NewTransport(tlsConfig)
-	std.ReadBufferSize, std.WriteBufferSize = ConnBufferSize, ConnBufferSize
+// NewTransport returns a Transport falling back to std (not nil), whose
+// pool limits it takes: IdleConnTimeout (0: none) and MaxIdleConnsPerHost
+// (0: http.DefaultMaxIdleConnsPerHost), as net/http reads them.
+func NewTransport(std *http.Transport) *Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	maxIdle := std.MaxIdleConnsPerHost
+	if maxIdle == 0 {
+		maxIdle = http.DefaultMaxIdleConnsPerHost
+	}
 	return &Transport{
 		Std: std, dial: d.DialContext,
-		idleTimeout: std.IdleConnTimeout, maxIdle: std.MaxIdleConnsPerHost,
+		idleTimeout: std.IdleConnTimeout, maxIdle: maxIdle,
 		idle: make(map[string][]*leanConn),
 	}
 }
 
 // leanConn is one upstream connection of Transport.
 type leanConn struct {
-	t     *Transport
-	addr  string
-	conn  net.Conn
-	br    *bufio.Reader
-	bw    *bufio.Writer // on connWriter: werr is the connection's write error
-	werr  error
-	wdone chan error // the body writer's result; nil: none running
-	idled time.Time  // when it was last put in the pool
+	t      *Transport
+	addr   string
+	conn   net.Conn
+	alive  func() bool // conn is open with nothing to read (aliveCheck)
+	expire func()      // makes conn's blocked I/O return at once
+	br     *bufio.Reader
+	bw     *bufio.Writer // on connWriter: werr is the connection's write error
+	werr   error
+	wdone  chan error // the body writer's result; nil: none running
+	idled  time.Time  // when it was last put in the pool
 }
 
 // Connection buffers are recycled: with VersityGW's default
@@ -117,14 +125,14 @@ func (w connWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFrom copies a request body to the connection in httpup.StreamStep
+// ReadFrom copies a request body to the connection in StreamStep
 // steps (bufio.Writer hands a body to it once the head is flushed).
 // net/http's client copies in 32 KiB steps: 512 reads from the worker's
 // socket and as many writes to the upstream's per 16 MiB object, where a
 // direct client hands the kernel its whole body in one write.
 func (w connWriter) ReadFrom(r io.Reader) (int64, error) {
-	bp := httpup.StreamBuffer()
-	defer httpup.PutStreamBuffer(bp)
+	bp := StreamBuffer()
+	defer PutStreamBuffer(bp)
 	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{r}, *bp)
 }
 
@@ -173,7 +181,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // errResponseStarted marks a failure after some of the answer was read.
-var errResponseStarted = errors.New("s3 upstream: connection failed in the answer")
+var errResponseStarted = errors.New("upstream: connection failed in the answer")
 
 func closeBody(req *http.Request) {
 	if req.Body != nil {
@@ -193,7 +201,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 		c = cs[len(cs)-1]
 		cs[len(cs)-1] = nil
 		t.idle[addr] = cs[:len(cs)-1]
-		if now.Sub(c.idled) < t.idleTimeout && c.br.Buffered() == 0 && alive(c.conn) {
+		if (t.idleTimeout == 0 || now.Sub(c.idled) < t.idleTimeout) && c.br.Buffered() == 0 && c.alive() {
 			t.mu.Unlock()
 			return c, true, nil
 		}
@@ -204,7 +212,8 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 	if err != nil {
 		return nil, false, err
 	}
-	c = &leanConn{t: t, addr: addr, conn: nc}
+	c = &leanConn{t: t, addr: addr, conn: nc, alive: aliveCheck(nc)}
+	c.expire = func() { nc.SetDeadline(aLongTimeAgo) }
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(nc)
 	c.bw = writers.Get().(*bufio.Writer)
@@ -222,7 +231,7 @@ func (t *Transport) put(c *leanConn) {
 		return
 	}
 	t.idle[c.addr] = append(t.idle[c.addr], c)
-	if t.sweep == nil {
+	if t.sweep == nil && t.idleTimeout > 0 {
 		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
 	}
 }
@@ -285,7 +294,7 @@ const inlineBody = 64 << 10
 func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 	// Cancelling the request unblocks whatever I/O is under way; the
 	// connection is not reused after that.
-	stop := context.AfterFunc(req.Context(), func() { c.conn.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(req.Context(), c.expire)
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		c.close()
@@ -319,12 +328,13 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 		return c.answer(req, resp, stop, werr == nil)
 	}
 
+	rb := &readErrBody{ReadCloser: req.Body, c: c}
+	w := new(http.Request)
+	*w = *req
+	w.Body = rb
 	var gate *continueGate
-	w := req
 	if len(req.Header["Expect"]) > 0 {
-		gate = &continueGate{rc: req.Body, proceed: make(chan bool, 1)}
-		w = new(http.Request)
-		*w = *req
+		gate = &continueGate{rc: rb, proceed: make(chan bool, 1)}
 		w.Body = gate
 	}
 	c.wdone = make(chan error, 1)
@@ -377,6 +387,9 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 		if c.wdone != nil {
 			if werr := <-c.wdone; werr != nil && c.werr == nil {
 				c.wdone = nil
+				if rb.err != nil {
+					werr = rb.err
+				}
 				return fail(werr) // the body's error ended the wait
 			}
 			c.wdone = nil
@@ -394,9 +407,43 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 	return c.answer(req, resp, stop, reuse)
 }
 
-// readAnswer reads the answer to req, skipping interim ones; expecting (a
-// 100 Continue awaited), a 100 Continue returns (nil, nil).
+// readErrBody is a streamed request body that keeps its read error:
+// Request.Write returns it wrapped in a type without Unwrap, and the
+// gateway answers by the error itself (*http.MaxBytesError: 413; a client
+// gone: no answer), as net/http's client hands it back.
+type readErrBody struct {
+	io.ReadCloser
+	c   *leanConn // its werr tells write errors from read errors
+	err error
+}
+
+func (b *readErrBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// WriteTo keeps the body's own copy (httpup's large steps) where it has one.
+func (b *readErrBody) WriteTo(w io.Writer) (int64, error) {
+	wt, ok := b.ReadCloser.(io.WriterTo)
+	if !ok {
+		return io.Copy(w, struct{ io.Reader }{b})
+	}
+	n, err := wt.WriteTo(w)
+	if err != nil && b.c.werr == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// readAnswer reads the answer to req; expecting (a 100 Continue awaited),
+// a 100 Continue returns (nil, nil). Interim answers go to the request's
+// httptrace.ClientTrace.Got1xxResponse, as net/http's client hands them
+// (ReverseProxy passes them on to its client: 103 Early Hints).
 func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
 	for interim := 0; interim < 10; interim++ {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
@@ -408,14 +455,20 @@ func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response
 		switch {
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			resp.Body.Close()
-			return nil, errors.Join(errResponseStarted, errors.New("s3 upstream: unexpected "+resp.Status))
-		case resp.StatusCode == http.StatusContinue && expecting:
-			return nil, nil
+			return nil, errors.Join(errResponseStarted, errors.New("upstream: unexpected "+resp.Status))
 		case resp.StatusCode >= 200:
 			return resp, nil
 		}
+		if trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+				return nil, errors.Join(errResponseStarted, err)
+			}
+		}
+		if resp.StatusCode == http.StatusContinue && expecting {
+			return nil, nil
+		}
 	}
-	return nil, errors.Join(errResponseStarted, errors.New("s3 upstream: too many interim answers"))
+	return nil, errors.Join(errResponseStarted, errors.New("upstream: too many interim answers"))
 }
 
 // answer hands resp on, its body releasing c.
@@ -436,7 +489,7 @@ func isEOF(err error) bool {
 
 // expectContinueTimeout is how long a request with Expect: 100-continue
 // waits for the go-ahead before its body is sent anyway (as net/http's
-// client, httpup.NewTransport's ExpectContinueTimeout).
+// client with the gateway's ExpectContinueTimeout).
 const expectContinueTimeout = time.Second
 
 // continueGate holds back a request body until roundTrip decides: sent
@@ -450,7 +503,7 @@ type continueGate struct {
 	err     error
 }
 
-var errAnsweredEarly = errors.New("s3 upstream answered before 100 Continue")
+var errAnsweredEarly = errors.New("upstream answered before 100 Continue")
 
 func (g *continueGate) decide(send bool) {
 	if !g.decided {
@@ -519,3 +572,16 @@ func (b *leanBody) Close() error {
 	}
 	return nil
 }
+
+// StreamStep is the size of one copy step of a streamed request body.
+const StreamStep = 256 << 10
+
+var streamBuffers = sync.Pool{New: func() any { b := make([]byte, StreamStep); return &b }}
+
+// StreamBuffer returns a pooled buffer of StreamStep bytes, for every
+// upstream client copying bodies in the same steps; give it back with
+// PutStreamBuffer.
+func StreamBuffer() *[]byte { return streamBuffers.Get().(*[]byte) }
+
+// PutStreamBuffer returns a buffer of StreamBuffer to the pool.
+func PutStreamBuffer(b *[]byte) { streamBuffers.Put(b) }

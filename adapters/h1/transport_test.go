@@ -1,4 +1,4 @@
-package s3
+package h1
 
 import (
 	"bytes"
@@ -50,7 +50,7 @@ func echo(w http.ResponseWriter, r *http.Request) {
 
 func TestTransportReusesConnections(t *testing.T) {
 	srv, conns := leanServer(t, echo)
-	tr := NewTransport(nil)
+	tr := newTransport()
 	defer tr.CloseIdleConnections()
 	for i := 0; i < 5; i++ {
 		req, _ := http.NewRequest("PUT", srv.URL+"/b/k", strings.NewReader("hello"))
@@ -68,7 +68,7 @@ func TestTransportConnectionClose(t *testing.T) {
 		w.Header().Set("Connection", "close")
 		echo(w, r)
 	})
-	tr := NewTransport(nil)
+	tr := newTransport()
 	for i := 0; i < 3; i++ {
 		req, _ := http.NewRequest("PUT", srv.URL+"/b/k", strings.NewReader("x"))
 		if st, body := do(t, tr, req); st != 200 || body != "x" {
@@ -103,7 +103,7 @@ func TestTransportExpectContinueRefused(t *testing.T) {
 	srv, _ := leanServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusForbidden) // without reading the body
 	})
-	tr := NewTransport(nil)
+	tr := newTransport()
 	body := &countingBody{r: bytes.NewReader(make([]byte, 1<<20))}
 	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", body)
 	req.ContentLength = 1 << 20
@@ -121,7 +121,7 @@ func TestTransportExpectContinueAccepted(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprint(w, len(b))
 	})
-	tr := NewTransport(nil)
+	tr := newTransport()
 	data := bytes.Repeat([]byte("0123456789"), 300_000) // 3 MB: several copy steps
 	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", &countingBody{r: bytes.NewReader(data)})
 	req.ContentLength = int64(len(data))
@@ -138,7 +138,7 @@ func TestTransportChunkedBody(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		got.Store(int64(len(b)))
 	})
-	tr := NewTransport(nil)
+	tr := newTransport()
 	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", &countingBody{r: bytes.NewReader(make([]byte, 1<<20+7))})
 	req.ContentLength = -1
 	if st, _ := do(t, tr, req); st != 200 || got.Load() != 1<<20+7 {
@@ -150,7 +150,7 @@ func TestTransportChunkedBody(t *testing.T) {
 // waiting for an answer to a request the upstream still reads.
 func TestTransportBodyReadError(t *testing.T) {
 	srv, _ := leanServer(t, echo)
-	tr := NewTransport(nil)
+	tr := newTransport()
 	boom := errors.New("worker went away")
 	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", &countingBody{r: strings.NewReader("half"), fail: boom})
 	req.ContentLength = 100
@@ -166,7 +166,7 @@ func TestTransportUnreadBodyNotReused(t *testing.T) {
 	srv, conns := leanServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Write(bytes.Repeat([]byte("x"), 100<<10))
 	})
-	tr := NewTransport(nil)
+	tr := newTransport()
 	req, _ := http.NewRequest("GET", srv.URL+"/b/k", nil)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
@@ -186,7 +186,7 @@ func TestTransportUnreadBodyNotReused(t *testing.T) {
 // A pooled connection the server closed while it was idle is not used.
 func TestTransportIdleClosedByServer(t *testing.T) {
 	srv, conns := leanServer(t, echo)
-	tr := NewTransport(nil)
+	tr := newTransport()
 	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", strings.NewReader("a"))
 	do(t, tr, req)
 	srv.CloseClientConnections()
@@ -206,7 +206,7 @@ func TestTransportCancel(t *testing.T) {
 	release := make(chan struct{})
 	srv, _ := leanServer(t, func(w http.ResponseWriter, r *http.Request) { <-release })
 	defer close(release)
-	tr := NewTransport(nil)
+	tr := newTransport()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "PUT", srv.URL+"/b/k", strings.NewReader("x"))
 	errc := make(chan error, 1)
@@ -250,7 +250,7 @@ func TestTransportEarlyAnswerToStreamedBody(t *testing.T) {
 	srv, _ := leanServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusPreconditionFailed)
 	})
-	tr := NewTransport(nil)
+	tr := newTransport()
 	body := &countingBody{r: bytes.NewReader(make([]byte, 64<<20))}
 	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", body)
 	req.ContentLength = 64 << 20
@@ -264,14 +264,20 @@ func TestTransportEarlyAnswerToStreamedBody(t *testing.T) {
 	}
 }
 
-// A streamed body that fails midway ends the request with the body's error.
+// A streamed body that fails midway ends the request with the body's error
+// itself (the gateway answers a *http.MaxBytesError with 413).
 func TestTransportStreamedBodyReadError(t *testing.T) {
 	srv, _ := leanServer(t, echo)
-	tr := NewTransport(nil)
+	tr := newTransport()
 	boom := errors.New("worker went away")
 	req, _ := http.NewRequest("PUT", srv.URL+"/b/k", &countingBody{r: bytes.NewReader(make([]byte, 1<<20)), fail: boom})
 	req.ContentLength = 2 << 20
-	if _, err := tr.RoundTrip(req); err == nil || !strings.Contains(err.Error(), boom.Error()) {
+	if _, err := tr.RoundTrip(req); !errors.Is(err, boom) {
 		t.Fatalf("err %v; want %v", err, boom)
 	}
+}
+
+// newTransport is a Transport with the pool limits of the gateway's.
+func newTransport() *Transport {
+	return NewTransport(&http.Transport{IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 256})
 }
