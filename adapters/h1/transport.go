@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -50,6 +51,7 @@ type Transport struct {
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	idleTimeout time.Duration // 0: no limit
 	maxIdle     int           // per host
+	maxHead     int64         // bytes an answer's head may take
 
 	mu     sync.Mutex
 	idle   map[string][]*leanConn // host:port -> idle connections, oldest first
@@ -58,17 +60,22 @@ type Transport struct {
 }
 
 // NewTransport returns a Transport falling back to std (not nil), whose
-// pool limits it takes: IdleConnTimeout (0: none) and MaxIdleConnsPerHost
-// (0: http.DefaultMaxIdleConnsPerHost), as net/http reads them.
+// pool limits it takes: IdleConnTimeout (0: none), MaxIdleConnsPerHost
+// (0: http.DefaultMaxIdleConnsPerHost) and MaxResponseHeaderBytes (0:
+// defaultMaxHead), as net/http reads them.
 func NewTransport(std *http.Transport) *Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	maxIdle := std.MaxIdleConnsPerHost
 	if maxIdle == 0 {
 		maxIdle = http.DefaultMaxIdleConnsPerHost
 	}
+	maxHead := std.MaxResponseHeaderBytes
+	if maxHead <= 0 {
+		maxHead = defaultMaxHead
+	}
 	return &Transport{
 		Std: std, dial: d.DialContext,
-		idleTimeout: std.IdleConnTimeout, maxIdle: maxIdle,
+		idleTimeout: std.IdleConnTimeout, maxIdle: maxIdle, maxHead: maxHead,
 		idle: make(map[string][]*leanConn),
 	}
 }
@@ -85,6 +92,30 @@ type leanConn struct {
 	werr   error
 	wdone  chan error // the body writer's result; nil: none running
 	idled  time.Time  // when it was last put in the pool
+	rleft  int64      // bytes br may still read from conn (connReader)
+}
+
+// defaultMaxHead is net/http's client limit on an answer's head, which
+// ReadResponse alone does not enforce: an upstream sending an endless
+// header must not take the gateway's memory.
+const defaultMaxHead = 10 << 20
+
+var errHeadTooLarge = errors.New("upstream: answer headers exceed the limit")
+
+// connReader is a leanConn's connection as its bufio.Reader reads it:
+// while an answer's head is read, at most rleft bytes.
+type connReader struct{ c *leanConn }
+
+func (r connReader) Read(p []byte) (int, error) {
+	if r.c.rleft <= 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > r.c.rleft {
+		p = p[:r.c.rleft]
+	}
+	n, err := r.c.conn.Read(p)
+	r.c.rleft -= int64(n)
+	return n, err
 }
 
 // Connection buffers are recycled: with VersityGW's default
@@ -215,7 +246,8 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 	c = &leanConn{t: t, addr: addr, conn: nc, alive: aliveCheck(nc)}
 	c.expire = func() { nc.SetDeadline(aLongTimeAgo) }
 	c.br = readers.Get().(*bufio.Reader)
-	c.br.Reset(nc)
+	c.br.Reset(connReader{c})
+	c.rleft = math.MaxInt64
 	c.bw = writers.Get().(*bufio.Writer)
 	c.bw.Reset(connWriter{c})
 	return c, false, nil
@@ -445,7 +477,9 @@ func (b *readErrBody) WriteTo(w io.Writer) (int64, error) {
 func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response, error) {
 	trace := httptrace.ContextClientTrace(req.Context())
 	for interim := 0; interim < 10; interim++ {
+		c.rleft = c.t.maxHead
 		resp, err := http.ReadResponse(c.br, req)
+		c.rleft = math.MaxInt64
 		if err != nil {
 			if c.br.Buffered() > 0 || !isEOF(err) {
 				err = errors.Join(errResponseStarted, err)

@@ -281,3 +281,33 @@ func TestTransportStreamedBodyReadError(t *testing.T) {
 func newTransport() *Transport {
 	return NewTransport(&http.Transport{IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 256})
 }
+
+// An answer's head is limited as by net/http's client
+// (MaxResponseHeaderBytes): an upstream sending headers without end gets
+// an error, not the gateway's memory; the body after a head within the
+// limit is not limited.
+func TestTransportAnswerHeadLimit(t *testing.T) {
+	srv, _ := leanServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := 1
+		if r.URL.Path == "/big" {
+			n = 200
+		}
+		for i := 0; i < n; i++ {
+			w.Header().Set(fmt.Sprintf("X-Pad-%d", i), strings.Repeat("a", 1000))
+		}
+		w.Write(bytes.Repeat([]byte("b"), 1<<20))
+	})
+	tr := NewTransport(&http.Transport{MaxResponseHeaderBytes: 64 << 10})
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest("PUT", srv.URL+"/big", strings.NewReader("x"))
+	if _, err := tr.RoundTrip(req); !errors.Is(err, errHeadTooLarge) {
+		t.Fatalf("a 200 KB head: err %v; want %v", err, errHeadTooLarge)
+	}
+	req, _ = http.NewRequest("PUT", srv.URL+"/small", strings.NewReader("x"))
+	if st, body := do(t, tr, req); st != 200 || len(body) != 1<<20 {
+		t.Fatalf("a small head: %d, %d bytes of body", st, len(body))
+	}
+	if d := NewTransport(&http.Transport{}); d.maxHead != defaultMaxHead {
+		t.Fatalf("default limit %d; want %d", d.maxHead, defaultMaxHead)
+	}
+}
