@@ -19,8 +19,10 @@
 # cores). Then, with bench/cmd/loadclient:
 #
 #   big       16 MiB PUTs through a fresh gateway vs straight to the
-#             upstream, and the gateway's RSS at 1 and 8 concurrent
-#             (and one 128 MiB body: memory must not follow the body size)
+#             upstream (BIG_ROUNDS alternating rounds of BIG_RUNS bodies,
+#             7 x 20; median, spread, and proxy and upstream CPU per
+#             body), and the gateway's RSS at 1 and 8 concurrent (and one
+#             128 MiB body: memory must not follow the body size)
 #   distinct  DISTINCT distinct resources written through a fresh gateway,
 #             and its RSS after (the fence cache is bounded)
 #
@@ -60,6 +62,7 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 waitport() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 up=$(port); ng=$(port); plain=$(port); tuned=$(port)
 "$work/benchupstream" -listen "127.0.0.1:$up" & pids+=($!)
+uppid=$!
 "$work/plainproxy" -listen "127.0.0.1:$plain" -upstream "http://127.0.0.1:$up" 2>/dev/null & pids+=($!)
 plainpid=$!
 "$work/tunedproxy" -listen "127.0.0.1:$tuned" -upstream "http://127.0.0.1:$up" 2>/dev/null & pids+=($!)
@@ -242,31 +245,52 @@ print(f"stale/repeated    {r('stale', 'repeated'):.2f}x   cpu {c('stale', 'repea
 PY
 
 if [ "$big" != 0 ]; then
+  bigrounds=${BIG_ROUNDS:-7} bigruns=${BIG_RUNS:-20}
   echo
-  echo "large bodies (a fresh gateway; MiB/s of 16 MiB PUTs, 3 alternating rounds of 5):"
+  echo "large bodies (fresh gateways; MiB/s of 16 MiB PUTs, $bigrounds alternating rounds of $bigruns):"
   startgw big
-  bigpid=$gw_pid
+  bigpid=$gw_pid bigport=$gw_port
   echo "  gateway RSS idle: $(awk '/VmRSS/ {print $2, $3}' /proc/$bigpid/status)"
   : >"$work/big"
-  for r in 1 2 3; do
-    echo "direct $("$work/loadclient" -mode big -url "http://127.0.0.1:$up/big" -size $((16 << 20)) -runs 5 -token "")" >>"$work/big"
-    echo "gateway $("$work/loadclient" -mode big -url "http://127.0.0.1:$gw_port/big" -size $((16 << 20)) -runs 5 -token 42)" >>"$work/big"
+  # bigrun NAME URL TOKEN PID: one round; the line carries the CPU ticks
+  # of the proxy (PID, 0: none) and of the upstream.
+  bigrun() {
+    local p0=0 p1=0 u0 u1 out
+    [ "$4" != 0 ] && p0=$(cputicks "$4")
+    u0=$(cputicks "$uppid")
+    out=$("$work/loadclient" -mode big -url "$2" -size $((16 << 20)) -runs "$bigruns" -token "$3")
+    [ "$4" != 0 ] && p1=$(cputicks "$4")
+    u1=$(cputicks "$uppid")
+    echo "$1 $out proxy_ticks $((p1 - p0)) upstream_ticks $((u1 - u0))" >>"$work/big"
+  }
+  for r in $(seq "$bigrounds"); do
+    bigrun direct "http://127.0.0.1:$up/big" "" 0
+    bigrun gateway "http://127.0.0.1:$bigport/big" 42 "$bigpid"
   done
-  python3 - "$work/big" <<'PY'
+  python3 - "$work/big" "$hz" "$bigruns" <<'PY'
 import sys, statistics
-v = {}
+hz, runs = float(sys.argv[2]), int(sys.argv[3])
+v, cpu = {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
     v.setdefault(f[0], []).append(float(f[2]))
-d, g = statistics.median(v["direct"]), statistics.median(v["gateway"])
-print(f"  direct  {d:8.1f} MiB/s   gateway {g:8.1f} MiB/s   gateway/direct {g / d:.0%} (goal >= 90%)")
+    kv = dict(zip(f[1::2], f[2::2]))
+    cpu.setdefault(f[0], []).append((int(kv["proxy_ticks"]), int(kv["upstream_ticks"])))
+med = {k: statistics.median(x) for k, x in v.items()}
+d = med["direct"]
+for k in ("direct", "gateway"):
+    ms = lambda i: 1000 * statistics.median(c[i] for c in cpu[k]) / hz / runs
+    ratio = "" if k == "direct" else f"   /direct {med[k] / d:4.0%}"
+    print(f"  {k:8s} {med[k]:7.1f} MiB/s (rounds {min(v[k]):.0f}-{max(v[k]):.0f}){ratio}"
+          f"   CPU per body: proxy {ms(0):4.1f} ms, upstream {ms(1):4.1f} ms")
+print(f"  gateway/direct {med['gateway'] / d:.0%} (goal >= 90%; medians)")
 PY
   for c in 1 8; do
     printf '  16 MiB x %d concurrent (40 bodies): %s\n' "$c" \
-      "$("$work/loadclient" -mode big -url "http://127.0.0.1:$gw_port/big" -size $((16 << 20)) -conc $c -runs 40 -token 42 -pid "$bigpid")"
+      "$("$work/loadclient" -mode big -url "http://127.0.0.1:$bigport/big" -size $((16 << 20)) -conc $c -runs 40 -token 42 -pid "$bigpid")"
   done
   printf '  128 MiB x 1 (4 bodies):             %s\n' \
-    "$("$work/loadclient" -mode big -url "http://127.0.0.1:$gw_port/big" -size $((128 << 20)) -conc 1 -runs 4 -token 42 -pid "$bigpid")"
+    "$("$work/loadclient" -mode big -url "http://127.0.0.1:$bigport/big" -size $((128 << 20)) -conc 1 -runs 4 -token 42 -pid "$bigpid")"
   kill "$bigpid"
 fi
 
