@@ -1,12 +1,12 @@
 // Package http is fencegate's plain HTTP(S) upstream adapter: it forwards
-// admitted requests to an upstream URL with httputil.ReverseProxy (bodies
-// stream both ways, hop-by-hop headers dropped, X-Forwarded-* set), injects
+// admitted requests to an upstream URL (bodies stream both ways, hop-by-hop
+// headers dropped, X-Forwarded-* set; forward.go), injects
 // the route's credentials, removes the token header when asked, and with
 // `precondition: etag` makes fenced writes conditional on the ETag of the
 // gateway's last write (precondition.go).
 //
 // It also holds the streaming core every upstream adapter shares: Proxy
-// (a ReverseProxy whose transport errors go back to the gateway) and
+// (a reverse proxy whose transport errors go back to the gateway) and
 // NewTransport (the gateway's own transport, never
 // http.DefaultTransport). The S3 adapter builds on them.
 //
@@ -27,6 +27,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/fencegate/fencegate/adapters/h1"
 	"github.com/fencegate/fencegate/gateway"
@@ -115,9 +117,9 @@ func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header[k] = vs
 	}
 	if req.Body != nil {
-		// ReverseProxy wraps every outbound body, so the transport would
-		// stream it after flushing the headers on their own; a body the
-		// gateway holds whole goes with the headers, in one write.
+		// The proxy wraps a client's body (noCloseBody), so the transport
+		// would stream it after flushing the headers on their own; a body
+		// the gateway holds whole goes with the headers, in one write.
 		pr.Out.Body = io.NopCloser(bytes.NewReader(req.Body))
 	}
 	if ew := etagWriteFrom(pr.In.Context()); ew != nil {
@@ -141,28 +143,35 @@ func unescapePath(p string) string {
 	return u
 }
 
-// Proxy is the streaming core shared by upstream adapters: a ReverseProxy
+// Proxy is the streaming core shared by upstream adapters: a reverse proxy
 // whose transport errors are returned to the gateway instead of being
-// answered with a bare 502.
+// answered with a bare 502. Requests are forwarded by forward
+// (forward.go); protocol upgrades, which hand the connection over, by
+// httputil.ReverseProxy.
 type Proxy struct {
-	rp *httputil.ReverseProxy
+	transport http.RoundTripper
+	rewrite   func(*httputil.ProxyRequest)
+	upgrades  *httputil.ReverseProxy
 }
 
 // NewProxy returns a Proxy over transport (nil: NewTransport(nil)) that
-// prepares outbound requests with rewrite.
+// prepares outbound requests with rewrite. rewrite may replace Out's body
+// and headers but must keep its context.
 func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest)) *Proxy {
 	if transport == nil {
 		transport = NewTransport(nil)
 	}
-	return &Proxy{rp: &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			rewrite(pr)
-			if b := pr.Out.Body; b != nil && b != http.NoBody {
-				if _, ok := b.(io.WriterTo); !ok {
-					pr.Out.Body = largeSteps{b}
-				}
+	p := &Proxy{transport: transport}
+	p.rewrite = func(pr *httputil.ProxyRequest) {
+		rewrite(pr)
+		if b := pr.Out.Body; b != nil && b != http.NoBody {
+			if _, ok := b.(io.WriterTo); !ok {
+				pr.Out.Body = largeSteps{b}
 			}
-		},
+		}
+	}
+	p.upgrades = &httputil.ReverseProxy{
+		Rewrite:    p.rewrite,
 		Transport:  transport,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -170,14 +179,27 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 				ew.err = err
 			}
 		},
-	}}
+	}
+	return p
 }
 
-// Forward serves r through the reverse proxy and returns its transport error.
+// Forward serves r through the proxy and returns its transport error.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) error {
+	if upgradeType(r.Header) == "" {
+		return p.forward(w, r)
+	}
 	ew := &errWriter{ResponseWriter: w}
-	p.rp.ServeHTTP(ew, r)
+	p.upgrades.ServeHTTP(ew, r)
 	return ew.err
+}
+
+// upgradeType is the protocol an upgrade request asks for ("" for
+// others), as ReverseProxy reads it.
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
 }
 
 // errWriter carries the proxy's transport error from its ErrorHandler,
@@ -228,7 +250,7 @@ const StreamStep = h1.StreamStep
 // request bodies), so the upstream connection gets a few large writes
 // instead of one per 32 KiB that arrived. The transport sends a request
 // body with io.Copy in 32 KiB steps unless the body is an io.WriterTo, and
-// ReverseProxy wraps every body in a type that is not. The buffers are
+// the proxy wraps every client body in a type that is not. The buffers are
 // pooled, so memory follows the number of bodies being sent at once, never
 // a body's size.
 type largeSteps struct{ io.ReadCloser }
@@ -278,7 +300,8 @@ func fill(r io.Reader, buf []byte) (int, error) {
 	return n, nil
 }
 
-// bufferPool recycles ReverseProxy's copy buffers.
+// bufferPool recycles the copy buffers of answers (forward, and the
+// ReverseProxy of upgrades).
 type bufferPool struct{}
 
 var buffers = sync.Pool{New: func() any { b := make([]byte, BufferSize); return &b }}
