@@ -14,8 +14,8 @@ import (
 	"sync"
 	"testing"
 
-	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/h1"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 )
 
 // seen is what one side of a forward saw: the upstream's request or the
