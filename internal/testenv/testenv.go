@@ -146,17 +146,34 @@ func tool(t testing.TB, name, toolsArg string) string {
 	return p
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another
-// process may take it before the caller binds it; starters retry on that.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that it has not returned before in this process. Another process may take
+// it before the caller binds it; starters retry on that. Without the memory
+// two calls in a row could return the same port (the kernel may hand out a
+// just-closed port again), and a gateway configured with it twice refuses
+// to start (seen in a full test run: admin.listen equal to gateway.listen).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: free port: %v", err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("testenv: free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // WaitTCP waits until addr (host:port) accepts a TCP connection, failing the
 // test after timeout.
