@@ -53,13 +53,15 @@ func TestLeaseRenewsUntilClose(t *testing.T) {
 	ctx := testCtx(t)
 	c := &client.Client{URL: e.Coordinator, Owner: "A"}
 	// A TTL that leaves renewal ample slack on a loaded machine: renewal
-	// runs every 500ms and has until 1.35s after the last success.
-	l, err := c.Acquire(ctx, "/orders/7", client.Options{TTL: 1500 * time.Millisecond})
+	// runs every second and has until 2.7s after the last success. (With
+	// 1.5s, a CI run under -race with every package at once lost the
+	// lease: no renewal succeeded within 1.35s.)
+	l, err := c.Acquire(ctx, "/orders/7", client.Options{TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// More than two TTLs pass; renewal keeps the lease (same token).
-	time.Sleep(3500 * time.Millisecond)
+	time.Sleep(7 * time.Second)
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease lost while renewing: %v", err)
 	}
