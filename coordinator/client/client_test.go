@@ -95,7 +95,10 @@ func TestLeaseLostCancelsContext(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
 	c := &client.Client{URL: e.Coordinator, Owner: "A"}
-	l, err := c.Acquire(ctx, "/orders/7", client.Options{TTL: 1500 * time.Millisecond})
+	// 3s, not less: the next renewal (within a second) must find the
+	// record gone before the lease could expire on a loaded machine
+	// (ErrExpired instead of ErrLost).
+	l, err := c.Acquire(ctx, "/orders/7", client.Options{TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
