@@ -150,9 +150,9 @@ var noUserAgent = []string{""}
 
 var errUnrequestedSwitch = errors.New("upstream switched protocols without an upgrade request")
 
-// hopHeaders are RFC 2616 §13.5.1's hop-by-hop headers (and
-// Proxy-Connection, which libcurl sends), dropped both ways whether or not
-// Connection names them: ReverseProxy's list.
+// hopHeader reports whether k is one of RFC 2616 §13.5.1's hop-by-hop
+// headers (or Proxy-Connection, which libcurl sends), dropped both ways
+// whether or not Connection names them: ReverseProxy's list.
 func hopHeader(k string) bool {
 	switch k {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
@@ -180,10 +180,14 @@ func requestHeader(in http.Header) http.Header {
 }
 
 // copyAnswerHeader adds an answer's end-to-end headers to dst: src without
-// hop-by-hop headers. src's keys are canonical (http.ReadResponse made
-// them), so they are used as they are, and src's value slices are taken
-// over where dst has none (src is not used after).
+// hop-by-hop headers and those its Connection names. Those are the
+// answer's own: a header dst already holds (set by the gateway) stays,
+// whatever the upstream's Connection says, as with ReverseProxy. src's
+// keys are canonical (http.ReadResponse made them), so they are used as
+// they are, and src's value slices are taken over where dst has none (src
+// is not used after).
 func copyAnswerHeader(dst, src http.Header) {
+	dropConnectionNamed(src, src["Connection"])
 	for k, vv := range src {
 		if hopHeader(k) {
 			continue
@@ -194,7 +198,6 @@ func copyAnswerHeader(dst, src http.Header) {
 			dst[k] = vv
 		}
 	}
-	dropConnectionNamed(dst, src["Connection"])
 }
 
 // dropConnectionNamed deletes from h the headers the Connection values

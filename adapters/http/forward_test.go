@@ -54,14 +54,19 @@ func TestForwardMatchesReverseProxy(t *testing.T) {
 	lean := httpup.NewProxy(transport, rewrite)
 	oracle := &httputil.ReverseProxy{Rewrite: rewrite, Transport: transport}
 
-	serve := func(h http.Handler) *httptest.Server { return httptest.NewServer(h) }
-	leanSrv := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Both front ends set a header of their own before forwarding, as a
+	// gateway may: an upstream's Connection naming it must not remove it.
+	leanSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Gateway", "g")
 		if err := lean.Forward(w, r); err != nil {
 			w.WriteHeader(http.StatusBadGateway)
 		}
 	}))
 	defer leanSrv.Close()
-	oracleSrv := serve(oracle)
+	oracleSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Gateway", "g")
+		oracle.ServeHTTP(w, r)
+	}))
 	defer oracleSrv.Close()
 
 	run := func(t *testing.T, srv *httptest.Server, raw string) seen {
@@ -115,6 +120,7 @@ func TestForwardMatchesReverseProxy(t *testing.T) {
 			"3\r\nabc\r\n0\r\nX-Sum: 9\r\n\r\n"},
 		{"empty body", "DELETE /orders/1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n", ""},
 		{"answer hop-by-hop", "GET /orders/1?answer=hop HTTP/1.1\r\nHost: x\r\n", ""},
+		{"answer names the gateway's header", "GET /orders/1?answer=named HTTP/1.1\r\nHost: x\r\n", ""},
 		{"answer trailers", "GET /orders/1?answer=trailers HTTP/1.1\r\nHost: x\r\n", ""},
 		{"answer undeclared trailer", "GET /orders/1?answer=undeclared HTTP/1.1\r\nHost: x\r\n", ""},
 		{"answer streamed", "GET /orders/1?answer=stream HTTP/1.1\r\nHost: x\r\n", ""},
@@ -148,6 +154,11 @@ func answer(w http.ResponseWriter, r *http.Request) {
 		h.Set("Proxy-Authenticate", "Basic")
 		h.Set("X-End", "e")
 		w.Write([]byte("hop"))
+	case "named":
+		h.Set("Connection", "X-Gateway, X-Own")
+		h.Set("X-Own", "o")
+		h.Set("X-Gateway", "upstream")
+		w.Write([]byte("named"))
 	case "trailers":
 		h.Set("Trailer", "X-Sum, X-Other")
 		w.Write([]byte("body"))
