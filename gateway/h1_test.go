@@ -211,3 +211,44 @@ func TestHTTPRouteInterimAndTrailers(t *testing.T) {
 		t.Fatalf("trailer X-Checksum %q; want abc", got)
 	}
 }
+
+// TestHTTPRouteInjectedHeaderSurvivesConnection: a worker cannot strip or
+// replace the credential the route injects. Naming it in Connection (it is
+// absent from the request, so the gateway allows the Connection value)
+// removes only the worker's own headers, before injection; a copy of its
+// own is replaced. The upstream always sees the route's value, once.
+func TestHTTPRouteInjectedHeaderSurvivesConnection(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	route := `
+    - name: orders
+      match: {path_prefix: /orders/}
+      upstream: {url: UPSTREAM, headers: {X-Api-Key: route-secret}}
+      resource: "{path}"
+`
+	g := newTestGatewayFor(t, route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header["X-Api-Key"]
+		mu.Unlock()
+		io.Copy(io.Discard, r.Body)
+	}))
+	for _, tc := range []struct {
+		name string
+		h    map[string][]string
+	}{
+		{"named in Connection", map[string][]string{"Fencing-Token": {"1"}, "Connection": {"X-Api-Key"}}},
+		{"named, lower case", map[string][]string{"Fencing-Token": {"2"}, "Connection": {"keep-alive, x-api-key"}}},
+		{"own copy", map[string][]string{"Fencing-Token": {"3"}, "X-Api-Key": {"worker-forged"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if st, body := do(t, "PUT", g.URL+"/orders/1", tc.h, "v"); st != 200 {
+				t.Fatalf("write: %d %s", st, body)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != 1 || got[0] != "route-secret" {
+				t.Fatalf("upstream saw X-Api-Key %q; want the route's value once", got)
+			}
+		})
+	}
+}
