@@ -20,12 +20,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -147,27 +149,51 @@ func tool(t testing.TB, name, toolsArg string) string {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// that it has not returned before in this process. Another process may take
-// it before the caller binds it; starters retry on that. Without the memory
-// two calls in a row could return the same port (the kernel may hand out a
-// just-closed port again), and a gateway configured with it twice refuses
-// to start (seen in a full test run: admin.listen equal to gateway.listen).
+// that it has not returned before in this process. Without the memory two
+// calls in a row could return the same port, and a gateway configured with
+// it twice refuses to start (seen in a full test run: admin.listen equal to
+// gateway.listen). The port is drawn at random below the kernel's ephemeral
+// range: a port from that range (what listening on :0 gives) can be taken,
+// before the caller binds it, by any connection's source port or any :0
+// listener of the processes that share the machine (seen in a fresh-clone
+// CI run: a gateway's listen address taken while toxiproxy and Apache
+// started beside it). Below the range only another FreePort caller, drawing
+// at random too, can take it.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("testenv: free port: %v", err)
+	lo, hi := 10000, ephemeralLow()-1
+	for range 1000 {
+		port := lo + rand.IntN(hi-lo+1)
+		if portsGiven[port] {
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // in use
+		}
 		l.Close()
-		if !portsGiven[port] {
-			portsGiven[port] = true
-			return port
+		portsGiven[port] = true
+		return port
+	}
+	t.Fatalf("testenv: no free port in %d-%d after 1000 tries", lo, hi)
+	return 0
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read), never below 12000 so that FreePort keeps
+// a range of its own.
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
 		}
 	}
+	return max(low, 12000)
 }
 
 var (

@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -220,6 +221,32 @@ func TestFreePortWait(t *testing.T) {
 	testenv.WaitHTTP(t, "http://"+l.Addr().String()+"/", time.Second)
 	if p := testenv.FreePort(t); p <= 0 {
 		t.Errorf("FreePort = %d", p)
+	}
+}
+
+// FreePort's ports are distinct, bindable, and below the kernel's
+// ephemeral range, where no connection's source port or :0 listener of
+// another process can take them between FreePort and the caller's bind.
+func TestFreePortOutsideEphemeralRange(t *testing.T) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &low)
+	}
+	seen := map[int]bool{}
+	for range 200 {
+		p := testenv.FreePort(t)
+		if seen[p] {
+			t.Fatalf("FreePort returned %d twice", p)
+		}
+		seen[p] = true
+		if p >= low || p < 1024 {
+			t.Fatalf("FreePort = %d; want a port in [1024, %d)", p, low)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Fatalf("FreePort's %d cannot be bound: %v", p, err)
+		}
+		l.Close()
 	}
 }
 
