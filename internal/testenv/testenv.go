@@ -163,7 +163,7 @@ func FreePort(t testing.TB) int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	lo, hi := 10000, ephemeralLow()-1
+	lo, hi := 10000, ephemeralLow()-1 // 10000: above the ports most daemons listen on
 	for range 1000 {
 		port := lo + rand.IntN(hi-lo+1)
 		if portsGiven[port] {

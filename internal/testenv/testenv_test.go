@@ -239,8 +239,8 @@ func TestFreePortOutsideEphemeralRange(t *testing.T) {
 			t.Fatalf("FreePort returned %d twice", p)
 		}
 		seen[p] = true
-		if p >= low || p < 1024 {
-			t.Fatalf("FreePort = %d; want a port in [1024, %d)", p, low)
+		if p >= low || p < 10000 {
+			t.Fatalf("FreePort = %d; want a port in [10000, %d)", p, low)
 		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
