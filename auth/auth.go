@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // Authenticator checks credentials against one auth block. It is immutable;
@@ -187,55 +188,90 @@ func Middleware(a *Authenticator, next http.Handler, open ...string) http.Handle
 			return
 		}
 		if id.Prefixes != nil {
-			res, r2, err := requestResource(r)
+			names, r2, err := requestResources(r)
 			if err != nil {
 				refusal(err).WriteJSON(w)
 				return
 			}
 			r = r2
-			if res == "" {
+			if len(names) == 0 {
 				fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
 					"%s may only act on named resources under its prefixes", id.Owner).WriteJSON(w)
 				return
 			}
-			if !id.Allows(res) {
-				e := fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden, "%s may not act on %s", id.Owner, res)
-				e.Resource = res
-				e.WriteJSON(w)
-				return
+			for _, res := range names {
+				if !allows(id, res) {
+					e := fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden, "%s may not act on %s", id.Owner, clip(res))
+					e.Resource = clip(res)
+					e.WriteJSON(w)
+					return
+				}
 			}
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
 	})
 }
 
-// requestResource finds the resource a coordinator or admin request names,
-// returning the request with its body restored when it had to be read.
-func requestResource(r *http.Request) (string, *http.Request, error) {
-	if res := r.URL.Query().Get("resource"); res != "" {
-		return res, r, nil
+// requestResources finds every resource a coordinator or admin request
+// names: each `resource` query parameter and the "resource" field of a JSON
+// body, as the APIs decode it (the first JSON value of the body). Every one
+// must be allowed: an API acts on one of them, and which one is its
+// business, not the guard's (a query naming an allowed resource must not
+// vouch for a body naming another). The request is returned with its body
+// restored when it had to be read.
+func requestResources(r *http.Request) ([]string, *http.Request, error) {
+	var names []string
+	for _, res := range r.URL.Query()["resource"] {
+		if res != "" {
+			names = append(names, res)
+		}
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return "", r, nil
+		return names, r, nil
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "" && mt != "application/json" {
-		return "", r, nil
+		return names, r, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxPeek+1))
 	if err != nil {
-		return "", r, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reading the request body: %v", err)
+		return nil, r, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reading the request body: %v", err)
 	}
 	if len(b) > maxPeek {
-		return "", r, fencegate.Errorf(http.StatusRequestEntityTooLarge, fencegate.CodeBodyTooLarge, "request body over %d bytes", maxPeek)
+		return nil, r, fencegate.Errorf(http.StatusRequestEntityTooLarge, fencegate.CodeBodyTooLarge, "request body over %d bytes", maxPeek)
 	}
 	r2 := r.Clone(r.Context())
 	r2.Body = io.NopCloser(bytes.NewReader(b))
 	var v struct {
 		Resource string `json:"resource"`
 	}
-	// A body that is not JSON names no resource; the API itself answers it.
-	_ = json.Unmarshal(b, &v)
-	return v.Resource, r2, nil
+	// The first JSON value, as the APIs' decoders read it (trailing data
+	// does not hide the resource). A body that is not JSON names no
+	// resource; the API itself answers it.
+	_ = json.NewDecoder(bytes.NewReader(b)).Decode(&v)
+	if v.Resource != "" {
+		names = append(names, v.Resource)
+	}
+	return names, r2, nil
+}
+
+// allows reports whether id may act on res, as the name is given and in
+// the canonical form the APIs act on ("/billing/eu/." is the lease and
+// fence "/billing/eu"). A name without a canonical form is refused by the
+// API itself.
+func allows(id gateway.Identity, res string) bool {
+	if !id.Allows(res) {
+		return false
+	}
+	c, err := resource.CanonicalName(res)
+	return err != nil || id.Allows(c)
+}
+
+// clip bounds client input echoed in a refusal.
+func clip(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }
 
 func refusal(err error) *fencegate.Error { return fencegate.AsError(err) }

@@ -538,6 +538,9 @@ func (c *Config) Validate() Errors {
 		if c.Coordinator.DefaultTTL <= 0 || c.Coordinator.MaxTTL < c.Coordinator.DefaultTTL {
 			add("coordinator", "need 0 < default_ttl <= max_ttl")
 		}
+		if c.Coordinator.MaxWait < 0 {
+			add("coordinator.max_wait", "must not be negative (0: the default, 1m)")
+		}
 	}
 	switch c.TLS.Mode {
 	case "off", "":

@@ -49,8 +49,14 @@ func (f Fence) MaxAdvanceOrDefault() int64 {
 }
 
 // WriteTimeout bounds writing one coordinator answer: an acquire may wait
-// up to max_wait before it answers.
-func (c Coordinator) WriteTimeout() time.Duration { return c.MaxWait + coordinator.AnswerMargin }
+// up to max_wait before it answers (zero: the lease service's default).
+func (c Coordinator) WriteTimeout() time.Duration {
+	wait := c.MaxWait
+	if wait <= 0 {
+		wait = coordinator.DefaultMaxWait
+	}
+	return wait + coordinator.AnswerMargin
+}
 
 // IsLoopback reports whether a listen address binds only the loopback
 // interface (127.0.0.0/8, ::1, localhost). ":8081" and "0.0.0.0:8081" do not.

@@ -244,6 +244,9 @@ func (s *Service) Renew(ctx context.Context, req RenewRequest) (Lease, error) {
 	if ttl == 0 {
 		ttl = s.defaultTTL()
 	}
+	if req.Token <= 0 {
+		return Lease{}, invalid("token must be a positive integer")
+	}
 	if err := s.validate(&req.Resource, req.Owner, req.Token, ttl); err != nil {
 		return Lease{}, err
 	}
@@ -260,6 +263,9 @@ func (s *Service) Renew(ctx context.Context, req RenewRequest) (Lease, error) {
 
 // Release ends the named lease if it is current and live; it is idempotent.
 func (s *Service) Release(ctx context.Context, req RenewRequest) (bool, error) {
+	if req.Token <= 0 {
+		return false, invalid("token must be a positive integer")
+	}
 	if err := s.validate(&req.Resource, req.Owner, req.Token, 0); err != nil {
 		return false, err
 	}

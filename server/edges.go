@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 
+	"github.com/fencegate/fencegate"
 	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	tlsconf "github.com/fencegate/fencegate/adapters/tls"
@@ -102,8 +103,38 @@ func (s *Server) protect(name string, h http.Handler) http.Handler {
 	if p == nil {
 		return h
 	}
+	if name == "admin" {
+		h = scopedAdmin(h)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth.Middleware(p.Load(), h, "/healthz", "/readyz").ServeHTTP(w, r)
+	})
+}
+
+// scopedAdmin keeps an admin identity limited to resource prefixes to the
+// endpoints that act on the one resource the request names, which the auth
+// middleware checked: the fence record and page of ?resource=R, and the
+// advance and reset of the body's resource. Listings (fences, leases,
+// refusals, routes, status, metrics) span every resource and would show
+// such an identity what is outside its prefixes; the fence record without
+// ?resource= is the fences listing.
+func scopedAdmin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := auth.IdentityFrom(r.Context()); ok && id.Prefixes != nil {
+			ok := false
+			switch r.URL.Path {
+			case "/v1/fences", "/fence":
+				ok = r.URL.Query().Get("resource") != ""
+			case "/v1/fences/advance", "/v1/fences/reset":
+				ok = true
+			}
+			if !ok {
+				fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
+					"%s is limited to resource prefixes: it may read one fence (?resource=R), advance or reset one, not %s", id.Owner, r.URL.Path).WriteJSON(w)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

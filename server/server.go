@@ -308,6 +308,9 @@ func (s *Server) Reload(cfg *config.Config) (err error) {
 	if (cfg.Gateway == nil) != (s.cfg.Gateway == nil) {
 		return errors.New("adding or removing the gateway section needs a restart")
 	}
+	if err := s.checkAPIAuthReload(cfg); err != nil {
+		return err
+	}
 	// A change of how routes build resource keys moves resources to fresh,
 	// empty fences: refused unless confirmed by the route's key_version.
 	changes := config.KeyChanges(s.cfg, cfg)
@@ -335,6 +338,40 @@ func (s *Server) Reload(cfg *config.Config) (err error) {
 			"route", k.Route, "field", k.Field, "change", k.Msg)
 	}
 	s.cfg = cfg
+	return nil
+}
+
+// checkAPIAuthReload refuses a reload that would leave an operator API
+// without credentials on a listener bound beyond loopback. The auth of the
+// admin and coordinator listeners follows each reload, their address only
+// a restart: a file that moves a listener to loopback and drops its auth
+// validates, yet the listener keeps serving on the address it was bound
+// to. The running address is what counts.
+func (s *Server) checkAPIAuthReload(cfg *config.Config) error {
+	for _, a := range []struct {
+		name, old, listen string
+		auth              *config.Auth
+		guard             config.APIGuard
+	}{
+		{"admin", s.cfg.Admin.Listen, cfg.Admin.Listen, cfg.Admin.Auth, cfg.Admin.APIGuard},
+		{"coordinator", s.cfg.Coordinator.Listen, cfg.Coordinator.Listen, cfg.Coordinator.Auth, cfg.Coordinator.APIGuard},
+	} {
+		// The listener's own address, not the last file's listen: after
+		// one reload that moved listen, s.cfg names an address nothing is
+		// bound to.
+		bound := s.Addr(a.name)
+		if bound == "" {
+			continue
+		}
+		if a.listen != a.old {
+			s.log.Warn(a.name+".listen changed; restart to apply", "old", a.old, "new", a.listen)
+		}
+		if !config.IsLoopback(bound) && !a.auth.Enabled() && !a.guard.AllowUnauthenticated {
+			return fmt.Errorf("%s.auth: the %s listener serves on %s until a restart, which is not a loopback address: "+
+				"the reload would leave it without credentials (keep %s.auth until the restart, or set %s.allow_unauthenticated: true)",
+				a.name, a.name, bound, a.name, a.name)
+		}
+	}
 	return nil
 }
 

@@ -219,11 +219,24 @@ func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
 	if err := imp.run(ctx, in); err != nil {
 		return err
 	}
+	if imp.read == 0 {
+		return errNothingRestored("the input holds no fence record")
+	}
 	if err := server.AdoptStore(ctx, cfg, st); err != nil {
 		return fmt.Errorf("imported, but the store marker was not written: %w", err)
 	}
 	fmt.Fprintf(c.stderr(), "read %d record(s), raised or created %d fence(s); tokens issued from now on exceed %d\n", imp.read, imp.raised, imp.highest)
 	return nil
+}
+
+// errNothingRestored is the answer of an import or rebuild that found no
+// fence to restore: the store is not adopted (its marker is left as it
+// was), since adopting a store after restoring nothing is
+// --accept-empty-store that nobody asked for. An empty export piped from a
+// failed ssh, a wrong file, bucket or prefix all end here.
+func errNothingRestored(why string) error {
+	return fmt.Errorf("%s: nothing was restored, and the store was not adopted as the one the gateway serves from "+
+		"(if the fences really are lost, start with `fencegate serve --accept-empty-store`; docs/recovery.md)", why)
 }
 
 // spool copies r into a temporary file (mode 0600) and returns it, at its
@@ -469,6 +482,9 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 				err, imp.raised)
 		}
 		return err
+	}
+	if imp.read == 0 {
+		return errNothingRestored(fmt.Sprintf("no object of bucket %s under prefix %q carries a stamp (%d without one)", bucket, prefix, unstamped))
 	}
 	if err := server.AdoptStore(ctx, cfg, st); err != nil {
 		return fmt.Errorf("rebuilt, but the store marker was not written: %w", err)

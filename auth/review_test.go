@@ -1,0 +1,56 @@
+package auth_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/auth"
+)
+
+// TestMiddlewareScopeDecoys: a key limited to /billing/eu/ must not reach
+// another resource through a resource the guard checks but the API does
+// not act on: an allowed one in the query while the body names another,
+// a second query value, a body whose first JSON value names another
+// resource followed by data that makes the whole body invalid JSON, or a
+// name whose canonical form (what the APIs act on) is outside the prefix.
+func TestMiddlewareScopeDecoys(t *testing.T) {
+	a, err := auth.New(auth.Options{APIKeys: []auth.APIKey{
+		{Owner: "worker-a", SHA256: auth.HashKey("ka"), Prefixes: []string{"/billing/eu/"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API: acts on the first JSON value's resource, as the coordinator
+	// and fence APIs decode it, else on the first query value.
+	h := auth.Middleware(a, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v struct {
+			Resource string `json:"resource"`
+		}
+		json.NewDecoder(r.Body).Decode(&v)
+		if v.Resource == "" {
+			v.Resource = r.URL.Query().Get("resource")
+		}
+		io.WriteString(w, v.Resource)
+	}))
+	for _, tc := range []struct{ name, target, body string }{
+		{"query decoy, body elsewhere", "/v1/leases/acquire?resource=/billing/eu/1", `{"resource":"/orders/1","owner":"w"}`},
+		{"second query value", "/v1/leases?resource=/billing/eu/1&resource=/orders/1", ""},
+		{"query decoy, body with trailing data", "/v1/fences/advance?resource=/billing/eu/1", `{"resource":"/orders/1","token":9} x`},
+		{"canonical form outside the prefix", "/v1/fences/advance", `{"resource":"/billing/eu/.","token":9}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", tc.target, strings.NewReader(tc.body))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Authorization", "Bearer ka")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusForbidden {
+				t.Fatalf("status %d, the API acted on %q; want 403", w.Code, w.Body)
+			}
+		})
+	}
+}
