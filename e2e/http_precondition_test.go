@@ -65,16 +65,20 @@ func refusalCode(body string) string {
 // A's PUT carries If-Match on the version B replaced and Apache refuses it
 // with 412; B's file stays. The gateway then keeps writing (its record is
 // B's version, Apache's weak ETag for the second after each write waited
-// out), and a write that bypassed it is answered precondition_failed.
+// out), and a write that bypassed it is answered precondition_failed. A's
+// own If-Match: * (any version, B's included) does not take the place of
+// the gateway's condition.
 func TestHTTPPreconditionDelayedForward(t *testing.T) {
 	for _, tc := range []struct {
-		precondition string
-		want         string
+		name, precondition string
+		own                [][2]string // A's own headers on its delayed write
+		want               string
 	}{
-		{"etag", "B"},
-		{"none", "A-late"}, // control: shows the test can fail
+		{"etag", "etag", nil, "B"},
+		{"etag_own_if_match_any", "etag", [][2]string{{"If-Match", "*"}}, "B"},
+		{"none", "none", nil, "A-late"}, // control: shows the test can fail
 	} {
-		t.Run(tc.precondition, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			a := testenv.Apache(t)
 			proxy := testenv.Toxiproxy(t).Proxy(t, "apache", strings.TrimPrefix(a.URL, "http://"))
 			// Two routes to one Apache and one fence: requests to
@@ -95,7 +99,7 @@ func TestHTTPPreconditionDelayedForward(t *testing.T) {
 			proxy.AddToxic(t, testenv.Toxic{Name: "delay", Type: "latency", Stream: "upstream",
 				Attributes: map[string]any{"latency": 3000}})
 			sent := time.Now()
-			if st, body := write(t, "PUT", slow+"/job.txt", "1", "A-late"); st != http.StatusGatewayTimeout || refusalCode(body) != "upstream_timeout" {
+			if st, body := send(t, "PUT", slow+"/job.txt", append([][2]string{{"Fencing-Token", "1"}}, tc.own...), "A-late"); st != http.StatusGatewayTimeout || refusalCode(body) != "upstream_timeout" {
 				t.Fatalf("A's delayed write: %d %s; want 504 upstream_timeout", st, body)
 			}
 			if st, body := write(t, "PUT", gw+"/job.txt", "2", "B"); st/100 != 2 {
@@ -107,7 +111,7 @@ func TestHTTPPreconditionDelayedForward(t *testing.T) {
 			if got := apacheFile(t, a, "job.txt"); got != tc.want {
 				t.Fatalf("file = %q; want %q", got, tc.want)
 			}
-			if tc.precondition != "etag" {
+			if tc.name != "etag" {
 				return
 			}
 			// B goes on writing, within Apache's weak-ETag second and after.

@@ -156,7 +156,7 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 		rt.host = ""
 	}
 	if rt.fold {
-		rt.prefix = strings.ToLower(rt.prefix)
+		rt.prefix = foldPath(rt.prefix)
 	}
 	for _, h := range tmpl.Headers() {
 		rt.decided = append(rt.decided, textproto.CanonicalMIMEHeaderKey(h))

@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"unicode/utf8"
 
@@ -37,8 +38,25 @@ func checkMethod(r *http.Request) *fencegate.Error {
 			return fencegate.InvalidMethod("%s is refused: the gateway fences the method sent, and an override would make the upstream apply another", h)
 		}
 	}
+	// The same override as a POST's query parameter (Laravel, Symfony,
+	// Express's method-override with a query getter). A _method field of a
+	// form body (Rails) is not read here: a route that leaves POST
+	// unfenced must not front such an upstream.
+	if raw := r.URL.RawQuery; m == http.MethodPost && (strings.Contains(raw, "method") || strings.IndexByte(raw, '%') >= 0) {
+		q, _ := url.ParseQuery(raw)
+		for k := range q {
+			// PHP reads " " and "." in a parameter name as "_".
+			if strings.NewReplacer(" ", "_", ".", "_").Replace(k) == methodOverrideParam {
+				return fencegate.InvalidMethod("the %s query parameter is refused: the gateway fences the method sent, and an override would make the upstream apply another", methodOverrideParam)
+			}
+		}
+	}
 	return nil
 }
+
+// methodOverrideParam is the parameter frameworks read a POST's method
+// override from.
+const methodOverrideParam = "_method"
 
 // hopFields are the standard hop-by-hop fields a client may name in
 // Connection (RFC 9110 §7.6.1, RFC 7540 §3.2 for HTTP2-Settings).

@@ -3,6 +3,9 @@ package gateway
 import (
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/fencegate/fencegate/resource"
 )
 
 // requestVars are the built-in template variables of one request.
@@ -18,9 +21,35 @@ type requestVars struct {
 func (rv *requestVars) lookup(name string) (string, bool) {
 	v, ok := rv.lookupRaw(name)
 	if ok && rv.fold {
-		v = strings.ToLower(v)
+		if name == "path" {
+			v = foldPath(v)
+		} else {
+			v = strings.ToLower(v)
+		}
 	}
 	return v, ok
+}
+
+// foldPath folds the case of a canonical escaped path the way the other
+// variables are folded: on the decoded letters. Lower-casing the escaped
+// form alone folds only ASCII, and leaves Ü (%C3%9C) and ü (%C3%BC) two
+// keys for what a case-folding upstream takes for one object. The result
+// is lower-cased once more so that the escapes' hex digits read as before
+// (keys of paths without upper-case non-ASCII letters do not change).
+func foldPath(p string) string {
+	if strings.IndexByte(p, '%') < 0 {
+		return strings.ToLower(p)
+	}
+	segs, err := resource.CleanPath(p)
+	if err != nil {
+		return strings.ToLower(p)
+	}
+	for i, s := range segs {
+		if utf8.ValidString(s) {
+			segs[i] = strings.ToLower(s)
+		}
+	}
+	return strings.ToLower(resource.JoinPath(segs, len(segs) > 0 && strings.HasSuffix(p, "/")))
 }
 
 func (rv *requestVars) lookupRaw(name string) (string, bool) {

@@ -437,3 +437,30 @@ func weakSeen(resource, etag string) (time.Time, bool) {
 	at, ok := weak.seen[resource+"\x00"+etag]
 	return at, ok
 }
+
+// PinsVersion reports whether the request's own preconditions (a worker's
+// If-Match and If-None-Match) pin the version the write may replace, so
+// that a request delayed past a newer write cannot satisfy them: an
+// If-Match listing only specific entity-tags (the newer write has another
+// one), or If-None-Match: * (the newer write made the object exist). Such
+// a condition may take the place of the gateway's own. Others do not pin
+// a version and must not replace it: If-Match: * holds for any existing
+// version, the newer owner's included, and If-None-Match on an
+// entity-tag holds for every version but that one.
+func PinsVersion(h http.Header) bool {
+	if vs := h.Values("If-None-Match"); len(vs) == 1 && strings.TrimSpace(vs[0]) == "*" {
+		return true
+	}
+	vs := h.Values("If-Match")
+	if len(vs) == 0 {
+		return false
+	}
+	for _, v := range vs {
+		for e := range strings.SplitSeq(v, ",") {
+			if e = strings.TrimSpace(e); e == "" || e == "*" {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -49,12 +49,13 @@ func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request) er
 	}
 	// POST (and other fenced methods) may change the object or create
 	// another: fenced, tracked as unknown, not made conditional. A worker's
-	// own precondition is kept: it names a version the worker saw, which a
-	// delayed request cannot satisfy after a newer write either.
-	for _, k := range []string{"If-Match", "If-None-Match", "If-Unmodified-Since"} {
-		if r.Header.Get(k) != "" {
-			conditional = false
-		}
+	// own precondition takes the place of the gateway's only when it pins
+	// a version (precondition.PinsVersion), which a delayed request cannot
+	// satisfy after a newer write either. If-Match: *, If-None-Match on an
+	// ETag and If-Unmodified-Since (one-second resolution) hold for a newer
+	// owner's version too: the gateway's If-Match is set over them.
+	if conditional && precondition.PinsVersion(r.Header) {
+		conditional = false
 	}
 	path := req.Path
 	auth := r.Header.Get("Authorization")

@@ -228,6 +228,12 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	if err != nil {
 		return gateway.Inspection{}, err.refusal()
 	}
+	if _, ok := r.Header["X-Amz-Rename-Source"]; ok || queryHas(r.URL.RawQuery, "renameObject") {
+		// RenameObject (S3 Express) removes the object its header names:
+		// a write to a second object, which the fence key of the path
+		// does not cover.
+		return gateway.Inspection{}, errNotImplemented("RenameObject is not supported by the gateway: it would write an object the gateway does not fence").refusal()
+	}
 	insp := gateway.Inspection{Owner: a.accessKey, State: &inspected{auth: a, key: key, target: t}}
 	if t.bucket != "" {
 		insp.Vars = u.vars(t.bucket, t.key)
@@ -550,9 +556,11 @@ func (u *Upstream) response(ctx context.Context, f *forward, resp *http.Response
 
 // addPrecondition makes the write conditional on the ETag the gateway last
 // wrote (package precondition: write-ahead unknown mark, HEAD re-learning).
-// A worker's own If-Match / If-None-Match is kept instead: it is a
-// precondition on a version the worker saw, which a delayed request cannot
-// satisfy after a newer write either.
+// A worker's own If-Match / If-None-Match is kept instead when it pins a
+// version (precondition.PinsVersion): a precondition on a version the
+// worker saw, which a delayed request cannot satisfy after a newer write
+// either. If-Match: * and If-None-Match on an ETag do not, and get the
+// gateway's condition.
 func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 	var kind precondition.Kind
 	conditional := true
@@ -563,6 +571,11 @@ func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 		// If-Match where the store honours it (ProbeConditions); the
 		// delete is tracked either way.
 		kind, conditional = precondition.Delete, u.Conditions().Delete.Honoured
+	case opDeleteVersion:
+		// The object may stay or change version: re-learnt by the next
+		// write. Not conditional: the gateway's ETag is the current
+		// version's, not the one deleted.
+		kind, conditional = precondition.Opaque, false
 	case opCompleteMultipart:
 		kind = precondition.Opaque
 	case opCopyObject:
@@ -573,7 +586,11 @@ func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 	default:
 		return nil
 	}
-	if r.Header.Get("If-Match") != "" || r.Header.Get("If-None-Match") != "" {
+	if conditional && precondition.PinsVersion(r.Header) {
+		// The worker's own condition names a version; one that does not
+		// (If-Match: *, If-None-Match on an ETag) is satisfied by a newer
+		// owner's version too, so the gateway's If-Match replaces it
+		// (Apply sets the header).
 		conditional = false
 	}
 	t := f.target

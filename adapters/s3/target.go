@@ -28,6 +28,10 @@ const (
 	opCopyObject
 	opCompleteMultipart
 	opDeleteObject
+	// opDeleteVersion deletes one version (DELETE ?versionId=), which
+	// need not be the current one: the object may stay, or an older
+	// version become current.
+	opDeleteVersion
 	opDeleteObjects
 )
 
@@ -142,32 +146,49 @@ func classify(r *http.Request, t target) op {
 		}
 		return opOther
 	}
-	// Object subresources (acl, tagging, retention, legal-hold, ...) change
-	// metadata, not the object's ETag.
-	if raw != "" {
-		for _, sub := range []string{"acl", "tagging", "retention", "legal-hold", "restore", "select", "attributes", "torrent"} {
-			if queryHas(raw, sub) {
-				return opOther
+	has := func(names ...string) bool {
+		if raw == "" {
+			return false
+		}
+		for _, n := range names {
+			if queryHas(raw, n) {
+				return true
 			}
 		}
+		return false
 	}
+	// Only the subresources S3 defines for a method make a request other
+	// than that method's object write: a store routes any other query
+	// (PUT ?torrent, DELETE ?acl) to PutObject or DeleteObject, as
+	// VersityGW does, and an untracked write would leave the record naming
+	// the version it replaced (TestReviewSubresourceWriteUntracked).
 	switch r.Method {
 	case http.MethodPut:
 		switch {
-		case queryHas(raw, "uploadId") || queryHas(raw, "partNumber"):
+		case has("acl", "tagging", "retention", "legal-hold"):
+			// Object metadata, not the object's ETag.
+			return opOther
+		case has("uploadId", "partNumber"):
 			return opOther // UploadPart, UploadPartCopy: invisible until completion
 		case r.Header.Get("X-Amz-Copy-Source") != "":
 			return opCopyObject
 		}
 		return opPutObject
 	case http.MethodPost:
-		if queryHas(raw, "uploadId") {
+		if has("uploadId") {
+			// Whatever else the query says (?select, ?restore): a store
+			// may complete the upload (VersityGW routes ?select without
+			// select-type=2 on to CompleteMultipartUpload).
 			return opCompleteMultipart
 		}
 	case http.MethodDelete:
-		if !queryHas(raw, "uploadId") {
-			return opDeleteObject
+		switch {
+		case has("tagging", "uploadId"):
+			return opOther // DeleteObjectTagging, AbortMultipartUpload
+		case has("versionId"):
+			return opDeleteVersion
 		}
+		return opDeleteObject
 	}
 	return opOther
 }
