@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -18,7 +19,10 @@ import (
 	"net/textproto"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // ConnBufferSize is the read and write buffer of each upstream connection.
@@ -131,17 +135,26 @@ var (
 // after it.
 func (c *leanConn) close() {
 	c.conn.Close()
-	if c.wdone != nil {
-		// A body writer still runs: it stops on the closed connection
-		// and must be done with the buffers before they are recycled.
-		<-c.wdone
-		c.wdone = nil
-	}
 	c.br.Reset(nil)
 	readers.Put(c.br)
-	c.bw.Reset(nil)
-	writers.Put(c.bw)
-	c.br, c.bw = nil, nil
+	bw, wdone := c.bw, c.wdone
+	c.br, c.bw, c.wdone = nil, nil, nil
+	if wdone != nil {
+		// A body writer still runs (the upstream answered before the
+		// body was sent whole): nothing more of it reaches the upstream
+		// on the closed connection, but the writer may still wait on the
+		// worker's body, and the answer must not wait with it (the
+		// gateway's client would get it only when it sends more, or the
+		// route's timeout fires). Its buffer is recycled once it is done.
+		go func() {
+			<-wdone
+			bw.Reset(nil)
+			writers.Put(bw)
+		}()
+		return
+	}
+	bw.Reset(nil)
+	writers.Put(bw)
 }
 
 // connWriter is a leanConn's connection as its bufio.Writer writes to it,
@@ -182,6 +195,20 @@ func lean(req *http.Request) bool {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !lean(req) {
 		return t.Std.RoundTrip(req)
+	}
+	// As net/http's client: Request.Write drops a field whose name is not
+	// a token and sends control bytes other than CR and LF in values.
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			closeBody(req)
+			return nil, fmt.Errorf("upstream: invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				closeBody(req)
+				return nil, fmt.Errorf("upstream: invalid header field value for %q", k)
+			}
+		}
 	}
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
@@ -369,49 +396,66 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 		gate = &continueGate{rc: rb, proceed: make(chan bool, 1)}
 		w.Body = gate
 	}
-	c.wdone = make(chan error, 1)
+	wdone, bw := make(chan error, 1), c.bw // the writer's own: close may detach it
+	c.wdone = wdone
 	go func() {
-		err := w.Write(c.bw)
+		err := w.Write(bw)
 		if err == nil {
-			err = c.bw.Flush()
+			err = bw.Flush()
 		}
-		if err != nil && c.werr == nil && !errors.Is(err, errAnsweredEarly) {
+		// Request.Write wraps a body's read error in a type without
+		// Unwrap, so a body the gate held back is told by the gate itself:
+		// its answer is being read from this connection, which must stay
+		// open for it (the answer's release closes it).
+		if err != nil && c.werr == nil && (gate == nil || !gate.refused.Load()) {
 			// The body failed: end the wait for an answer.
 			c.conn.Close()
 		}
-		c.wdone <- err
+		wdone <- err
 	}()
 	if gate != nil {
 		// Request.Write flushes the head before it reads a body that
 		// is not in memory; the go-ahead, a refusal or the timeout
-		// decides whether the body follows.
-		c.conn.SetReadDeadline(time.Now().Add(expectContinueTimeout))
-		_, err := c.br.Peek(1)
-		// Clearing the deadline may clear one a cancellation set: the
-		// context is checked after it.
-		c.conn.SetReadDeadline(time.Time{})
-		var ne net.Error
-		switch {
-		case req.Context().Err() != nil:
-			gate.decide(false)
-			return fail(req.Context().Err())
-		case errors.As(err, &ne) && ne.Timeout() && c.br.Buffered() == 0:
-			gate.decide(true) // no answer yet: the body goes
-		case err != nil:
-			gate.decide(false)
-			return fail(err)
-		default:
-			resp, err := c.readAnswer(req, true)
-			if err != nil {
+		// decides whether the body follows. Other interim answers (103
+		// Early Hints) are relayed and the wait goes on, to the same
+		// deadline: no 100 Continue may ever come.
+		deadline := time.Now().Add(expectContinueTimeout)
+	wait:
+		for interim := 0; ; interim++ {
+			c.conn.SetReadDeadline(deadline)
+			_, err := c.br.Peek(1)
+			// Clearing the deadline may clear one a cancellation set:
+			// the context is checked after it.
+			c.conn.SetReadDeadline(time.Time{})
+			var ne net.Error
+			switch {
+			case req.Context().Err() != nil:
+				gate.decide(false)
+				return fail(req.Context().Err())
+			case errors.As(err, &ne) && ne.Timeout() && c.br.Buffered() == 0:
+				gate.decide(true) // no answer yet: the body goes
+				break wait
+			case err != nil:
 				gate.decide(false)
 				return fail(err)
+			case interim == maxInterim:
+				gate.decide(false)
+				return fail(errors.Join(errResponseStarted, errTooManyInterim))
 			}
-			if resp != nil {
+			resp, err := c.readAnswer(req, true)
+			switch {
+			case errors.Is(err, errOtherInterim):
+				continue
+			case err != nil:
+				gate.decide(false)
+				return fail(err)
+			case resp != nil:
 				// A final answer to the head: the body is not sent.
 				gate.decide(false)
 				return c.answer(req, resp, stop, false)
 			}
-			gate.decide(true)
+			gate.decide(true) // 100 Continue
+			break wait
 		}
 	}
 	resp, err := c.readAnswer(req, false)
@@ -476,7 +520,7 @@ func (b *readErrBody) WriteTo(w io.Writer) (int64, error) {
 // (ReverseProxy passes them on to its client: 103 Early Hints).
 func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response, error) {
 	trace := httptrace.ContextClientTrace(req.Context())
-	for interim := 0; interim < 10; interim++ {
+	for interim := 0; interim < maxInterim; interim++ {
 		c.rleft = c.t.maxHead
 		resp, err := http.ReadResponse(c.br, req)
 		c.rleft = math.MaxInt64
@@ -498,12 +542,25 @@ func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response
 				return nil, errors.Join(errResponseStarted, err)
 			}
 		}
-		if resp.StatusCode == http.StatusContinue && expecting {
-			return nil, nil
+		if expecting {
+			if resp.StatusCode == http.StatusContinue {
+				return nil, nil
+			}
+			return nil, errOtherInterim
 		}
 	}
-	return nil, errors.Join(errResponseStarted, errors.New("upstream: too many interim answers"))
+	return nil, errors.Join(errResponseStarted, errTooManyInterim)
 }
+
+// maxInterim is the number of interim answers read before a final one.
+const maxInterim = 10
+
+var (
+	errTooManyInterim = errors.New("upstream: too many interim answers")
+	// errOtherInterim is readAnswer's report, expecting a 100 Continue, of
+	// another interim answer (relayed): the wait for the go-ahead goes on.
+	errOtherInterim = errors.New("upstream: interim answer other than 100 Continue")
+)
 
 // answer hands resp on, its body releasing c.
 func (c *leanConn) answer(req *http.Request, resp *http.Response, stop func() bool, reuse bool) (*http.Response, error) {
@@ -531,9 +588,10 @@ const expectContinueTimeout = time.Second
 // read after a final answer to the head.
 type continueGate struct {
 	rc      io.ReadCloser
-	proceed chan bool // buffered: decide never waits
-	decided bool      // roundTrip's
-	opened  bool      // the writer's
+	proceed chan bool   // buffered: decide never waits
+	decided bool        // roundTrip's
+	refused atomic.Bool // decided against the body: its answer is being read
+	opened  bool        // the writer's
 	err     error
 }
 
@@ -542,6 +600,7 @@ var errAnsweredEarly = errors.New("upstream answered before 100 Continue")
 func (g *continueGate) decide(send bool) {
 	if !g.decided {
 		g.decided = true
+		g.refused.Store(!send)
 		g.proceed <- send
 	}
 }
