@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -298,6 +299,17 @@ type redacted struct {
 
 func (e *redacted) Error() string { return e.msg }
 func (e *redacted) Unwrap() error { return e.err }
+
+// RedactURL drops what may be a secret from an address for a message: user
+// info, query and fragment.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable address)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
 
 // DecodeError is a YAML syntax, type or unknown-field error.
 type DecodeError struct {

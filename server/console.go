@@ -160,24 +160,13 @@ func (cr consoleRoutes) Routes() []console.Route {
 		}
 		switch {
 		case rc.Upstream != nil:
-			r.UpstreamKind, r.Upstream = "http", redactURL(rc.Upstream.URL)
+			r.UpstreamKind, r.Upstream = "http", config.RedactURL(rc.Upstream.URL)
 		case rc.S3 != nil:
-			r.UpstreamKind, r.Upstream = "s3", redactURL(rc.S3.Endpoint)
+			r.UpstreamKind, r.Upstream = "s3", config.RedactURL(rc.S3.Endpoint)
 		}
 		out = append(out, r)
 	}
 	return out
-}
-
-// redactURL drops what may be a secret from an address: user info, query
-// and fragment.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable address)"
-	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
 }
 
 type consoleStatus struct {

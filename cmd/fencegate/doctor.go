@@ -101,7 +101,7 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 			fmt.Printf("route %s: FAIL: %v\n", rc.Name, err)
 			continue
 		}
-		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PutObject, racing writes included (bucket %s)\n", rc.Name, rc.S3.Endpoint, b)
+		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PutObject, racing writes included (bucket %s)\n", rc.Name, config.RedactURL(rc.S3.Endpoint), b)
 		conds.Each(func(op string, f s3.Finding) {
 			if f.Honoured {
 				fmt.Printf("route %s: ok: %s honoured: the gateway makes it conditional\n", rc.Name, op)

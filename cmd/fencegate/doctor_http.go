@@ -43,7 +43,7 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 			fmt.Printf("route %s: FAIL: %v\n", rc.Name, err)
 			continue
 		}
-		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PUT, racing writes included (path %s)\n", rc.Name, rc.Upstream.URL, p)
+		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PUT, racing writes included (path %s)\n", rc.Name, config.RedactURL(rc.Upstream.URL), p)
 	}
 	return checked, failed
 }
