@@ -162,35 +162,33 @@ func TestStaleRefusedAndNotForwarded(t *testing.T) {
 // TestSpellingsShareOneFence: every spelling of one upstream object maps to
 // one fence key, and the upstream receives the canonical path, so the fence
 // cannot be bypassed by re-spelling the path (seed test 7).
+// putSpelling PUTs "A" to the gateway at base with the request target
+// sent exactly as path is spelt, and returns the status and body.
+func putSpelling(t *testing.T, base, path, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", base+"/x", strings.NewReader("A"))
+	req.URL.Opaque = path
+	req.Header.Set("Fencing-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b)
+}
+
 func TestSpellingsShareOneFence(t *testing.T) {
 	g := newTestGateway(t, ordersRoute)
 	do(t, "PUT", g.URL+"/orders/7", tok("42"), "B")
 	for _, p := range []string{"/orders//7", "/orders/./7", "/orders/%37", "/%6frders/7", "/orders/7/"} {
-		req, _ := http.NewRequest("PUT", g.URL+"/x", strings.NewReader("A"))
-		req.URL.RawPath, req.URL.Path = p, p
-		req.URL.Opaque = p // send the spelling as is
-		req.Header.Set("Fencing-Token", "41")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 409 {
-			t.Errorf("%s with token 41: status %d; want 409", p, resp.StatusCode)
+		if st, _ := putSpelling(t, g.URL, p, "41"); st != 409 {
+			t.Errorf("%s with token 41: status %d; want 409", p, st)
 		}
 	}
 	for _, p := range []string{"/orders/../orders/7", "/orders/%2e%2e/orders/7", "/orders%2F7", "/orders/7%00"} {
-		req, _ := http.NewRequest("PUT", g.URL+"/x", strings.NewReader("A"))
-		req.URL.Opaque = p
-		req.Header.Set("Fencing-Token", "41")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 400 || !strings.Contains(string(b), "invalid_resource") {
-			t.Errorf("%s: %d %s; want 400 invalid_resource", p, resp.StatusCode, b)
+		if st, b := putSpelling(t, g.URL, p, "41"); st != 400 || !strings.Contains(b, "invalid_resource") {
+			t.Errorf("%s: %d %s; want 400 invalid_resource", p, st, b)
 		}
 	}
 	if h := g.rec.History(); len(h) != 1 {

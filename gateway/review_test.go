@@ -24,16 +24,8 @@ func TestReviewCaseInsensitiveNonASCII(t *testing.T) {
 		t.Fatalf("owner's write: %d %s", st, body)
 	}
 	for _, p := range []string{"/docs/%C3%9Cnterlagen", "/docs/\u00dcnterlagen", "/DOCS/%C3%9CNTERLAGEN"} {
-		req, _ := http.NewRequest("PUT", g.URL+"/x", nil)
-		req.URL.Opaque = p
-		req.Header.Set("Fencing-Token", "41")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 409 {
-			t.Errorf("%s with token 41 after 42 on /docs/ünterlagen: status %d; want 409", p, resp.StatusCode)
+		if st, _ := putSpelling(t, g.URL, p, "41"); st != 409 {
+			t.Errorf("%s with token 41 after 42 on /docs/ünterlagen: status %d; want 409", p, st)
 		}
 	}
 	if h := g.rec.History(); len(h) != 1 {
