@@ -616,7 +616,7 @@ func (c *Config) Validate() Errors {
 			case r.Upstream.URL == "":
 				add(f+".upstream.url", "required")
 			case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-				add(f+".upstream.url", "must be an absolute http or https URL, got %q", RedactURL(r.Upstream.URL))
+				add(f+".upstream.url", "must be an absolute http or https URL, got %q", r.Upstream.URL)
 			case u.RawQuery != "" || u.Fragment != "":
 				add(f+".upstream.url", "must not have a query or fragment")
 			}
