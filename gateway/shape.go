@@ -45,8 +45,7 @@ func checkMethod(r *http.Request) *fencegate.Error {
 	if raw := r.URL.RawQuery; m == http.MethodPost && (strings.Contains(raw, "method") || strings.IndexByte(raw, '%') >= 0) {
 		q, _ := url.ParseQuery(raw)
 		for k := range q {
-			// PHP reads " " and "." in a parameter name as "_".
-			if strings.NewReplacer(" ", "_", ".", "_").Replace(k) == methodOverrideParam {
+			if phpName.Replace(k) == methodOverrideParam {
 				return fencegate.InvalidMethod("the %s query parameter is refused: the gateway fences the method sent, and an override would make the upstream apply another", methodOverrideParam)
 			}
 		}
@@ -57,6 +56,9 @@ func checkMethod(r *http.Request) *fencegate.Error {
 // methodOverrideParam is the parameter frameworks read a POST's method
 // override from.
 const methodOverrideParam = "_method"
+
+// phpName spells a parameter name as PHP reads it: " " and "." become "_".
+var phpName = strings.NewReplacer(" ", "_", ".", "_")
 
 // hopFields are the standard hop-by-hop fields a client may name in
 // Connection (RFC 9110 §7.6.1, RFC 7540 §3.2 for HTTP2-Settings).
