@@ -128,6 +128,17 @@ func TestWarnings(t *testing.T) {
 			[]string{`gateway.routes[1]: never matches: route "all"`}},
 		{"narrower methods first", routesYAML(route("reads", "path_prefix: /, methods: [GET]", ""), route("all", "path_prefix: /", "")), nil},
 		{"other hosts", routesYAML(route("a", "host: a.example, path_prefix: /docs/", ci), route("b", "host: b.example, path_prefix: /DOCS/", "")), nil},
+		// A matched write method that fenced_methods leaves out is forwarded
+		// unchecked: legal (fenced_methods narrows), but said aloud.
+		{"matched writes all unfenced", routesYAML(route("o", "path_prefix: /o/, methods: [PUT, POST]", ", fenced_methods: [DELETE]")),
+			[]string{"gateway.routes[0].match.methods[0]: PUT matches this route but is not in fenced_methods",
+				"gateway.routes[0].match.methods[1]: POST matches this route but is not in fenced_methods"}},
+		{"one matched write unfenced", routesYAML(route("o", "path_prefix: /o/, methods: [GET, PUT, DELETE]", ", fenced_methods: [PUT]")),
+			[]string{"gateway.routes[0].match.methods[2]: DELETE matches this route but is not in fenced_methods"}},
+		{"matched writes all fenced", routesYAML(route("o", "path_prefix: /o/, methods: [GET, PUT]", ", fenced_methods: [PUT]")), nil},
+		{"default fenced methods", routesYAML(route("o", "path_prefix: /o/, methods: [PUT, POST]", "")), nil},
+		{"user info in the upstream URL", routesYAML(`{name: o, match: {path_prefix: /o/}, upstream: {url: "http://svc:s3cr3t@u"}, resource: "{path}"}`),
+			[]string{"gateway.routes[0].upstream.url: user info in the URL is not sent upstream"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

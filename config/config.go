@@ -580,8 +580,21 @@ func (c *Config) Validate() Errors {
 		return errs
 	}
 	g := c.Gateway
+	if err := validateTokenHeader(g.TokenHeader); err != nil {
+		add("gateway.token_header", "%v", err)
+	}
 	if g.MaxHeaderBytes < 0 {
 		add("gateway.max_header_bytes", "must not be negative")
+	}
+	// A negative timeout would mean none at all: a slowloris client could
+	// hold connections open for ever, a shutdown never end.
+	for _, t := range []struct {
+		field string
+		d     time.Duration
+	}{{"read_header_timeout", g.ReadHeaderTimeout}, {"idle_timeout", g.IdleTimeout}, {"shutdown_timeout", g.ShutdownTimeout}} {
+		if t.d < 0 {
+			add("gateway."+t.field, "must not be negative (0: the default)")
+		}
 	}
 	if len(g.Routes) == 0 {
 		add("gateway.routes", "at least one route is required")

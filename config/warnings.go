@@ -2,8 +2,11 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/fencegate/fencegate"
 )
 
 // Warnings are settings that are legal but probably not what was meant.
@@ -30,6 +33,25 @@ func (c *Config) Warnings() Warnings {
 		for j := range rs {
 			later := &rs[j]
 			f := fmt.Sprintf("gateway.routes[%d]", j)
+			// The forward sends no user info: credentials written into the
+			// URL reach nobody, and only the address is echoed (redacted).
+			if u := later.Upstream; u != nil {
+				if pu, err := url.Parse(u.URL); err == nil && pu.User != nil {
+					add(f+".upstream.url", "user info in the URL is not sent upstream (deprecated; it will be refused): "+
+						"set credentials with upstream.headers, e.g. Authorization")
+				}
+			}
+			// fenced_methods narrows what is fenced; a write method the
+			// route matches but leaves out goes upstream unchecked, which
+			// is legal but rarely meant when the route names it.
+			if len(later.FencedMethods) > 0 {
+				for k, m := range later.Match.Methods {
+					if !fencegate.ReadMethod(m) && !slices.Contains(later.FencedMethods, m) {
+						add(fmt.Sprintf("%s.match.methods[%d]", f, k),
+							"%s matches this route but is not in fenced_methods: such writes are forwarded without a fence check", m)
+					}
+				}
+			}
 			for i := range rs[:j] {
 				earlier := &rs[i]
 				if !routesOverlap(earlier, later) {

@@ -41,12 +41,15 @@ type condS3 struct {
 	etagEntries int
 }
 
+// etagOf is the double's ETag of a body (unquoted): its MD5, as S3's for a
+// single-part upload.
+func etagOf(b string) string {
+	sum := md5.Sum([]byte(b))
+	return hex.EncodeToString(sum[:])
+}
+
 func newCondS3(t *testing.T, honour bool) *condS3 {
 	s := &condS3{objects: map[string]string{}}
-	etagOf := func(b string) string {
-		sum := md5.Sum([]byte(b))
-		return hex.EncodeToString(sum[:])
-	}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
@@ -116,7 +119,10 @@ func newCondS3(t *testing.T, honour bool) *condS3 {
 				if o.ETag != "" {
 					s.etagEntries++
 				}
-				if honour && o.ETag != "" && ok && o.ETag != `"`+etagOf(b)+`"` {
+				// <ETag>*</ETag> holds for any current version, as
+				// If-Match: * does.
+				wild := o.ETag == "*"
+				if honour && o.ETag != "" && (ok && !wild && o.ETag != `"`+etagOf(b)+`"` || !ok && wild) {
 					fmt.Fprintf(&out, "<Error><Key>%s</Key><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you specified did not hold</Message></Error>", o.Key)
 					continue
 				}
@@ -364,19 +370,7 @@ func TestS3ConditionalCopyRace(t *testing.T) {
 func TestS3DeleteObjectsConditioned(t *testing.T) {
 	for _, honour := range []bool{true, false} {
 		t.Run(fmt.Sprintf("honour=%v", honour), func(t *testing.T) {
-			d := newCondS3(t, honour)
-			srv := &testenv.S3Server{Endpoint: d.URL, AccessKey: "double", SecretKey: "double-secret", Region: "us-east-1"}
-			p := startFencegate(t, s3GatewayYAML(condRouteYAML("objects", "", d.URL, srv, "etag", "5s")))
-			w := s3Worker(p.URL("gateway"), s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1))
-			for _, k := range []string{"a", "b"} {
-				if err := putObject(t, w, k, "v1"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			direct := s3Worker(d.URL, "double", "double-secret", awsfence.Fixed(0))
-			if err := putObject(t, direct, "a", "bypass"); err != nil {
-				t.Fatal(err)
-			}
+			d, p, w := deleteObjectsSetup(t, honour, "bypass")
 			d.mu.Lock()
 			d.etagEntries = 0
 			d.mu.Unlock()
@@ -411,5 +405,57 @@ func TestS3DeleteObjectsConditioned(t *testing.T) {
 			// a keeps the gateway's record: the next write is refused too.
 			wantRefusal(t, putObject(t, w, "a", "v2"), "precondition_failed", http.StatusPreconditionFailed)
 		})
+	}
+}
+
+// deleteObjectsSetup starts the double (honouring <ETag> or not) behind a
+// gateway with precondition: etag, writes a and b ("v1") through it with
+// token 1, and then a (aNow) straight to the store, so the gateway's record
+// of a names a version that is no longer current. It returns the double,
+// the gateway and the worker's client.
+func deleteObjectsSetup(t *testing.T, honour bool, aNow string) (*condS3, *Proc, *s3.Client) {
+	d := newCondS3(t, honour)
+	srv := &testenv.S3Server{Endpoint: d.URL, AccessKey: "double", SecretKey: "double-secret", Region: "us-east-1"}
+	p := startFencegate(t, s3GatewayYAML(condRouteYAML("objects", "", d.URL, srv, "etag", "5s")))
+	w := s3Worker(p.URL("gateway"), s3WorkerKey, s3WorkerSecret, awsfence.Fixed(1))
+	for _, k := range []string{"a", "b"} {
+		if err := putObject(t, w, k, "v1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct := s3Worker(d.URL, "double", "double-secret", awsfence.Fixed(0))
+	if err := putObject(t, direct, "a", aNow); err != nil {
+		t.Fatal(err)
+	}
+	return d, p, w
+}
+
+// A worker's own <ETag>*</ETag> on a DeleteObjects entry holds for whatever
+// version is current, a newer owner's included (as If-Match: * does): it
+// must not take the place of the gateway's <ETag>, or a late DeleteObjects
+// of the old owner deletes the new owner's object. An entry whose <ETag>
+// pins a version is the worker's own condition and is sent as it is. Here
+// the object changed after the gateway's last write (a write straight to
+// the store stands in for the newer version); the honouring double then
+// refuses the wildcard entry on the gateway's <ETag> and deletes the
+// pinned one. With the wildcard forwarded as sent, a was deleted.
+func TestS3DeleteObjectsWorkerWildcardETag(t *testing.T) {
+	d, _, w := deleteObjectsSetup(t, true, "newer")
+	out, err := w.DeleteObjects(context.Background(), &s3.DeleteObjectsInput{Bucket: aws.String(s3Bucket),
+		Delete: &types.Delete{Objects: []types.ObjectIdentifier{
+			{Key: aws.String("a"), ETag: aws.String("*")},
+			{Key: aws.String("b"), ETag: aws.String(`"` + etagOf("v1") + `"`)},
+		}}})
+	if err != nil {
+		t.Fatalf("DeleteObjects: %v", err)
+	}
+	if got := d.body("a"); got != "newer" {
+		t.Fatalf("a = %q: the wildcard entry deleted the newer version", got)
+	}
+	if len(out.Errors) != 1 || aws.ToString(out.Errors[0].Key) != "a" || aws.ToString(out.Errors[0].Code) != "PreconditionFailed" {
+		t.Fatalf("errors %+v; want a: PreconditionFailed", out.Errors)
+	}
+	if got := d.body("b"); got != "<absent>" {
+		t.Fatalf("b = %q: the entry pinned on its own version was not deleted", got)
 	}
 }
