@@ -456,10 +456,20 @@ func PinsVersion(h http.Header) bool {
 		return false
 	}
 	for _, v := range vs {
-		for e := range strings.SplitSeq(v, ",") {
-			if e = strings.TrimSpace(e); e == "" || e == "*" {
-				return false
-			}
+		if !PinsETags(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// PinsETags reports whether an If-Match value (or an S3 DeleteObjects
+// <ETag>) lists only specific entity-tags: not *, and no empty element of
+// a list, which some servers read as a match.
+func PinsETags(v string) bool {
+	for e := range strings.SplitSeq(v, ",") {
+		if e = strings.TrimSpace(e); e == "" || e == "*" {
+			return false
 		}
 	}
 	return true

@@ -115,7 +115,7 @@ func (u *Upstream) addDeleteObjectsPreconditions(r *http.Request, f *forward, d 
 			// <ETag>*</ETag> holds for a newer owner's version too, as
 			// If-Match: * does (precondition.PinsVersion): the gateway's
 			// <ETag> replaces it, where it has one.
-			if ok && !(name == "ETag" && strings.TrimSpace(v) == "*") {
+			if ok && (name != "ETag" || precondition.PinsETags(v)) {
 				g.worker = true
 			}
 		}
