@@ -49,13 +49,17 @@ type APIKey struct {
 	// Prefixes, if set, limit the identity to resources under them;
 	// empty: every resource.
 	Prefixes []string
+	// BindOwner limits the lease owner a coordinator or admin request may
+	// name to Owner or Owner/<anything>.
+	BindOwner bool
 }
 
 // ClientCert is an identity a client certificate proves by naming Name as
 // its Common Name or as a DNS, URI or e-mail subject alternative name.
 type ClientCert struct {
-	Name     string
-	Prefixes []string
+	Name      string
+	Prefixes  []string
+	BindOwner bool // as APIKey.BindOwner, with Name as the owner
 }
 
 // New returns the Authenticator of c, or nil if c asks for no credentials.
@@ -74,10 +78,10 @@ func New(c Options) (*Authenticator, error) {
 		} else {
 			copy(sum[:], b)
 		}
-		a.keys[sum] = gateway.Identity{Owner: k.Owner, Prefixes: prefixes(k.Prefixes), Credential: "Authorization"}
+		a.keys[sum] = gateway.Identity{Owner: k.Owner, Prefixes: prefixes(k.Prefixes), Credential: "Authorization", BindOwner: k.BindOwner}
 	}
 	for _, cc := range c.ClientCerts {
-		a.certs[cc.Name] = gateway.Identity{Owner: cc.Name, Prefixes: prefixes(cc.Prefixes)}
+		a.certs[cc.Name] = gateway.Identity{Owner: cc.Name, Prefixes: prefixes(cc.Prefixes), BindOwner: cc.BindOwner}
 	}
 	return a, nil
 }
@@ -187,14 +191,19 @@ func Middleware(a *Authenticator, next http.Handler, open ...string) http.Handle
 			refusal(err).WriteJSON(w)
 			return
 		}
-		if id.Prefixes != nil {
-			names, r2, err := requestResources(r)
+		if id.Prefixes != nil || id.BindOwner {
+			names, owner, r2, err := requestNames(r)
 			if err != nil {
 				refusal(err).WriteJSON(w)
 				return
 			}
 			r = r2
-			if len(names) == 0 {
+			if id.BindOwner && owner != "" && owner != id.Owner && !strings.HasPrefix(owner, id.Owner+"/") {
+				fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
+					"%s may only act as owner %s or %s/...", id.Owner, id.Owner, id.Owner).WriteJSON(w)
+				return
+			}
+			if id.Prefixes != nil && len(names) == 0 {
 				fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
 					"%s may only act on named resources under its prefixes", id.Owner).WriteJSON(w)
 				return
@@ -212,14 +221,15 @@ func Middleware(a *Authenticator, next http.Handler, open ...string) http.Handle
 	})
 }
 
-// requestResources finds every resource a coordinator or admin request
-// names: each `resource` query parameter and the "resource" field of a JSON
-// body, as the APIs decode it (the first JSON value of the body). Every one
-// must be allowed: an API acts on one of them, and which one is its
-// business, not the guard's (a query naming an allowed resource must not
-// vouch for a body naming another). The request is returned with its body
-// restored when it had to be read.
-func requestResources(r *http.Request) ([]string, *http.Request, error) {
+// requestNames finds every resource a coordinator or admin request names,
+// and the owner it acts as: each `resource` query parameter and the
+// "resource" and "owner" fields of a JSON body, as the APIs decode them
+// (the first JSON value of the body). Every resource must be allowed: an
+// API acts on one of them, and which one is its business, not the guard's
+// (a query naming an allowed resource must not vouch for a body naming
+// another). The request is returned with its body restored when it had to
+// be read.
+func requestNames(r *http.Request) ([]string, string, *http.Request, error) {
 	var names []string
 	for _, res := range r.URL.Query()["resource"] {
 		if res != "" {
@@ -227,31 +237,33 @@ func requestResources(r *http.Request) ([]string, *http.Request, error) {
 		}
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return names, r, nil
+		return names, "", r, nil
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "" && mt != "application/json" {
-		return names, r, nil
+		return names, "", r, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxPeek+1))
 	if err != nil {
-		return nil, r, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reading the request body: %v", err)
+		return nil, "", r, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reading the request body: %v", err)
 	}
 	if len(b) > maxPeek {
-		return nil, r, fencegate.Errorf(http.StatusRequestEntityTooLarge, fencegate.CodeBodyTooLarge, "request body over %d bytes", maxPeek)
+		return nil, "", r, fencegate.Errorf(http.StatusRequestEntityTooLarge, fencegate.CodeBodyTooLarge, "request body over %d bytes", maxPeek)
 	}
 	r2 := r.Clone(r.Context())
 	r2.Body = io.NopCloser(bytes.NewReader(b))
 	var v struct {
 		Resource string `json:"resource"`
+		Owner    string `json:"owner"`
 	}
 	// The first JSON value, as the APIs' decoders read it (trailing data
-	// does not hide the resource). A body that is not JSON names no
+	// does not hide the resource; field names match without case, and the
+	// last of duplicates wins, as there). A body that is not JSON names no
 	// resource; the API itself answers it.
 	_ = json.NewDecoder(bytes.NewReader(b)).Decode(&v)
 	if v.Resource != "" {
 		names = append(names, v.Resource)
 	}
-	return names, r2, nil
+	return names, v.Owner, r2, nil
 }
 
 // allows reports whether id may act on res, as the name is given and in

@@ -54,3 +54,48 @@ func TestMiddlewareScopeDecoys(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddlewareBindOwner: a key with bind_owner may name only its own
+// owner (or owner/...) in a coordinator or admin body, whatever spelling
+// of the field the APIs' decoder accepts (any case; the last duplicate
+// wins); a key without it, and a body naming no owner, pass through.
+func TestMiddlewareBindOwner(t *testing.T) {
+	a, err := auth.New(auth.Options{APIKeys: []auth.APIKey{
+		{Owner: "worker-a", SHA256: auth.HashKey("bound"), BindOwner: true},
+		{Owner: "ops", SHA256: auth.HashKey("free")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API: answers the owner as the coordinator decodes it.
+	h := auth.Middleware(a, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v struct {
+			Owner string `json:"owner"`
+		}
+		json.NewDecoder(r.Body).Decode(&v)
+		io.WriteString(w, v.Owner)
+	}))
+	for _, tc := range []struct {
+		key, body string
+		want      int
+	}{
+		{"bound", `{"resource":"/r","owner":"worker-a"}`, http.StatusOK},
+		{"bound", `{"resource":"/r","owner":"worker-a/host-7"}`, http.StatusOK},
+		{"bound", `{"resource":"/r","token":9}`, http.StatusOK}, // names no owner (a hand advance)
+		{"bound", `{"resource":"/r","owner":"worker-b"}`, http.StatusForbidden},
+		{"bound", `{"resource":"/r","owner":"worker-ab"}`, http.StatusForbidden},
+		{"bound", `{"resource":"/r","Owner":"worker-b"}`, http.StatusForbidden},
+		{"bound", `{"resource":"/r","owner":"worker-a","OWNER":"worker-b"}`, http.StatusForbidden},
+		{"bound", `{"resource":"/r","owner":"worker-b"} {"owner":"worker-a"}`, http.StatusForbidden},
+		{"free", `{"resource":"/r","owner":"worker-b"}`, http.StatusOK},
+	} {
+		r := httptest.NewRequest("POST", "/v1/leases/release", strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer "+tc.key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("key %s, body %s: status %d (the API saw owner %q); want %d", tc.key, tc.body, w.Code, w.Body, tc.want)
+		}
+	}
+}

@@ -31,14 +31,19 @@ type APIKey struct {
 	// Prefixes, if set, limit the identity to resources whose key starts
 	// with one of them. Empty: every resource.
 	Prefixes []string `yaml:"prefixes"`
+	// BindOwner, if set, limits the lease owner this key may name on the
+	// coordinator and admin APIs to Owner or Owner/<anything>: another
+	// key cannot renew or release its leases by naming its owner.
+	BindOwner bool `yaml:"bind_owner"`
 }
 
 // ClientCert is an identity proven by a client certificate: the certificate
 // must chain to tls.client_ca_file and name Name as its Common Name or as a
 // DNS, URI or e-mail subject alternative name.
 type ClientCert struct {
-	Name     string   `yaml:"name"`
-	Prefixes []string `yaml:"prefixes"`
+	Name      string   `yaml:"name"`
+	Prefixes  []string `yaml:"prefixes"`
+	BindOwner bool     `yaml:"bind_owner"` // as APIKey's, with Name as the owner
 }
 
 // Enabled reports whether a is set and asks for credentials.

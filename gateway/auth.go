@@ -26,6 +26,10 @@ type Identity struct {
 	// Credential is the request header that carried the credential, if
 	// any. It was meant for the gateway, so it is not forwarded upstream.
 	Credential string
+	// BindOwner, on the coordinator and admin APIs, limits the owner a
+	// request may name (a lease's owner) to Owner itself or Owner/...
+	// The gateway's own routes take the owner from Owner anyway.
+	BindOwner bool
 }
 
 // Allows reports whether id may write resource.

@@ -81,10 +81,10 @@ func AuthOptions(a *config.Auth) auth.Options {
 		return o
 	}
 	for _, k := range a.APIKeys {
-		o.APIKeys = append(o.APIKeys, auth.APIKey{Owner: k.Owner, SHA256: k.SHA256, Prefixes: k.Prefixes})
+		o.APIKeys = append(o.APIKeys, auth.APIKey{Owner: k.Owner, SHA256: k.SHA256, Prefixes: k.Prefixes, BindOwner: k.BindOwner})
 	}
 	for _, c := range a.ClientCerts {
-		o.ClientCerts = append(o.ClientCerts, auth.ClientCert{Name: c.Name, Prefixes: c.Prefixes})
+		o.ClientCerts = append(o.ClientCerts, auth.ClientCert{Name: c.Name, Prefixes: c.Prefixes, BindOwner: c.BindOwner})
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -142,4 +143,75 @@ gateway:
 	}
 	err = s.Reload(parse(t, noAuth, "http://127.0.0.1:1", t.TempDir()))
 	check("after moving listen, then dropping auth", err)
+}
+
+// TestBindOwnerKeepsLeasesApart: two workers share the /orders/ prefix with
+// keys of their own. Anyone allowed on a resource can read its lease (owner
+// and token), so without bind_owner worker A could renew or release B's
+// lease, or re-acquire as B (the holder re-acquiring gets its token back),
+// by naming B's owner. With bind_owner on A's key each such call is 403
+// and B's lease record is unchanged; the unbound key shows the gap the
+// setting closes.
+func TestBindOwnerKeepsLeasesApart(t *testing.T) {
+	yaml := fmt.Sprintf(`
+store: {embedded: {path: $DIR/fg.db}}
+coordinator:
+  enabled: true
+  listen: 127.0.0.1:0
+  auth:
+    api_keys:
+      - {owner: worker-a, sha256: "%s", prefixes: [/orders/], bind_owner: true}
+      - {owner: worker-b, sha256: "%s", prefixes: [/orders/], bind_owner: true}
+      - {owner: legacy, sha256: "%s", prefixes: [/orders/]}
+gateway:
+  listen: 127.0.0.1:0
+  routes:
+    - {name: all, match: {path_prefix: /}, upstream: {url: $UPSTREAM}, resource: "{path}"}
+`, auth.HashKey("key-a"), auth.HashKey("key-b"), auth.HashKey("key-legacy"))
+	s, _ := startEdge(t, yaml, "http://127.0.0.1:1")
+	coord := "http://" + s.Addr("coordinator")
+	c := http.DefaultClient
+	as := func(key string) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+	}
+	acquire := func(resource string) (token int64) {
+		a := do(t, c, "POST", coord+"/v1/leases/acquire", strings.NewReader(`{"resource":"`+resource+`","owner":"worker-b/host-1","ttl":"10m"}`), as("key-b"))
+		if a.Status != http.StatusOK {
+			t.Fatalf("B's acquire of %s: %d %s", resource, a.Status, a.Body)
+		}
+		var l struct{ Token int64 }
+		if err := json.Unmarshal([]byte(a.Body), &l); err != nil {
+			t.Fatal(err)
+		}
+		return l.Token
+	}
+	holder := func(resource string) string {
+		a := do(t, c, "GET", coord+"/v1/leases?resource="+resource, nil, as("key-b"))
+		var l struct{ Owner string }
+		json.Unmarshal([]byte(a.Body), &l)
+		return l.Owner
+	}
+
+	tok := acquire("/orders/1")
+	lease := fmt.Sprintf(`{"resource":"/orders/1","owner":"worker-b/host-1","token":%d}`, tok)
+	for _, call := range []struct{ path, body string }{
+		{"/v1/leases/renew", lease},
+		{"/v1/leases/release", lease},
+		{"/v1/leases/acquire", `{"resource":"/orders/1","owner":"worker-b/host-1"}`},
+	} {
+		if a := do(t, c, "POST", coord+call.path, strings.NewReader(call.body), as("key-a")); a.Status != http.StatusForbidden {
+			t.Errorf("A's %s as B: %d %s; want 403", call.path, a.Status, a.Body)
+		}
+	}
+	if got := holder("/orders/1"); got != "worker-b/host-1" {
+		t.Fatalf("after A's attempts the lease is held by %q; want B's", got)
+	}
+	// A acts as itself.
+	if a := do(t, c, "POST", coord+"/v1/leases/acquire", strings.NewReader(`{"resource":"/orders/2","owner":"worker-a"}`), as("key-a")); a.Status != http.StatusOK {
+		t.Errorf("A's own acquire: %d %s", a.Status, a.Body)
+	}
+	// The unbound key can still release B's lease: what bind_owner is for.
+	if a := do(t, c, "POST", coord+"/v1/leases/release", strings.NewReader(lease), as("key-legacy")); a.Status != http.StatusOK || !strings.Contains(a.Body, `"released":true`) {
+		t.Fatalf("the unbound key's release: %d %s", a.Status, a.Body)
+	}
 }
