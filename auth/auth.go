@@ -171,9 +171,11 @@ const maxPeek = 1 << 20
 // paths in open (probes). An identity with prefixes may only name
 // resources under them: the resource is the `resource` query parameter or
 // the "resource" field of a JSON body (the coordinator and admin APIs name
-// it so); a request naming none is refused for such an identity. The
-// identity is in the request context (IdentityFrom). A nil a passes every
-// request through.
+// it so); a request naming none is refused for such an identity. An
+// identity with BindOwner may only name its own owner (or owner/...) in the
+// "owner" field of a JSON body (the coordinator's lease calls); a body
+// naming none is left to the API, which requires one. The identity is in
+// the request context (IdentityFrom). A nil a passes every request through.
 func Middleware(a *Authenticator, next http.Handler, open ...string) http.Handler {
 	if a == nil {
 		return next
