@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // The checks below are what `fencegate serve` used to find only when it
@@ -150,50 +147,4 @@ func validateS3(f string, s *S3) Errors {
 		add(".timeout", "must not be negative")
 	}
 	return errs
-}
-
-// reservedTokenHeaders are header names gateway.token_header must not
-// take, with the reason. Each would lock every fenced write out or let the
-// token be read from something the client does not send as a token: the
-// server consumes Host and the framing fields, proxies drop hop-by-hop
-// fields, the gateway refuses method overrides, rewrites the forwarding
-// fields and decides on Authorization, and S3 routes sign X-Amz-* fields.
-var reservedTokenHeaders = map[string]string{
-	"Host":                   "the server takes it as the request's host",
-	"Content-Length":         "it frames the request body",
-	"Transfer-Encoding":      "it frames the request body",
-	"Expect":                 "the server acts on it",
-	"Connection":             "it is hop-by-hop",
-	"Keep-Alive":             "it is hop-by-hop",
-	"Proxy-Connection":       "it is hop-by-hop",
-	"Proxy-Authenticate":     "it is hop-by-hop",
-	"Proxy-Authorization":    "it is hop-by-hop",
-	"Te":                     "it is hop-by-hop",
-	"Trailer":                "it is hop-by-hop",
-	"Upgrade":                "it is hop-by-hop",
-	"Http2-Settings":         "it is hop-by-hop",
-	"Authorization":          "the gateway and S3 routes read credentials from it",
-	"X-Http-Method-Override": "the gateway refuses requests that carry it",
-	"X-Http-Method":          "the gateway refuses requests that carry it",
-	"X-Method-Override":      "the gateway refuses requests that carry it",
-	"Forwarded":              "the gateway replaces it",
-	"X-Forwarded-For":        "the gateway replaces it",
-	"X-Forwarded-Host":       "the gateway replaces it",
-	"X-Forwarded-Proto":      "the gateway replaces it",
-}
-
-// validateTokenHeader checks gateway.token_header: a valid field name
-// (RFC 9110 §5.1) that no other part of a request's handling claims.
-func validateTokenHeader(name string) error {
-	if !httpguts.ValidHeaderFieldName(name) {
-		return fmt.Errorf("%q is not a valid header field name", name)
-	}
-	k := textproto.CanonicalMIMEHeaderKey(name)
-	if why, ok := reservedTokenHeaders[k]; ok {
-		return fmt.Errorf("%s cannot carry the fencing token: %s", k, why)
-	}
-	if strings.HasPrefix(k, "X-Amz-") {
-		return fmt.Errorf("%s cannot carry the fencing token: S3 routes sign and forward X-Amz-* fields as the request's own", k)
-	}
-	return nil
 }

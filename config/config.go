@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/coordinator"
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/resource"
 	"github.com/goccy/go-yaml"
 )
@@ -580,7 +581,7 @@ func (c *Config) Validate() Errors {
 		return errs
 	}
 	g := c.Gateway
-	if err := validateTokenHeader(g.TokenHeader); err != nil {
+	if err := gateway.CheckTokenHeader(g.TokenHeader); err != nil {
 		add("gateway.token_header", "%v", err)
 	}
 	if g.MaxHeaderBytes < 0 {
