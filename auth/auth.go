@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 
@@ -241,9 +240,6 @@ func requestNames(r *http.Request) ([]string, string, *http.Request, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return names, "", r, nil
 	}
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "" && mt != "application/json" {
-		return names, "", r, nil
-	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxPeek+1))
 	if err != nil {
 		return nil, "", r, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reading the request body: %v", err)
@@ -257,10 +253,12 @@ func requestNames(r *http.Request) ([]string, string, *http.Request, error) {
 		Resource string `json:"resource"`
 		Owner    string `json:"owner"`
 	}
-	// The first JSON value, as the APIs' decoders read it (trailing data
-	// does not hide the resource; field names match without case, and the
-	// last of duplicates wins, as there). A body that is not JSON names no
-	// resource; the API itself answers it.
+	// The first JSON value, as the APIs' decoders read it, whatever the
+	// Content-Type says (they do not look at it; the listener's guard
+	// refusing other types is a second layer, not this one's premise):
+	// trailing data does not hide the resource, field names match without
+	// case, and the last of duplicates wins, as there. A body that is not
+	// JSON names nothing; the API itself answers it.
 	_ = json.NewDecoder(bytes.NewReader(b)).Decode(&v)
 	if v.Resource != "" {
 		names = append(names, v.Resource)

@@ -98,4 +98,16 @@ func TestMiddlewareBindOwner(t *testing.T) {
 			t.Errorf("key %s, body %s: status %d (the API saw owner %q); want %d", tc.key, tc.body, w.Code, w.Body, tc.want)
 		}
 	}
+	// The coordinator decodes JSON whatever the Content-Type says: the
+	// check must not rest on another layer refusing other types.
+	for _, ct := range []string{"text/plain", ""} {
+		r := httptest.NewRequest("POST", "/v1/leases/release", strings.NewReader(`{"resource":"/r","owner":"worker-b"}`))
+		r.Header.Set("Content-Type", ct)
+		r.Header.Set("Authorization", "Bearer bound")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusForbidden {
+			t.Errorf("Content-Type %q: status %d (the API saw owner %q); want 403", ct, w.Code, w.Body)
+		}
+	}
 }
