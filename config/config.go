@@ -50,8 +50,13 @@ type Gateway struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// MaxConnections caps the client connections held at once. Default:
 	// from the open-file limit, after the admin and coordinator caps.
-	MaxConnections int     `yaml:"max_connections"`
-	Routes         []Route `yaml:"routes"`
+	MaxConnections int `yaml:"max_connections"`
+	// FastPath serves plain-HTTP/1.1 writes of the common shape with
+	// fencegate's own connection loop and everything else with net/http's
+	// server (docs/performance.md). Default true; false serves every
+	// request with net/http. Without effect on a TLS listener.
+	FastPath *bool   `yaml:"fast_path"`
+	Routes   []Route `yaml:"routes"`
 }
 
 // Route maps matching requests to one upstream and one resource template.
@@ -342,6 +347,10 @@ func (c *Config) applyDefaults() {
 	}
 	if g.ShutdownTimeout == 0 {
 		g.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if g.FastPath == nil {
+		t := true
+		g.FastPath = &t
 	}
 	for i := range g.Routes {
 		r := &g.Routes[i]

@@ -140,19 +140,28 @@ func scopedAdmin(h http.Handler) http.Handler {
 
 // tlsListener wraps a listener named in tls.listeners with TLS.
 func (s *Server) tlsListener(name string, ln net.Listener) net.Listener {
+	if tc := s.tlsConfig(name); tc != nil {
+		return tls.NewListener(ln, tc)
+	}
+	return ln
+}
+
+// tlsConfig is the TLS configuration of listener name; nil if it serves
+// plain TCP.
+func (s *Server) tlsConfig(name string) *tls.Config {
 	if s.edges.tls == nil {
-		return ln
+		return nil
 	}
 	tc := s.edges.tls.ServerConfig()
 	if tc == nil {
-		return ln
+		return nil
 	}
 	for _, l := range s.cfg.TLS.Listeners {
 		if l == name {
-			return tls.NewListener(ln, tc)
+			return tc
 		}
 	}
-	return ln
+	return nil
 }
 
 // startACME binds tls.acme.http_listen (HTTP-01 answers and the redirect to

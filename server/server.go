@@ -26,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/h1serve"
 	"github.com/fencegate/fencegate/telemetry"
 )
 
@@ -59,7 +60,15 @@ type Server struct {
 type listener struct {
 	name string
 	ln   net.Listener
-	srv  *http.Server
+	srv  httpServer
+}
+
+// httpServer is what a listener is served by: an *http.Server, or the
+// gateway's h1serve.Server in front of one.
+type httpServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
 }
 
 // Options configure New.
@@ -236,15 +245,25 @@ func (s *Server) Start(ctx context.Context) error {
 		// No ReadTimeout/WriteTimeout: bodies stream; see listeners.go.
 		// The telemetry is in every connection's base context, so
 		// InstrumentHandler need not copy each request to add it.
-		if err := s.listen("gateway", g.Listen, gatewayMaxConnections(cfg), &http.Server{
+		srv := &http.Server{
 			Handler:           s.accessLog("gateway", s.tel.InstrumentHandler("gateway", s.gw)),
 			BaseContext:       func(net.Listener) context.Context { return s.tel.WithContext(context.Background()) },
 			ReadHeaderTimeout: g.ReadHeaderTimeout,
 			IdleTimeout:       g.IdleTimeout,
 			MaxHeaderBytes:    g.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		}); err != nil {
+		}
+		if err := s.listen("gateway", g.Listen, gatewayMaxConnections(cfg), srv); err != nil {
 			return err
+		}
+		// Plain HTTP/1.1 connections start on the fast path (h1serve);
+		// TLS ones, where HTTP/2 is negotiated, stay net/http's.
+		if l := s.listeners[len(s.listeners)-1]; (g.FastPath == nil || *g.FastPath) && s.tlsConfig("gateway") == nil {
+			fast, err := h1serve.New(srv)
+			if err != nil {
+				return err
+			}
+			l.srv = fast
 		}
 	}
 	if cfg.Admin.Listen != "" {
@@ -272,7 +291,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 // listen binds addr for srv, holding at most maxConns connections at once
 // (listeners.go).
-func (s *Server) listen(name, addr string, maxConns int, srv *http.Server) error {
+func (s *Server) listen(name, addr string, maxConns int, srv httpServer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		for _, l := range s.listeners {

@@ -1,0 +1,462 @@
+package h1serve
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// conn is one client connection on the fast path.
+type conn struct {
+	srv    *Server
+	nc     net.Conn
+	remote string
+	ctx    context.Context // the server's base context, with the local address
+	idle   atomic.Bool     // between requests (Shutdown closes idle connections)
+
+	br *bufio.Reader // reads nc through connReader
+	bw *bufio.Writer // writes nc through connWriter
+	// werr is the first write error; the request's context is cancelled
+	// with it, as net/http does.
+	werr   error
+	cancel context.CancelFunc // the current request's
+
+	lastMethod string
+	pend       [2048]byte // an answer's first bytes, until its framing is known
+
+	// The client-gone watch (see armWatch).
+	watchMu  sync.Mutex
+	watchEnd *sync.Cond
+	armed    bool // the current request's body is read: the watch may start
+	watching bool // a watch is reading nc
+	gone     bool // the watch saw the client close or fail
+	hasByte  bool // the watch read the next request's first byte
+	byteBuf  [1]byte
+	timer    *time.Timer
+}
+
+// watchDelay is how long a request runs, once its body is read, before
+// its connection is watched for the client going away (which cancels the
+// request's context, as net/http's server does at once). Most requests end
+// sooner, and then cost no read, goroutine or deadline change for it.
+const watchDelay = 5 * time.Millisecond
+
+// aLongTimeAgo makes blocked reads return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (c *conn) serve() {
+	var handoff net.Conn
+	defer func() {
+		if c.br != nil && handoff == nil {
+			readers.Put(c.br)
+		}
+		if c.bw != nil {
+			c.bw.Reset(nil)
+			writers.Put(c.bw)
+		}
+		c.srv.forget(c, handoff)
+	}()
+	c.ctx = context.WithValue(c.srv.base, http.LocalAddrContextKey, c.nc.LocalAddr())
+	c.br = readers.Get().(*bufio.Reader)
+	c.br.Reset(connReader{c})
+	c.bw = writers.Get().(*bufio.Writer)
+	c.bw.Reset(connWriter{c})
+	c.watchEnd = sync.NewCond(&c.watchMu)
+	f := c.srv.fallback
+	idleTimeout := f.IdleTimeout
+	if idleTimeout == 0 {
+		idleTimeout = f.ReadHeaderTimeout
+	}
+	headLimit := f.MaxHeaderBytes
+	if headLimit <= 0 {
+		headLimit = defaultMaxHeaderBytes
+	}
+	headLimit = min(headLimit, readBufferSize)
+
+	for {
+		if c.br.Buffered() == 0 && !c.hasByte {
+			c.idle.Store(true)
+			if c.srv.shutdown.Load() {
+				c.nc.Close()
+				return
+			}
+			if idleTimeout > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
+			}
+			if _, err := c.br.Peek(1); err != nil {
+				c.nc.Close()
+				return
+			}
+			c.idle.Store(false)
+		}
+		if c.srv.shutdown.Load() {
+			c.nc.Close() // as net/http: a request racing the shutdown is dropped
+			return
+		}
+		if c.lastMethod == http.MethodPost {
+			// RFC 9112 §2.2 tolerance for clients that end a POST body
+			// with an extra CRLF, as net/http has it.
+			peek, _ := c.br.Peek(min(4, c.br.Buffered()))
+			c.br.Discard(leadingCRorLF(peek))
+		}
+		head, err := c.readHead(headLimit)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || c.br.Buffered() == 0 {
+				c.nc.Close() // net/http answers none either
+				return
+			}
+			// A head cut short: net/http answers it (400).
+			handoff = c.handOff()
+			return
+		}
+		var req *http.Request
+		if head != nil {
+			req = parse(head)
+		}
+		if req == nil || !fastShape(req) {
+			handoff = c.handOff()
+			return
+		}
+		c.br.Discard(len(head))
+		c.nc.SetReadDeadline(time.Time{}) // bodies stream without a deadline
+		c.lastMethod = req.Method
+		if !c.serveRequest(req) {
+			return
+		}
+	}
+}
+
+// readHead returns the next request's head, waiting for more bytes under
+// the read-header timeout; nil if it is not for the fast path (larger than
+// limit, or with bare LF line ends: net/http's to judge).
+func (c *conn) readHead(limit int) ([]byte, error) {
+	deadline := false
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		switch end := headEnd(buf); {
+		case end > 0:
+			return buf[:end], nil
+		case end < 0:
+			return nil, nil
+		}
+		if len(buf) >= limit {
+			return nil, nil
+		}
+		if !deadline && c.srv.fallback.ReadHeaderTimeout > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(c.srv.fallback.ReadHeaderTimeout))
+			deadline = true
+		}
+		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// headEnd is the length of the request head at the start of b, up to and
+// including the empty line that ends it; 0 if b holds no whole head, -1 if
+// a line ends in a bare LF.
+func headEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return 0
+		}
+		if j == 0 || b[i+j-1] != '\r' {
+			return -1
+		}
+		i += j + 1
+		if j == 1 {
+			return i
+		}
+	}
+}
+
+func leadingCRorLF(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c != '\r' && c != '\n' {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+var headReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferSize) }}
+
+// parse parses a request head with net/http's own parser; nil if it
+// refuses it (net/http answers it then, on the handed-off connection).
+func parse(head []byte) *http.Request {
+	hr := headReaders.Get().(*bufio.Reader)
+	hr.Reset(bytes.NewReader(head))
+	req, err := http.ReadRequest(hr)
+	hr.Reset(nil)
+	headReaders.Put(hr)
+	if err != nil {
+		return nil
+	}
+	return req
+}
+
+// handOff gives the connection to the fallback server, with what was read
+// of it and not served.
+func (c *conn) handOff() net.Conn {
+	n := c.br.Buffered()
+	rest, _ := c.br.Peek(n)
+	var buf []byte
+	if c.hasByte {
+		buf = append(buf, c.byteBuf[0])
+	}
+	buf = append(buf, rest...)
+	c.br.Reset(nil)
+	readers.Put(c.br)
+	c.br = nil
+	c.nc.SetReadDeadline(time.Time{})
+	return &replayConn{Conn: c.nc, buf: buf}
+}
+
+// serveRequest runs the handler for req and finishes its answer. It
+// reports whether the connection carries another request.
+func (c *conn) serveRequest(req *http.Request) (keep bool) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.cancel = cancel
+	defer cancel()
+	req = req.WithContext(ctx)
+	req.RemoteAddr = c.remote
+	b := &body{c: c, left: req.ContentLength}
+	if req.ContentLength == 0 {
+		req.Body = http.NoBody
+		c.armWatch()
+	} else {
+		req.Body = b
+	}
+	w := &response{c: c, req: req, body: b, header: make(http.Header), status: 0, clen: -1}
+	w.closeAfter = req.Close
+
+	if !c.runHandler(w, req) {
+		c.stopWatch()
+		c.bw.Flush() // what the handler wrote before it aborted, as net/http
+		c.nc.Close()
+		return false
+	}
+	w.finish()
+	c.stopWatch()
+	if c.gone || c.werr != nil {
+		c.nc.Close()
+		return false
+	}
+	if w.closeAfter || c.srv.shutdown.Load() {
+		if !b.consumed() {
+			c.closeWriteAndWait()
+		}
+		c.nc.Close()
+		return false
+	}
+	return true
+}
+
+// runHandler calls the handler, and reports false if it panicked (logged
+// unless it was http.ErrAbortHandler, as net/http does).
+func (c *conn) runHandler(w *response, req *http.Request) (ok bool) {
+	defer func() {
+		if err := recover(); err != nil {
+			if err != http.ErrAbortHandler {
+				const size = 64 << 10
+				buf := make([]byte, size)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.srv.logf("http: panic serving %v: %v\n%s", c.remote, err, buf)
+			}
+			ok = false
+		}
+	}()
+	c.srv.handler.ServeHTTP(w, req)
+	return true
+}
+
+// closeWriteAndWait is net/http's: half-close, and wait a little before
+// closing, so the reset a close with unread bytes sends does not destroy
+// the answer before the client read it.
+func (c *conn) closeWriteAndWait() {
+	c.bw.Flush()
+	if tcp, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		tcp.CloseWrite()
+	}
+	time.Sleep(rstAvoidanceDelay)
+}
+
+// armWatch is called once the request's body is read: after watchDelay
+// the connection is read in the background, and the request's context is
+// cancelled if the client closed it (a client that gave up on a write
+// waiting for a drain must not have it forwarded after all). A byte read
+// is the next pipelined request's and is kept.
+func (c *conn) armWatch() {
+	if c.br.Buffered() > 0 {
+		return // the next request is already here: the client is not gone
+	}
+	c.watchMu.Lock()
+	c.armed = true
+	c.watchMu.Unlock()
+	if c.timer == nil {
+		c.timer = time.AfterFunc(watchDelay, c.watch)
+	} else {
+		c.timer.Reset(watchDelay)
+	}
+}
+
+func (c *conn) watch() {
+	c.watchMu.Lock()
+	if !c.armed || c.watching || c.hasByte {
+		c.watchMu.Unlock()
+		return
+	}
+	c.watching = true
+	cancel := c.cancel
+	c.watchMu.Unlock()
+	n, err := c.nc.Read(c.byteBuf[:])
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	c.watching = false
+	c.watchEnd.Broadcast()
+	if n == 1 {
+		c.hasByte = true
+		return
+	}
+	var ne net.Error
+	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		c.gone = true
+		cancel()
+	}
+}
+
+// stopWatch ends the request's watch: a read in progress is cut by an
+// expired deadline.
+func (c *conn) stopWatch() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	c.armed = false
+	if !c.watching {
+		return
+	}
+	c.nc.SetReadDeadline(aLongTimeAgo)
+	for c.watching {
+		c.watchEnd.Wait()
+	}
+	c.nc.SetReadDeadline(time.Time{})
+}
+
+// connReader is what c.br reads: the byte the watch read first.
+type connReader struct{ c *conn }
+
+func (r connReader) Read(p []byte) (int, error) {
+	if r.c.hasByte && len(p) > 0 {
+		p[0] = r.c.byteBuf[0]
+		r.c.hasByte = false
+		return 1, nil
+	}
+	return r.c.nc.Read(p)
+}
+
+// connWriter is what c.bw writes; a failed write cancels the request, as
+// net/http's checkConnErrorWriter does.
+type connWriter struct{ c *conn }
+
+func (w connWriter) Write(p []byte) (int, error) {
+	n, err := w.c.nc.Write(p)
+	if err != nil && w.c.werr == nil {
+		w.c.werr = err
+		if w.c.cancel != nil {
+			w.c.cancel()
+		}
+	}
+	return n, err
+}
+
+// body is a request body of known length, read from the connection.
+type body struct {
+	mu     sync.Mutex
+	c      *conn
+	left   int64
+	closed bool
+	err    error // sticky: the connection is unusable after it
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return 0, http.ErrBodyReadAfterClose
+	case b.err != nil:
+		return 0, b.err
+	case b.left == 0:
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.c.br.Read(p)
+	b.left -= int64(n)
+	switch {
+	case b.left == 0:
+		b.c.armWatch()
+		return n, io.EOF
+	case err == io.EOF:
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	return nil
+}
+
+// consumed reports whether the body was read whole.
+func (b *body) consumed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.left == 0 && b.err == nil
+}
+
+// discard reads what is left of a body up to maxPostHandlerReadBytes so
+// the connection can carry the next request, as net/http does; false if
+// the connection must close instead.
+func (b *body) discard() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.left == 0:
+		return b.err == nil
+	case b.err == io.ErrUnexpectedEOF:
+		// The client ended its side: net/http counts the body as read
+		// and closes when the next request's read finds the end.
+		return true
+	case b.err != nil, b.closed, b.left > maxPostHandlerReadBytes:
+		return false
+	}
+	n, err := b.c.br.Discard(int(b.left))
+	b.left -= int64(n)
+	if err != nil {
+		b.err = err
+		return false
+	}
+	b.c.armWatch()
+	return true
+}
