@@ -55,7 +55,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (c *conn) serve() {
 	var handoff net.Conn
 	defer func() {
-		if c.br != nil && handoff == nil {
+		if c.br != nil {
+			c.br.Reset(nil)
 			readers.Put(c.br)
 		}
 		if c.bw != nil {
@@ -96,10 +97,6 @@ func (c *conn) serve() {
 				return
 			}
 			c.idle.Store(false)
-		}
-		if c.srv.shutdown.Load() {
-			c.nc.Close() // as net/http: a request racing the shutdown is dropped
-			return
 		}
 		if c.lastMethod == http.MethodPost {
 			// RFC 9112 §2.2 tolerance for clients that end a POST body
@@ -293,7 +290,8 @@ func (c *conn) closeWriteAndWait() {
 	time.Sleep(rstAvoidanceDelay)
 }
 
-// armWatch is called once the request's body is read: after watchDelay
+// armWatch is called once the request's body is read (by whichever
+// goroutine reads it): after watchDelay
 // the connection is read in the background, and the request's context is
 // cancelled if the client closed it (a client that gave up on a write
 // waiting for a drain must not have it forwarded after all). A byte read
@@ -303,8 +301,8 @@ func (c *conn) armWatch() {
 		return // the next request is already here: the client is not gone
 	}
 	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
 	c.armed = true
-	c.watchMu.Unlock()
 	if c.timer == nil {
 		c.timer = time.AfterFunc(watchDelay, c.watch)
 	} else {
@@ -340,11 +338,11 @@ func (c *conn) watch() {
 // stopWatch ends the request's watch: a read in progress is cut by an
 // expired deadline.
 func (c *conn) stopWatch() {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
 	c.armed = false
 	if !c.watching {
 		return
