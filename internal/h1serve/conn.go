@@ -188,15 +188,25 @@ func leadingCRorLF(b []byte) int {
 	return n
 }
 
-var headReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferSize) }}
+// headReader is what parse reads a head from: a buffered reader over
+// its bytes, pooled (ReadRequest wants a bufio.Reader; the connection's
+// own must keep the head's bytes unread until the fast path takes it).
+type headReader struct {
+	br *bufio.Reader
+	r  bytes.Reader
+}
+
+var headReaders = sync.Pool{New: func() any { return &headReader{br: bufio.NewReaderSize(nil, readBufferSize)} }}
 
 // parse parses a request head with net/http's own parser; nil if it
 // refuses it (net/http answers it then, on the handed-off connection).
 func parse(head []byte) *http.Request {
-	hr := headReaders.Get().(*bufio.Reader)
-	hr.Reset(bytes.NewReader(head))
-	req, err := http.ReadRequest(hr)
-	hr.Reset(nil)
+	hr := headReaders.Get().(*headReader)
+	hr.r.Reset(head)
+	hr.br.Reset(&hr.r)
+	req, err := http.ReadRequest(hr.br)
+	hr.r.Reset(nil)
+	hr.br.Reset(nil)
 	headReaders.Put(hr)
 	if err != nil {
 		return nil

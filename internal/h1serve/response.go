@@ -1,6 +1,7 @@
 package h1serve
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net/http"
@@ -326,12 +327,19 @@ func writeField(bw interface{ WriteString(string) (int, error) }, k, v string) {
 	bw.WriteString(k + ": " + v + "\r\n")
 }
 
-func writeStatusLine(bw interface{ WriteString(string) (int, error) }, code int) {
+func writeStatusLine(bw *bufio.Writer, code int) {
+	var num [3]byte
+	n := strconv.AppendInt(num[:0], int64(code), 10)
+	bw.WriteString("HTTP/1.1 ")
+	bw.Write(n)
+	bw.WriteByte(' ')
 	if text := http.StatusText(code); text != "" {
-		bw.WriteString("HTTP/1.1 " + strconv.Itoa(code) + " " + text + "\r\n")
+		bw.WriteString(text)
 	} else {
-		bw.WriteString("HTTP/1.1 " + strconv.Itoa(code) + " status code " + strconv.Itoa(code) + "\r\n")
+		bw.WriteString("status code ")
+		bw.Write(n)
 	}
+	bw.Write(crlf)
 }
 
 func bodyAllowedForStatus(code int) bool {
