@@ -271,11 +271,22 @@ gateway:
 // chunked), slow headers and too many writes in flight (503 with
 // Retry-After) are refused; the upstream sees none of them and the
 // gateway keeps answering.
+// Both of the listener's HTTP/1.1 servers hold them: the fast path and
+// net/http's (gateway.fast_path: false).
 func TestLimits(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast_path=%v", fast), func(t *testing.T) {
+			yaml := strings.Replace(limitsYAML, "  read_header_timeout:", fmt.Sprintf("  fast_path: %v\n  read_header_timeout:", fast), 1)
+			testLimits(t, yaml)
+		})
+	}
+}
+
+func testLimits(t *testing.T, yaml string) {
 	up := &seen{}
 	us := httptest.NewServer(up)
 	defer us.Close()
-	s, _ := startEdge(t, limitsYAML, us.URL)
+	s, _ := startEdge(t, yaml, us.URL)
 	gw := "http://" + s.Addr("gateway")
 	c := &http.Client{}
 	tok := map[string]string{"Fencing-Token": "1"}
