@@ -82,6 +82,14 @@ func (c *conn) serve() {
 	}
 	headLimit = min(headLimit, readBufferSize)
 
+	// A new connection's first head must be whole within the read-header
+	// timeout from the start, as net/http has it: a client that connects
+	// and sends nothing holds its connection no longer than that.
+	headDeadline := false
+	if d := f.ReadHeaderTimeout; d > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(d))
+		headDeadline = true
+	}
 	for {
 		if c.br.Buffered() == 0 && !c.hasByte {
 			c.idle.Store(true)
@@ -89,7 +97,7 @@ func (c *conn) serve() {
 				c.nc.Close()
 				return
 			}
-			if idleTimeout > 0 {
+			if idleTimeout > 0 && !headDeadline {
 				c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
 			}
 			if _, err := c.br.Peek(1); err != nil {
@@ -102,9 +110,15 @@ func (c *conn) serve() {
 			// RFC 9112 §2.2 tolerance for clients that end a POST body
 			// with an extra CRLF, as net/http has it.
 			peek, _ := c.br.Peek(min(4, c.br.Buffered()))
-			c.br.Discard(leadingCRorLF(peek))
+			if n := leadingCRorLF(peek); n > 0 {
+				c.br.Discard(n)
+				if c.br.Buffered() == 0 {
+					continue // idle again
+				}
+			}
 		}
-		head, err := c.readHead(headLimit)
+		head, err := c.readHead(headLimit, headDeadline)
+		headDeadline = false
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || c.br.Buffered() == 0 {
@@ -133,10 +147,9 @@ func (c *conn) serve() {
 }
 
 // readHead returns the next request's head, waiting for more bytes under
-// the read-header timeout; nil if it is not for the fast path (larger than
+// the read-header timeout (from now, unless deadline says one is set); nil if it is not for the fast path (larger than
 // limit, or with bare LF line ends: net/http's to judge).
-func (c *conn) readHead(limit int) ([]byte, error) {
-	deadline := false
+func (c *conn) readHead(limit int, deadline bool) ([]byte, error) {
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
 		switch end := headEnd(buf); {

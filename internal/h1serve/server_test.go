@@ -449,3 +449,63 @@ func TestShutdown(t *testing.T) {
 		}
 	}
 }
+
+// A connection that sends nothing is closed after the read-header timeout
+// (as net/http does), one idle between requests after the idle timeout,
+// and a head that trickles in is cut at the read-header timeout from its
+// first byte.
+func TestTimeouts(t *testing.T) {
+	const rht, idle = 300 * time.Millisecond, 1500 * time.Millisecond
+	fast, err := New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
+		ReadHeaderTimeout: rht, IdleTimeout: idle, ErrorLog: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t)
+	go fast.Serve(ln)
+	t.Cleanup(func() { fast.Close() })
+	// closedAfter: how long until the server closed c (at most 10 s).
+	closedAfter := func(c net.Conn, start time.Time) time.Duration {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, err := c.Read(make([]byte, 512)); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Fatal("connection still open after 10s")
+				}
+				return time.Since(start)
+			}
+		}
+	}
+	dial := func() (net.Conn, time.Time) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, time.Now()
+	}
+
+	c, start := dial()
+	if d := closedAfter(c, start); d > idle {
+		t.Errorf("silent new connection closed after %v, want the read-header timeout %v", d, rht)
+	}
+
+	c, start = dial()
+	io.WriteString(c, "PUT / HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n")
+	if d := closedAfter(c, start); d < idle || d > idle+time.Second {
+		t.Errorf("idle keep-alive connection closed after %v, want about the idle timeout %v", d, idle)
+	}
+
+	c, start = dial()
+	go func() {
+		for range 20 {
+			if _, err := io.WriteString(c, "X-Slow: 1\r\n"[:1]); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	if d := closedAfter(c, start); d > idle {
+		t.Errorf("trickled head cut after %v, want the read-header timeout %v", d, rht)
+	}
+}
