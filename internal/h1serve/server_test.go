@@ -233,6 +233,19 @@ func TestMatchesNetHTTP(t *testing.T) {
 		{"fast then handed off", put("/cl", "", "") + "PUT /echo HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n" + put("/cl", "", ""), nil, 1},
 		{"truncated body", "PUT /echo HTTP/1.1\r\nHost: gw\r\nContent-Length: 10\r\n\r\nabc", nil, 1},
 		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", nil, 0},
+
+		// Attempts at framing the two servers (or the fast path and the
+		// upstream) would read differently: refused or handed off, or
+		// read alike by the one parser both use (a folded line is joined,
+		// and the upstream gets it unfolded).
+		{"obs-fold", "PUT /echo HTTP/1.1\r\nHost: gw\r\nX-A: 1\r\n 2\r\nContent-Length: 2\r\n\r\nhi", nil, 1},
+		{"CR CR LF", "PUT /echo HTTP/1.1\r\nHost: gw\r\r\nContent-Length: 2\r\n\r\nhi", nil, 0},
+		{"space before colon", "PUT /echo HTTP/1.1\r\nHost: gw\r\nContent-Length : 2\r\n\r\nhi", nil, 0},
+		{"length and smuggled request", "PUT /echo HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\nContent-Length: 44\r\n\r\nPUT /cl HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n", nil, 0},
+		{"chunked in a list", "PUT /echo HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n", nil, 0},
+		{"NUL in target", "PUT /e\x00cho HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n", nil, 0},
+		{"lower-case method", "put /echo HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\nhi", nil, 1},
+		{"leading zeros in length", "PUT /echo HTTP/1.1\r\nHost: gw\r\nContent-Length: 002\r\n\r\nhi", nil, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
