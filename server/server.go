@@ -258,7 +258,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		// Plain HTTP/1.1 connections start on the fast path (h1serve);
 		// TLS ones, where HTTP/2 is negotiated, stay net/http's.
-		if l := s.listeners[len(s.listeners)-1]; (g.FastPath == nil || *g.FastPath) && s.tlsConfig("gateway") == nil {
+		if l := s.listeners[len(s.listeners)-1]; fastPath(g) && s.tlsConfig("gateway") == nil {
 			fast, err := h1serve.New(srv)
 			if err != nil {
 				return err
@@ -288,6 +288,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// fastPath reports whether g serves plain HTTP/1.1 on h1serve's fast path
+// (the default).
+func fastPath(g *config.Gateway) bool { return g.FastPath == nil || *g.FastPath }
 
 // listen binds addr for srv, holding at most maxConns connections at once
 // (listeners.go).
@@ -344,6 +348,9 @@ func (s *Server) Reload(cfg *config.Config) (err error) {
 		s.gw.SetRoutes(routes)
 		if cfg.Gateway.Listen != s.cfg.Gateway.Listen {
 			s.log.Warn("gateway.listen changed; restart to apply", "old", s.cfg.Gateway.Listen, "new", cfg.Gateway.Listen)
+		}
+		if fastPath(cfg.Gateway) != fastPath(s.cfg.Gateway) {
+			s.log.Warn("gateway.fast_path changed; restart to apply", "old", fastPath(s.cfg.Gateway), "new", fastPath(cfg.Gateway))
 		}
 	}
 	if !sameStore(cfg.Store, s.cfg.Store) || cfg.Fence.Mode != s.cfg.Fence.Mode {
