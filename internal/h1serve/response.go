@@ -317,13 +317,15 @@ func (w *response) finish() {
 	w.c.bw.Flush()
 }
 
+var lineBreaks = strings.NewReplacer("\r", " ", "\n", " ")
+
 // writeField writes a trailer field, its value cleaned as Header.Write
 // cleans values (no line breaks).
 func writeField(bw interface{ WriteString(string) (int, error) }, k, v string) {
 	if !httpguts.ValidHeaderFieldName(k) {
 		return
 	}
-	v = strings.TrimSpace(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
+	v = strings.TrimSpace(lineBreaks.Replace(v))
 	bw.WriteString(k + ": " + v + "\r\n")
 }
 

@@ -36,10 +36,10 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// Server serves HTTP/1.1 on a listener with Handler, and hands connections
-// it does not serve to Fallback. Fallback's Handler should be Handler;
-// its BaseContext, IdleTimeout, ReadHeaderTimeout, MaxHeaderBytes and
-// ErrorLog apply to the fast path too. Fallback must have no ReadTimeout or
+// Server serves HTTP/1.1 on a listener with its fallback server's Handler,
+// and hands the connections it does not serve to that server. The
+// fallback's BaseContext, IdleTimeout, ReadHeaderTimeout, MaxHeaderBytes
+// and ErrorLog apply to the fast path too. It must have no ReadTimeout or
 // WriteTimeout and no TLS (the fast path is for plain TCP listeners that
 // stream bodies without whole-request deadlines); New refuses one that has.
 type Server struct {
