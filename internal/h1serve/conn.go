@@ -259,7 +259,7 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	} else {
 		req.Body = b
 	}
-	w := &response{c: c, req: req, body: b, header: make(http.Header), status: 0, clen: -1}
+	w := &response{c: c, req: req, body: b, header: make(http.Header), clen: -1}
 	w.closeAfter = req.Close
 
 	if !c.runHandler(w, req) {
@@ -314,11 +314,11 @@ func (c *conn) closeWriteAndWait() {
 }
 
 // armWatch is called once the request's body is read (by whichever
-// goroutine reads it): after watchDelay
-// the connection is read in the background, and the request's context is
-// cancelled if the client closed it (a client that gave up on a write
-// waiting for a drain must not have it forwarded after all). A byte read
-// is the next pipelined request's and is kept.
+// goroutine reads it): after watchDelay the connection is read in the
+// background, and the request's context is cancelled if the client closed
+// it (a client that gave up on a write waiting for a drain must not have
+// it forwarded after all). A byte read is the next pipelined request's
+// and is kept.
 func (c *conn) armWatch() {
 	if c.br.Buffered() > 0 {
 		return // the next request is already here: the client is not gone
