@@ -74,6 +74,8 @@ func (c *conn) serve() {
 	f := c.srv.fallback
 	idleTimeout := f.IdleTimeout
 	if idleTimeout == 0 {
+		// net/http would fall back to ReadTimeout, which the fallback
+		// may not have: it would wait without limit. Fail safe instead.
 		idleTimeout = f.ReadHeaderTimeout
 	}
 	headLimit := f.MaxHeaderBytes

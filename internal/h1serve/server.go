@@ -119,19 +119,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // others to finish their request (both the fast path's and the
 // fallback's) or for ctx to end.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.shutdown.Store(true)
-	s.mu.Lock()
-	s.closing = true
-	for _, ln := range s.lns {
-		ln.Close()
-	}
-	for c := range s.conns {
-		if c.idle.Load() {
-			c.nc.Close()
-		}
-	}
-	h := s.handoff
-	s.mu.Unlock()
+	h := s.stop(false)
 	errc := make(chan error, 1)
 	go func() { errc <- s.fallback.Shutdown(ctx) }()
 	if h != nil {
@@ -139,18 +127,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		s.mu.Lock()
-		n := len(s.conns)
-		for c := range s.conns {
-			if c.idle.Load() {
-				c.nc.Close()
-			}
-		}
-		s.mu.Unlock()
-		if n == 0 {
-			break
-		}
+	for s.closeConns(false) > 0 { // a busy connection may have gone idle
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -161,20 +138,37 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return <-errc
 }
 
-// Close closes every connection at once, the fallback's too.
-func (s *Server) Close() error {
+// stop ends accepting and closes the idle connections (all of them if
+// all); it returns the hand-off listener, if Serve made one.
+func (s *Server) stop(all bool) *handoffListener {
 	s.shutdown.Store(true)
 	s.mu.Lock()
 	s.closing = true
 	for _, ln := range s.lns {
 		ln.Close()
 	}
-	for c := range s.conns {
-		c.nc.Close()
-	}
 	h := s.handoff
 	s.mu.Unlock()
-	if h != nil {
+	s.closeConns(all)
+	return h
+}
+
+// closeConns closes the idle connections (all if all) and returns how many
+// the server still has.
+func (s *Server) closeConns(all bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if all || c.idle.Load() {
+			c.nc.Close()
+		}
+	}
+	return len(s.conns)
+}
+
+// Close closes every connection at once, the fallback's too.
+func (s *Server) Close() error {
+	if h := s.stop(true); h != nil {
 		h.Close()
 	}
 	return s.fallback.Close()
