@@ -35,6 +35,31 @@ func TestParseGood(t *testing.T) {
 	if cfg.Gateway.TokenHeader != "Fencing-Token" || cfg.Admin.Listen != "127.0.0.1:9090" {
 		t.Errorf("defaults %q %q", cfg.Gateway.TokenHeader, cfg.Admin.Listen)
 	}
+	if fp := cfg.Gateway.FastPath; fp == nil || !*fp {
+		t.Errorf("gateway.fast_path %v; want the default true", fp)
+	}
+}
+
+// gateway.fast_path takes true or false, from the environment too; any
+// other value is refused, never read as either.
+func TestFastPath(t *testing.T) {
+	yaml := strings.Replace(good, "  listen: 127.0.0.1:8080\n", "  listen: 127.0.0.1:8080\n  fast_path: ${FENCEGATE_TEST_FAST}\n", 1)
+	for _, v := range []string{"false", "true"} {
+		t.Setenv("FENCEGATE_TEST_FAST", v)
+		cfg, err := Parse("fast.yaml", []byte(yaml))
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if got := *cfg.Gateway.FastPath; got != (v == "true") {
+			t.Errorf("fast_path %s read as %v", v, got)
+		}
+	}
+	for _, v := range []string{"maybe", "", "0"} {
+		t.Setenv("FENCEGATE_TEST_FAST", v)
+		if _, err := Parse("fast.yaml", []byte(yaml)); err == nil || !strings.Contains(err.Error(), "fast_path") {
+			t.Errorf("fast_path %q: error %v; want one naming the field", v, err)
+		}
+	}
 }
 
 func TestParseErrors(t *testing.T) {
