@@ -19,6 +19,7 @@
 # profile of the coordinator process), "-cpuprofile /tmp/cpu.out" (of the
 # load generator).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 secs=${1:-10}
 clients=${2:-16}

@@ -36,6 +36,7 @@
 # if present, counts the gateway's fdatasync calls when the gateway exposes
 # no fsync metric.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 secs=${1:-10}
 rounds=${2:-3}

@@ -8,6 +8,7 @@
 #
 # Usage: bench/proxy.sh [seconds per run (default 10)] [rounds (default 3)] [connections (default 32)]
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 secs=${1:-10}
 rounds=${2:-3}

@@ -15,6 +15,7 @@
 # Usage: bench/shared.sh [writes for 1 (default 30000)] [clients for 1 and 3 (default 16)]
 # FENCEGATE_BENCH_SECONDS (default 10) is the length of each side of 2 and 3.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 command -v pgbench >/dev/null || { echo "shared.sh: pgbench is missing (scripts/deps.sh installs postgresql)" >&2; exit 1; }

@@ -5,6 +5,7 @@
 #
 # Usage: bench/telemetry.sh [count (default 10)] [benchtime (default 1s)]
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 count=${1:-10}
 benchtime=${2:-1s}

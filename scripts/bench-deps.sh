@@ -5,6 +5,7 @@
 # them, and CI does not run benchmarks. Idempotent: does nothing when all is
 # present. Needs root (or sudo) on Debian/Ubuntu.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/goenv.sh"
 
 missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)

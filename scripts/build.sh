@@ -9,6 +9,7 @@
 #            "dev" when the history has no tag)
 #   GOOS, GOARCH  cross-compile as usual
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 out=${1:-$root/.cache/dist/fencegate}

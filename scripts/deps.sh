@@ -10,6 +10,7 @@
 # does nothing, not even apt-get update.
 # Needs root (or sudo) on Debian/Ubuntu.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/goenv.sh"
 
 missing=()
 # PostgreSQL server binaries live in /usr/lib/postgresql/N/bin on Debian.

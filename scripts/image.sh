@@ -15,6 +15,7 @@
 #                                      # `fencegate version` from the image)
 # Environment: VERSION (default as scripts/build.sh), GOARCH.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 

@@ -8,6 +8,7 @@
 #
 # Usage: scripts/test.sh [extra go test args, e.g. -run TestFence]
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/goenv.sh"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 phase() {

@@ -8,6 +8,7 @@
 # Usage: scripts/tools.sh            # every tool (jaeger last: ~8 min on 2 cores)
 #        scripts/tools.sh versitygw pebble staticcheck
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/goenv.sh"
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$root/.cache/bin"

@@ -1,6 +1,6 @@
 module github.com/fencegate/fencegate/tools
 
-go 1.26.8
+go 1.27.3
 
 tool (
 	github.com/Shopify/toxiproxy/v2/cmd/server
