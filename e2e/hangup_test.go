@@ -344,6 +344,7 @@ func TestHangupS3(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("A's PutObject never reached the upstream")
 	}
+	arrived := time.Now()
 	time.Sleep(hangupAfter)
 	cancel() // A's client gives up: its connection is closed
 	if err := <-errA; err == nil {
@@ -352,6 +353,8 @@ func TestHangupS3(t *testing.T) {
 	if err := putObject(t, e.worker(tokenOf(2)), key, "written-by-B"); err != nil {
 		t.Fatalf("B's PutObject: %v", err)
 	}
+	// Whatever A's write was to become has happened by now.
+	time.Sleep(hangupApply + 500*time.Millisecond - time.Since(arrived))
 	relay.mu.Lock()
 	order := strings.Join(relay.applied, ",")
 	relay.mu.Unlock()
