@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -362,4 +363,43 @@ func TestHangupS3(t *testing.T) {
 		t.Fatalf("S3 holds %q, applied in the order %q; want B's object, applied A,B", got, order)
 	}
 	waitLog(t, p, `"msg":"client_closed"`, `"resource":"`+s3Bucket+"/"+key+`"`)
+}
+
+// A gateway stopped (SIGTERM) while a write whose client hung up is still
+// with the upstream waits for it before it lets go of its fence, even past
+// a shutdown_timeout shorter than the route's: the restarted gateway has
+// no record of it, and would forward B's newer write at once.
+func TestHangupShutdownWaits(t *testing.T) {
+	up := newSlowUpstream(t)
+	p := startFencegate(t, strings.Replace(gatewayYAML(up.url), "  listen: $GATEWAY\n",
+		"  listen: $GATEWAY\n  shutdown_timeout: 100ms\n", 1))
+	const path = "/orders/hangup-shutdown"
+	conn, err := net.Dial("tcp", strings.TrimPrefix(p.URL("gateway"), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mustWrite(t, conn, rawHead("PUT", path, "gw", "Content-Length: 1")+"A")
+	up.waitArrived(t, path)
+	arrived := time.Now()
+	time.Sleep(hangupAfter)
+	conn.Close()
+	p.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("fencegate did not exit after SIGTERM")
+	}
+	if got := tokensApplied(up.rec, path); got != "1" {
+		t.Fatalf("fencegate exited before the upstream applied A's write (applied %q)", got)
+	}
+	waitLog(t, p, "waiting for admitted writes", `"writes":1`)
+	p.Restart()
+	if st, body := write(t, "PUT", p.URL("gateway")+path, "2", "B"); st != 200 {
+		t.Fatalf("B's write: %d %s", st, body)
+	}
+	time.Sleep(hangupApply - time.Since(arrived))
+	if got := tokensApplied(up.rec, path); got != "1,2" {
+		t.Fatalf("the upstream applied tokens %q; want 1,2", got)
+	}
 }
