@@ -360,22 +360,28 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		})
 		defer stop()
 	}
-	var cw *clientWriter
+	var rw *StatusWriter
 	if abortCtx != nil {
 		// An admitted write's answer is read to its end even when its
 		// client is gone: only then is the upstream known to be done
-		// with the write.
-		cw = &clientWriter{ResponseWriter: w}
-		w = cw
+		// with the write. (Both writers in one allocation.)
+		ws := &struct {
+			sw StatusWriter
+			cw clientWriter
+		}{}
+		ws.cw.ResponseWriter = w
+		ws.sw.ResponseWriter = &ws.cw
+		rw = &ws.sw
 		defer func() {
 			// Before cancel: ctx still tells a timeout or an abort
 			// (which cut the body's read) from a client gone.
-			if r.Context().Err() != nil || cw.lost.Load() || clientStopped(body, ctx) {
+			if r.Context().Err() != nil || ws.cw.lost.Load() || clientStopped(body, ctx) {
 				g.clientGone(r, rt, o)
 			}
 		}()
+	} else {
+		rw = &StatusWriter{ResponseWriter: w}
 	}
-	rw := &StatusWriter{ResponseWriter: w}
 	err := rt.upstream.Forward(rw, out)
 	o.Status = rw.Status
 	if err == nil {
