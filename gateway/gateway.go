@@ -98,7 +98,8 @@ type Outcome struct {
 	Duration time.Duration // whole request
 	Err      error
 	// ClientGone is set for an admitted write whose client went away
-	// before its answer was delivered (Decision is then client_closed).
+	// before its answer was delivered (Decision is then client_closed,
+	// or the code of a failure the forward met, such as upstream_timeout).
 	// The write still counted as in flight until the upstream was done
 	// with it: its answer read, its connection closed, or the route's
 	// timeout passed and the connection was torn down.
