@@ -376,7 +376,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		defer func() {
 			// Before cancel: ctx still tells a timeout or an abort
 			// (which cut the body's read) from a client gone.
-			if r.Context().Err() != nil || ws.cw.lost.Load() || clientStopped(body, ctx) {
+			if r.Context().Err() != nil || ws.cw.lost.Load() || clientStopped(ctx, body) {
 				g.clientGone(r, rt, o)
 			}
 		}()
@@ -411,7 +411,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		ref = fencegate.BodyTooLarge(rt.maxBody)
 	case errors.Is(err, context.DeadlineExceeded):
 		ref = fencegate.UpstreamTimeout(rt.timeout)
-	case errors.Is(r.Context().Err(), context.Canceled), clientStopped(body, ctx):
+	case errors.Is(r.Context().Err(), context.Canceled), clientStopped(ctx, body):
 		// The client went away; nobody is listening for an answer.
 		o.Decision, o.Err = "client_closed", err
 		return nil
@@ -482,7 +482,7 @@ func (g *Gateway) AdmittedWrites() int64 { return g.admitted.Load() }
 // clientStopped reports whether the forward of body under ctx failed
 // because the client stopped sending body (not the forward's timeout or
 // an abort, which cut the read themselves).
-func clientStopped(body io.ReadCloser, ctx context.Context) bool {
+func clientStopped(ctx context.Context, body io.ReadCloser) bool {
 	sb, ok := body.(*sentBody)
 	return ok && sb.failed.Load() && ctx.Err() == nil
 }
