@@ -12,8 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -143,7 +143,7 @@ func (s *Store) Close() error {
 // Ping reports whether the store can take advances: the file is usable
 // and the advance log can append (see advanceLog.health).
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.log.health(); err != nil {
+	if err := s.log.health(ctx); err != nil {
 		return err
 	}
 	return s.db.View(func(tx *bbolt.Tx) error {

@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -800,18 +801,46 @@ func (w *advanceLog) ok() {
 	}
 }
 
-// health reports why the log cannot take advances, if it cannot.
-func (w *advanceLog) health() error {
+// health reports why the log cannot take advances, if it cannot. After a
+// failure that heals, it tries: a mark written and synced proves that the
+// log appends again (a replica taken out of service by its readiness
+// probe gets no advances that would show it).
+func (w *advanceLog) health(ctx context.Context) error {
 	w.appendMu.Lock()
 	err := w.err
 	w.appendMu.Unlock()
-	if err != nil {
+	if err != nil || w.failing.Load() == nil {
 		return err
 	}
-	if p := w.failing.Load(); p != nil {
-		return *p
+	a := &advance{mark: true, done: make(chan error, 1)}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
 	}
-	return nil
+	w.queue = append(w.queue, a)
+	w.cond.Signal()
+	w.mu.Unlock()
+	select {
+	case err := <-a.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// logState is the advance log's state for the metrics: 0 appending, 1
+// failing until the cause goes away, 2 failed until restarted.
+func (w *advanceLog) logState() int {
+	w.appendMu.Lock()
+	defer w.appendMu.Unlock()
+	switch {
+	case w.err != nil:
+		return 2
+	case w.failing.Load() != nil:
+		return 1
+	}
+	return 0
 }
 
 // readCurrent reads into w.cur the bbolt records of the advances of batch
@@ -1118,4 +1147,5 @@ func (w *advanceLog) close() error {
 	return err
 }
 
-func fdatasync(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
+// fdatasync is a variable so that a test can make it fail as a disk does.
+var fdatasync = func(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
