@@ -185,6 +185,19 @@ func keysMayOverlap(a, b *Route) bool {
 	return strings.HasPrefix(pa, pb) || strings.HasPrefix(pb, pa)
 }
 
+// MayProduceKey reports whether key could be a resource key of r, judged
+// as keysMayOverlap judges two routes.
+func (r *Route) MayProduceKey(key string) bool {
+	start, bucket := keyStart(r)
+	if bucket {
+		return !strings.HasPrefix(key, "/")
+	}
+	if r.CaseInsensitive {
+		key, start = strings.ToLower(key), strings.ToLower(start)
+	}
+	return strings.HasPrefix(key, start)
+}
+
 // keyStart is the text every resource key of r starts with, and whether it
 // starts with an S3 bucket name.
 func keyStart(r *Route) (string, bool) {

@@ -25,6 +25,8 @@ type tokenSource interface {
 type tokenSources struct {
 	mu   sync.Mutex
 	byID map[string]*openSource
+	// routes are the configured routes that have a token_source.
+	routes []config.Route
 }
 
 type openSource struct {
@@ -63,7 +65,26 @@ func (s *Server) attachTokenSources(cfg *config.Config, routes []*gateway.Route)
 		}
 		routes[i].Tokens = o.verifier
 	}
+	ts.routes = slices.DeleteFunc(slices.Clone(cfg.Gateway.Routes), func(r config.Route) bool { return r.TokenSource == nil })
+	if s.coord != nil && s.coord.Foreign == nil { // set once, before serving
+		s.coord.Foreign = s.foreignSource
+	}
 	return nil
+}
+
+// foreignSource names the lock service of the first route with a
+// token_source that may produce resource as a key ("" if none): the
+// coordinator refuses leases on it.
+func (s *Server) foreignSource(resource string) string {
+	ts := &s.tokenSources
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for i := range ts.routes {
+		if r := &ts.routes[i]; r.MayProduceKey(resource) {
+			return r.TokenSource.Kind() + " (route " + r.Name + ")"
+		}
+	}
+	return ""
 }
 
 func openTokenSource(ts *config.TokenSource) (tokenSource, error) {
