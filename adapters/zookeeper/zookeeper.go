@@ -76,7 +76,7 @@ func (nopLogger) Printf(string, ...any) {}
 var errNotFound = errors.New("no lock node with this czxid")
 
 // VerifyToken implements gateway.TokenVerifier: token must be the czxid of
-// a child of the lock path of resource, that is of a lock node that exists
+// an ephemeral child of the lock path of resource, a lock node that exists
 // now (the holder's, or a waiter's; ZooKeeper keeps no history of deleted
 // nodes). The server the gateway is connected to may lag the leader, so
 // a miss is read again after a sync; a hit never needs one (a node seen
@@ -133,6 +133,12 @@ func (s *Source) find(ctx context.Context, lock string, token int64) error {
 			_, st, err := s.conn.Exists(lock + "/" + c)
 			if err != nil || st == nil {
 				results <- result{err: err}
+				return
+			}
+			if st.EphemeralOwner == 0 {
+				// Lock nodes are ephemeral; a persistent child is the
+				// path of a lock nested below (/orders/7/items).
+				results <- result{}
 				return
 			}
 			results <- result{czxid: st.Czxid}
