@@ -61,7 +61,7 @@ func quoteList(items []string) string {
 	return strings.Join(q, ", ")
 }
 
-func etcdClient(t *testing.T, endpoints ...string) *clientv3.Client {
+func etcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
