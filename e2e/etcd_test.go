@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -383,4 +385,36 @@ func etcdLeader(t *testing.T, cli *clientv3.Client, endpoints []string) int {
 	}
 	t.Fatal("no etcd member says it leads")
 	return -1
+}
+
+// TestExampleEtcdctlWorker runs examples/etcdctl-worker.sh under `etcdctl
+// lock`, twice: each run writes with its lock key's create revision, the
+// second one's newer.
+func TestExampleEtcdctlWorker(t *testing.T) {
+	etcdctl, err := exec.LookPath("etcdctl")
+	if err != nil {
+		if testenv.CI() {
+			t.Fatal("etcdctl is not installed (scripts/deps.sh installs etcd-client)")
+		}
+		t.Skip("etcdctl is not installed")
+	}
+	cluster := testenv.Etcd(t, 1)
+	rec, up := newUpstream(t)
+	p := startFencegate(t, etcdGateway(up, cluster.Endpoints))
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"v1", "v2"} {
+		cmd := exec.Command(etcdctl, "lock", resource.LockName(etcdLockPrefix, "/orders/7"), "--",
+			"bash", filepath.Join(root, "examples", "etcdctl-worker.sh"), "/orders/7", v)
+		cmd.Env = append(cmd.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+cluster.Endpoints[0], "FENCEGATE_URL="+p.URL("gateway"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("etcdctl lock -- etcdctl-worker.sh: %v\n%s", err, out)
+		}
+	}
+	toks := tokenOrder(t, rec, "/orders/7")
+	if len(toks) != 2 || toks[1] <= toks[0] {
+		t.Fatalf("upstream history: %s; want v1 then v2 with a newer token", applied(rec, "/orders/7"))
+	}
 }
