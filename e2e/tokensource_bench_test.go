@@ -68,10 +68,13 @@ fence: {fence_on_issue: false}
 
 	// issue returns a token of source for resource res, as a holder of its
 	// lock would have it.
+	var issued int
 	issue := func(source, res string) int64 {
 		switch source {
 		case "etcd":
-			r, err := ecli.Put(context.Background(), resource.LockName("/locks", res)+"/holder", "")
+			// A fresh key, as each acquisition creates one.
+			issued++
+			r, err := ecli.Put(context.Background(), fmt.Sprintf("%s/%x", resource.LockName("/locks", res), issued), "")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -122,7 +125,8 @@ fence: {fence_on_issue: false}
 	}
 	for _, source := range []string{"coord", "etcd", "zk"} {
 		b.Run(source+"/repeated", func(b *testing.B) {
-			res := "/" + source + "/repeated"
+			issued++
+			res := fmt.Sprintf("/%s/repeated-%d", source, issued)
 			token := issue(source, res)
 			put(gw+res, token)
 			b.ResetTimer()
@@ -138,7 +142,8 @@ fence: {fence_on_issue: false}
 			}
 			ws := make([]w, b.N)
 			for i := range ws {
-				ws[i].res = fmt.Sprintf("/%s/new/%d-%d", source, b.N, i)
+				issued++
+				ws[i].res = fmt.Sprintf("/%s/new/%d", source, issued)
 				ws[i].token = issue(source, ws[i].res)
 			}
 			b.StartTimer()
