@@ -81,9 +81,11 @@ type etcdHolder struct {
 }
 
 // etcdLock takes the lock of res with a session of ttl seconds, as a worker
-// would, and reads its key's create revision: the token.
-func etcdLock(ctx context.Context, cli *clientv3.Client, res string, ttl int) (*etcdHolder, error) {
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+// would, and reads its key's create revision: the token. The session keeps
+// its lease alive until sessCtx ends or it is closed or orphaned; ctx
+// bounds the wait for the lock.
+func etcdLock(sessCtx, ctx context.Context, cli *clientv3.Client, res string, ttl int) (*etcdHolder, error) {
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(sessCtx))
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +106,7 @@ func mustEtcdLock(t *testing.T, cli *clientv3.Client, res string, ttl int) *etcd
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, err := etcdLock(ctx, cli, res, ttl)
+	h, err := etcdLock(t.Context(), ctx, cli, res, ttl)
 	if err != nil {
 		t.Fatalf("etcd lock %s: %v", res, err)
 	}
@@ -207,6 +209,10 @@ func TestEtcdTokenSource(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The holder first: etcd's Mutex on /orders/3 would wait for a
+		// lock under /orders/3/ (it takes the name as a key prefix).
+		h := mustEtcdLock(t, cli, "/orders/3", 10)
+		defer h.sess.Close()
 		other := mustEtcdLock(t, cli, "/orders/30", 10)
 		defer other.sess.Close()
 		nested := mustEtcdLock(t, cli, "/orders/3/items", 10)
@@ -229,17 +235,18 @@ func TestEtcdTokenSource(t *testing.T) {
 			st, body := write(t, "PUT", gw+"/orders/3", tok(c.token), "forged")
 			wantCode(t, c.what, st, body, 409, "unknown_fencing_token")
 		}
-		h := mustEtcdLock(t, cli, "/orders/3", 10)
 		if st, body := write(t, "PUT", gw+"/orders/3", tok(h.token), "real"); st != 200 {
 			t.Fatalf("the holder's write: %d %s", st, body)
 		}
-		// Released: its key is gone but existed at its revision.
-		h.sess.Close()
-		if st, body := write(t, "PUT", gw+"/orders/3", tok(h.token), "again"); st != 200 {
-			t.Fatalf("a repeated token after release: %d %s", st, body)
-		}
-		if got, want := applied(rec, "/orders/3"), fmt.Sprintf("PUT real@%d, PUT again@%d", h.token, h.token); got != want {
+		if got, want := applied(rec, "/orders/3"), fmt.Sprintf("PUT real@%d", h.token); got != want {
 			t.Fatalf("upstream history: %s; want %s", got, want)
+		}
+		// A lock released before its first write arrived: its key is
+		// gone, but existed at its revision (the read at that revision).
+		r := mustEtcdLock(t, cli, "/orders/31", 10)
+		r.sess.Close()
+		if st, body := write(t, "PUT", gw+"/orders/31", tok(r.token), "late"); st != 200 {
+			t.Fatalf("the released holder's first write: %d %s", st, body)
 		}
 	})
 
@@ -257,7 +264,8 @@ func TestEtcdTokenSource(t *testing.T) {
 	})
 
 	// The etcd leader is killed while two workers take turns on one
-	// resource: nothing older lands after anything newer.
+	// resource, each also writing late, after its release: nothing older
+	// lands after anything newer.
 	t.Run("LeaderKilled", func(t *testing.T) {
 		const res = "/orders/9"
 		var accepted, afterKill atomic.Int64
@@ -270,7 +278,7 @@ func TestEtcdTokenSource(t *testing.T) {
 				wcli := etcdClient(t, cluster.Endpoints...)
 				for i := 0; i < 12 && ctx.Err() == nil; i++ {
 					lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
-					h, err := etcdLock(lctx, wcli, res, 2)
+					h, err := etcdLock(ctx, lctx, wcli, res, 2)
 					lcancel()
 					if err != nil {
 						time.Sleep(100 * time.Millisecond) // an election in progress
@@ -289,6 +297,12 @@ func TestEtcdTokenSource(t *testing.T) {
 					h.mu.Unlock(uctx)
 					ucancel()
 					h.sess.Close()
+					// A late write after the release (a zombie): refused
+					// once the other worker's newer token has landed.
+					st, _, err := tryWriteTimeout(gw+res, tok(h.token), fmt.Sprintf("late%d-%d", w, i), 5*time.Second)
+					if err == nil && st == 200 {
+						accepted.Add(1)
+					}
 				}
 			})
 		}
