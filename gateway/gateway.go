@@ -316,6 +316,7 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, keys []string, token int
 	if body != nil {
 		sent = body.done.Load
 	}
+	ctx = withTokenVerifier(ctx, rt.Tokens)
 	for _, key := range keys {
 		p, err := g.fence.Admit(ctx, Write{
 			Resource: key, Token: token, Owner: owner,

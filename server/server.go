@@ -55,6 +55,8 @@ type Server struct {
 
 	consoleState consoleState // operator console (console.go)
 
+	tokenSources tokenSources // routes' lock services (tokensource.go)
+
 	listeners []*listener
 }
 
@@ -126,6 +128,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 		})
 		routes, err := BuildRoutes(cfg, log, store)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.attachTokenSources(cfg, routes); err != nil {
 			return nil, err
 		}
 		s.gw.SetRoutes(routes)
@@ -231,6 +236,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "store unavailable (details in the log)", http.StatusServiceUnavailable)
 			return
 		}
+	}
+	if kind, err := s.pingTokenSources(r.Context()); err != nil {
+		s.log.Warn("readyz: token source unavailable", "source", kind, "err", err)
+		http.Error(w, "token source "+kind+" unavailable: new tokens of its routes are refused (details in the log)", http.StatusServiceUnavailable)
+		return
 	}
 	w.Write([]byte("ready\n"))
 }
@@ -345,6 +355,9 @@ func (s *Server) Reload(cfg *config.Config) (err error) {
 	if s.gw != nil {
 		routes, err := BuildRoutes(cfg, s.log, s.store)
 		if err != nil {
+			return err
+		}
+		if err := s.attachTokenSources(cfg, routes); err != nil {
 			return err
 		}
 		s.gw.SetRoutes(routes)
