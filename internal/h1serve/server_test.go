@@ -76,6 +76,11 @@ func handler(fast *atomic.Int64) http.Handler {
 			}
 			h.Set("X-Len", fmt.Sprint(len(b)))
 			w.Write(b)
+		case "/slow":
+			// Runs past the client-gone watch's delay.
+			io.ReadAll(r.Body)
+			time.Sleep(100 * time.Millisecond)
+			io.WriteString(w, "slow")
 		case "/noread":
 			io.WriteString(w, "ignored your body")
 		case "/short":
