@@ -192,7 +192,22 @@ func lean(req *http.Request) bool {
 }
 
 // RoundTrip implements http.RoundTripper.
+//
+// A request with a body is sent with Connection: close and its connection
+// is not used again. Nothing in HTTP/1.1 tells a client whether the
+// upstream read a body it answered: one that answers without reading it
+// (Python's http.server, a handler that returns early) takes the body's
+// bytes for its next request, and that request's answer would be read on
+// the pooled connection as the answer to whatever request came next,
+// another worker's. Closing keeps every answer with its own request, and
+// an upstream that honours Connection: close never reads the body as a
+// request at all (fencegate doctor finds those that answer unread).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if hasBody(req) && !req.Close {
+		r := *req
+		r.Close = true
+		req = &r
+	}
 	if !lean(req) {
 		return t.Std.RoundTrip(req)
 	}
@@ -236,6 +251,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
+}
+
+// hasBody reports whether req sends body bytes.
+func hasBody(req *http.Request) bool {
+	return req.Body != nil && req.Body != http.NoBody
 }
 
 // errResponseStarted marks a failure after some of the answer was read.
