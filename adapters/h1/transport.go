@@ -8,6 +8,7 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -97,6 +98,7 @@ type leanConn struct {
 	wdone  chan error // the body writer's result; nil: none running
 	idled  time.Time  // when it was last put in the pool
 	rleft  int64      // bytes br may still read from conn (connReader)
+	rec    *[]byte    // while an answer's head is read: the bytes read (connReader)
 }
 
 // defaultMaxHead is net/http's client limit on an answer's head, which
@@ -119,6 +121,9 @@ func (r connReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.c.conn.Read(p)
 	r.c.rleft -= int64(n)
+	if r.c.rec != nil {
+		*r.c.rec = append(*r.c.rec, p[:n]...)
+	}
 	return n, err
 }
 
@@ -540,10 +545,29 @@ func (b *readErrBody) WriteTo(w io.Writer) (int64, error) {
 // (ReverseProxy passes them on to its client: 103 Early Hints).
 func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response, error) {
 	trace := httptrace.ContextClientTrace(req.Context())
+	spell, _ := req.Context().Value(spellingKey{}).(*Spelling)
 	for interim := 0; interim < maxInterim; interim++ {
 		c.rleft = c.t.maxHead
+		var rec *[]byte
+		if spell != nil {
+			// The head's bytes as they come, for the names' spelling:
+			// those already buffered, then those read for it.
+			rec = heads.Get().(*[]byte)
+			b, _ := c.br.Peek(c.br.Buffered())
+			*rec = append((*rec)[:0], b...)
+			c.rec = rec
+		}
 		resp, err := http.ReadResponse(c.br, req)
 		c.rleft = math.MaxInt64
+		if rec != nil {
+			c.rec = nil
+			if err == nil && resp.StatusCode >= 200 {
+				spell.learn(*rec)
+			}
+			if cap(*rec) <= 64<<10 {
+				heads.Put(rec)
+			}
+		}
 		if err != nil {
 			if c.br.Buffered() > 0 || !isEOF(err) {
 				err = errors.Join(errResponseStarted, err)
@@ -698,3 +722,70 @@ func StreamBuffer() *[]byte { return streamBuffers.Get().(*[]byte) }
 
 // PutStreamBuffer returns a buffer of StreamBuffer to the pool.
 func PutStreamBuffer(b *[]byte) { streamBuffers.Put(b) }
+
+// Spelling is the header names of an upstream's final answer as the
+// upstream spelled them, where that differs from the canonical form
+// http.Header keys take. The answer's Header keeps canonical keys (the
+// gateway reads them with Get); a proxy writing the answer on takes the
+// names from here, so an answer reaches its client as the upstream sent it
+// (S3 clients such as boto3 keep x-amz-meta-* names as they come: a
+// canonicalized name changes the user metadata a worker reads). Transport
+// fills it for requests whose context carries it (WithSpelling); the
+// requests it hands to its Std transport are not recorded.
+type Spelling struct {
+	names map[string]string // canonical -> as sent; nil: all canonical
+}
+
+type spellingKey struct{}
+
+// WithSpelling returns ctx asking Transport to record the spelling of the
+// final answer's header names in s.
+func WithSpelling(ctx context.Context, s *Spelling) context.Context {
+	return context.WithValue(ctx, spellingKey{}, s)
+}
+
+// Name returns the name canonical header key k had in the answer.
+func (s *Spelling) Name(k string) string {
+	if n, ok := s.names[k]; ok {
+		return n
+	}
+	return k
+}
+
+// heads recycles the buffers that record answer heads.
+var heads = sync.Pool{New: func() any { b := make([]byte, 0, ConnBufferSize); return &b }}
+
+// learn records the spelling of the field names in head, an answer's
+// status line and fields as received (ReadResponse parsed them: they are
+// well formed up to the empty line). Where a name comes in several
+// spellings, the first is kept (the answer's Header has one key for all).
+func (s *Spelling) learn(head []byte) {
+	clear(s.names)
+	_, head, _ = bytes.Cut(head, []byte("\n")) // the status line
+	for len(head) > 0 {
+		var line []byte
+		line, head, _ = bytes.Cut(head, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 {
+			return
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			continue // a folded line's continuation
+		}
+		name, _, ok := bytes.Cut(line, []byte(":"))
+		if !ok || !httpguts.ValidHeaderFieldName(string(name)) {
+			continue
+		}
+		k := textproto.CanonicalMIMEHeaderKey(string(name))
+		if k == string(name) {
+			continue
+		}
+		if _, seen := s.names[k]; seen {
+			continue
+		}
+		if s.names == nil {
+			s.names = make(map[string]string)
+		}
+		s.names[k] = string(name)
+	}
+}
