@@ -199,4 +199,3 @@ func TestRawAnswerS3Route(t *testing.T) {
 		compareRaw(t, method, direct, through)
 	}
 }
-
