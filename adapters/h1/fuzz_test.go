@@ -149,4 +149,3 @@ func FuzzTransportMatchesStd(f *testing.F) {
 		}
 	})
 }
-

@@ -198,17 +198,21 @@ func lean(req *http.Request) bool {
 
 // RoundTrip implements http.RoundTripper.
 //
-// A request with a body is sent with Connection: close and its connection
-// is not used again. Nothing in HTTP/1.1 tells a client whether the
-// upstream read a body it answered: one that answers without reading it
-// (Python's http.server, a handler that returns early) takes the body's
-// bytes for its next request, and that request's answer would be read on
-// the pooled connection as the answer to whatever request came next,
-// another worker's. Closing keeps every answer with its own request, and
-// an upstream that honours Connection: close never reads the body as a
+// A request with a body sent over HTTP/1.1 goes with Connection: close and
+// its connection is not used again. Nothing in HTTP/1.1 tells a client
+// whether the upstream read a body it answered: one that answers without
+// reading it (Python's http.server, a handler that returns early) takes
+// the body's bytes for its next request, and that request's answer would
+// be read on the pooled connection as the answer to whatever request came
+// next, another worker's. Closing keeps every answer with its own request,
+// and an upstream that honours Connection: close never reads the body as a
 // request at all (fencegate doctor finds those that answer unread).
+// HTTP/2 frames bodies itself: requests Std may send over HTTP/2 (its
+// ForceAttemptHTTP2 set: an https upstream with upstream.tls) keep their
+// connections, and an https upstream that falls back to HTTP/1.1 there
+// does too.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if hasBody(req) && !req.Close {
+	if hasBody(req) && !req.Close && (req.URL.Scheme == "http" || !t.Std.ForceAttemptHTTP2) {
 		r := *req
 		r.Close = true
 		req = &r

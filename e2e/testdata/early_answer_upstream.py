@@ -9,7 +9,10 @@ was to close); GET /_applied answers the list as JSON. Answers to writes name
 the request they answer ("PUT /orders/a") and keep the upstream's own header
 spelling (x-amz-meta-foo, lower case), which GET /_raw also shows.
 
-Usage: python3 early_answer_upstream.py PORT
+With ignore-close it also ignores a client's Connection: close and reads
+the next request anyway.
+
+Usage: python3 early_answer_upstream.py PORT [ignore-close]
 """
 import json
 import sys
@@ -18,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 applied = []
 lock = threading.Lock()
+IGNORE_CLOSE = sys.argv[2:] == ["ignore-close"]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -50,6 +54,8 @@ class Handler(BaseHTTPRequestHandler):
         # The body is never read: the early answer.
         self.record()
         self.answer(200, "%s %s" % (self.command, self.path))
+        if IGNORE_CLOSE:
+            self.close_connection = False
 
     do_PUT = write
     do_DELETE = write
