@@ -75,9 +75,10 @@ func roundTrip(tr http.RoundTripper, url, method string) (o outcome) {
 		return outcome{Err: true}
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// net/http hands an unrequested switch on; the gateway refuses it
-		// (errUnrequestedSwitch in adapters/http), as Transport does.
+	if resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode < 100 {
+		// net/http hands an unrequested switch and a status below 100 on;
+		// the gateway refuses both (adapters/http's forward), as
+		// Transport does.
 		return outcome{Err: true}
 	}
 	b, err := io.ReadAll(resp.Body)

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -579,6 +580,11 @@ func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response
 			return nil, err
 		}
 		switch {
+		case resp.StatusCode < 100:
+			// ReadResponse takes any three digits; no such answer can be
+			// relayed (net/http's servers refuse to write it).
+			resp.Body.Close()
+			return nil, errors.Join(errResponseStarted, errors.New("upstream: malformed status "+strconv.Quote(resp.Status)))
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			resp.Body.Close()
 			return nil, errors.Join(errResponseStarted, errors.New("upstream: unexpected "+resp.Status))

@@ -100,6 +100,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) error {
 		res.Body.Close()
 		return errUnrequestedSwitch
 	}
+	if res.StatusCode < 100 {
+		// http.ReadResponse takes any three digits; WriteHeader would
+		// panic on such a code.
+		res.Body.Close()
+		return errMalformedStatus
+	}
 
 	h := w.Header()
 	copyAnswerHeader(h, res.Header, spell)
@@ -151,7 +157,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) error {
 // every request (one element: an append copies it).
 var noUserAgent = []string{""}
 
-var errUnrequestedSwitch = errors.New("upstream switched protocols without an upgrade request")
+var (
+	errUnrequestedSwitch = errors.New("upstream switched protocols without an upgrade request")
+	errMalformedStatus   = errors.New("upstream answered with a status code below 100")
+)
 
 // hopHeader reports whether k is one of RFC 2616 §13.5.1's hop-by-hop
 // headers (or Proxy-Connection, which libcurl sends), dropped both ways
