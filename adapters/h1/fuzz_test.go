@@ -143,9 +143,14 @@ func FuzzTransportMatchesStd(f *testing.F) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		for k, name := range spell.names {
-			if _, ok := resp.Header[k]; !ok || http.CanonicalHeaderKey(name) != k || !strings.Contains(string(script), name+":") {
-				t.Fatalf("spelling %q -> %q for answer %q with header %v", k, name, script, resp.Header)
+		for k, names := range spell.names {
+			if len(names) != len(resp.Header[k]) {
+				t.Fatalf("%d spellings of %q for %d values, answer %q", len(names), k, len(resp.Header[k]), script)
+			}
+			for _, name := range names {
+				if http.CanonicalHeaderKey(name) != k || !strings.Contains(string(script), name+":") {
+					t.Fatalf("spelling %q -> %q for answer %q with header %v", k, name, script, resp.Header)
+				}
 			}
 		}
 	})

@@ -743,7 +743,10 @@ func PutStreamBuffer(b *[]byte) { streamBuffers.Put(b) }
 // fills it for requests whose context carries it (WithSpelling); the
 // requests it hands to its Std transport are not recorded.
 type Spelling struct {
-	names map[string]string // canonical -> as sent; nil: all canonical
+	// names holds, for each canonical key some line of which was spelled
+	// otherwise, the spelling of each of its lines in order (one per value
+	// of the Header's key); nil: every name was canonical.
+	names map[string][]string
 }
 
 type spellingKey struct{}
@@ -754,12 +757,14 @@ func WithSpelling(ctx context.Context, s *Spelling) context.Context {
 	return context.WithValue(ctx, spellingKey{}, s)
 }
 
-// Name returns the name canonical header key k had in the answer.
-func (s *Spelling) Name(k string) string {
-	if n, ok := s.names[k]; ok {
-		return n
+// Names returns the name of each line of canonical header key k as the
+// upstream spelled it, in the order of the key's values; nil if every line
+// of k was spelled canonically (or s is nil).
+func (s *Spelling) Names(k string) []string {
+	if s == nil {
+		return nil
 	}
-	return k
+	return s.names[k]
 }
 
 // heads recycles the buffers that record answer heads.
@@ -767,35 +772,47 @@ var heads = sync.Pool{New: func() any { b := make([]byte, 0, ConnBufferSize); re
 
 // learn records the spelling of the field names in head, an answer's
 // status line and fields as received (ReadResponse parsed them: they are
-// well formed up to the empty line). Where a name comes in several
-// spellings, the first is kept (the answer's Header has one key for all).
+// well formed up to the empty line).
 func (s *Spelling) learn(head []byte) {
-	clear(s.names)
+	s.names = nil
 	_, head, _ = bytes.Cut(head, []byte("\n")) // the status line
+	type line struct{ canon, name string }
+	var lines []line // every field line, once a name is not canonical
+	odd := false
 	for len(head) > 0 {
-		var line []byte
-		line, head, _ = bytes.Cut(head, []byte("\n"))
-		line = bytes.TrimSuffix(line, []byte("\r"))
-		if len(line) == 0 {
-			return
+		var l []byte
+		l, head, _ = bytes.Cut(head, []byte("\n"))
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) == 0 {
+			break
 		}
-		if line[0] == ' ' || line[0] == '\t' {
+		if l[0] == ' ' || l[0] == '\t' {
 			continue // a folded line's continuation
 		}
-		name, _, ok := bytes.Cut(line, []byte(":"))
+		name, _, ok := bytes.Cut(l, []byte(":"))
 		if !ok || !httpguts.ValidHeaderFieldName(string(name)) {
 			continue
 		}
 		k := textproto.CanonicalMIMEHeaderKey(string(name))
-		if k == string(name) {
-			continue
+		odd = odd || k != string(name)
+		lines = append(lines, line{k, string(name)})
+	}
+	if !odd {
+		return
+	}
+	var spelled map[string]bool
+	for _, l := range lines {
+		if l.canon != l.name {
+			if spelled == nil {
+				spelled = make(map[string]bool)
+			}
+			spelled[l.canon] = true
 		}
-		if _, seen := s.names[k]; seen {
-			continue
+	}
+	s.names = make(map[string][]string, len(spelled))
+	for _, l := range lines {
+		if spelled[l.canon] {
+			s.names[l.canon] = append(s.names[l.canon], l.name)
 		}
-		if s.names == nil {
-			s.names = make(map[string]string)
-		}
-		s.names[k] = string(name)
 	}
 }

@@ -195,9 +195,9 @@ func requestHeader(in http.Header) http.Header {
 // hop-by-hop headers and those its Connection names. Those are the
 // answer's own: a header dst already holds (set by the gateway) stays,
 // whatever the upstream's Connection says, as with ReverseProxy. src's
-// keys are canonical (http.ReadResponse made them); each goes to dst as
-// the upstream spelled it (spell), but for those the server writing the
-// answer looks up by their canonical key (serverOwned). src's value slices
+// keys are canonical (http.ReadResponse made them); each line goes to dst
+// as the upstream spelled its name (spell), but for the fields the server
+// writing the answer looks up by their canonical key (serverOwned). src's value slices
 // are taken over where dst has none (src is not used after).
 func copyAnswerHeader(dst, src http.Header, spell *h1.Spelling) {
 	dropConnectionNamed(src, src["Connection"])
@@ -209,10 +209,16 @@ func copyAnswerHeader(dst, src http.Header, spell *h1.Spelling) {
 			dst[k] = append(prev, vv...)
 			continue
 		}
-		if !serverOwned(k) {
-			k = spell.Name(k)
+		names := spell.Names(k)
+		if names == nil || len(names) != len(vv) || serverOwned(k) {
+			dst[k] = vv
+			continue
 		}
-		dst[k] = vv
+		// Each line under its own spelling (VersityGW sends
+		// X-Amz-Request-Id and x-amz-request-id both).
+		for i, v := range vv {
+			dst[names[i]] = append(dst[names[i]], v)
+		}
 	}
 }
 
