@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"golang.org/x/net/http/httpguts"
 )
 
 var fuzzMethods = []string{"GET", "PUT", "POST", "DELETE", "HEAD"}
@@ -26,6 +27,10 @@ func fuzzRequest(method byte, path, query, hname, hval string, length int64, pay
 		return nil
 	}
 	if hname != "" {
+		// A field net/http's client would refuse to send is no request.
+		if !httpguts.ValidHeaderFieldName(hname) || !httpguts.ValidHeaderFieldValue(hval) {
+			return nil
+		}
 		r.Header[http.CanonicalHeaderKey(hname)] = []string{hval}
 	}
 	r.Header.Set("X-Amz-Content-Sha256", payload)
