@@ -23,6 +23,8 @@ TARGETS=(
   "./adapters/h1 FuzzTransportMatchesStd"        # the upstream client against http.Transport
   "./adapters/s3 FuzzSigV4Verify"                # SDK-signed requests verify; changed ones do not
   "./adapters/s3 FuzzUpstreamSignerMatchesSDK"   # the upstream signer against the SDK's
+  "./adapters/bolt FuzzDecodeRecord"            # advance-log records: no panic, no record failing its checksum
+  "./adapters/bolt FuzzSegment"
   "./adapters/s3 FuzzParseDeleteObjects"
   "./adapters/s3 FuzzQueryHas"
   "./gateway FuzzMethod"
