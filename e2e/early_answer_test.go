@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -31,15 +30,8 @@ func startEarlyUpstream(t *testing.T) string {
 
 func earlyApplieds(t *testing.T, upstream string) []earlyApplied {
 	t.Helper()
-	resp, err := http.Get(upstream + "/_applied")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var a []earlyApplied
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-		t.Fatal(err)
-	}
+	getJSON(t, upstream+"/_applied", &a)
 	return a
 }
 

@@ -25,12 +25,8 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 		if rc.Upstream == nil || rc.Precondition != "etag" {
 			continue
 		}
-		p := path
+		p := probePath(rc, path, "")
 		if p == "" {
-			p = rc.Upstream.CheckPath
-		}
-		if p == "" {
-			fmt.Printf("route %s: skipped (no -path and no upstream.check_path)\n", rc.Name)
 			continue
 		}
 		checked++
@@ -65,12 +61,8 @@ func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (c
 		if rc.Upstream == nil {
 			continue
 		}
-		p := path
+		p := probePath(rc, path, " unread-body probe")
 		if p == "" {
-			p = rc.Upstream.CheckPath
-		}
-		if p == "" {
-			fmt.Printf("route %s: skipped unread-body probe (no --path and no upstream.check_path)\n", rc.Name)
 			continue
 		}
 		checked++
@@ -100,4 +92,17 @@ func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (c
 		}
 	}
 	return checked, failed
+}
+
+// probePath is the path prefix of an HTTP route's probe objects: path, else
+// the route's upstream.check_path; "" (and a line saying the probe, what,
+// was skipped) if neither is set.
+func probePath(rc config.Route, path, what string) string {
+	if path == "" {
+		path = rc.Upstream.CheckPath
+	}
+	if path == "" {
+		fmt.Printf("route %s: skipped%s (no -path and no upstream.check_path)\n", rc.Name, what)
+	}
+	return path
 }
