@@ -31,6 +31,14 @@ func fuzzRequest(method byte, path, query, hname, hval string, length int64, pay
 		if !httpguts.ValidHeaderFieldName(hname) || !httpguts.ValidHeaderFieldValue(hval) {
 			return nil
 		}
+		// The verifier folds every run of white space in a value to one
+		// space (strings.Fields, as botocore's ' '.join(v.split())); the
+		// Go SDK folds runs of spaces only and keeps an inner tab or
+		// Unicode space. Such a request signed by the Go SDK is refused
+		// (fails closed): a known difference, not compared here.
+		if strings.Join(strings.Fields(hval), " ") != strings.TrimSpace(stripExcessSpaces(hval)) {
+			return nil
+		}
 		r.Header[http.CanonicalHeaderKey(hname)] = []string{hval}
 	}
 	r.Header.Set("X-Amz-Content-Sha256", payload)
