@@ -175,9 +175,9 @@ func (p *pair) compareTolerant(tb testing.TB, steps []string, gap time.Duration,
 		for i := range min(len(got), len(want)) {
 			if i > 0 && got[i].Status == http.StatusRequestHeaderFieldsTooLarge && want[i].Status != got[i].Status &&
 				reflect.DeepEqual(got[:i], want[:i]) {
-				got, want = got[:i], want[:i]
+				// Up to there the same; net/http may have served more.
 				for range 50 {
-					if p.stockReqs.len() == p.fastReqs.len()+len(want)-i {
+					if p.stockReqs.len() >= p.fastReqs.len() {
 						break
 					}
 					time.Sleep(10 * time.Millisecond)
