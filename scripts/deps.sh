@@ -35,9 +35,15 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 # its own site-packages.
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
 /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
+# nginx with its DAV modules, and litmus (the WebDAV server test suite):
+# WebDAV namespace operations through the gateway (internal/testenv/nginx.go,
+# internal/testenv/litmus.go).
+[ -x /usr/sbin/nginx ] || missing+=(nginx)
+[ -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ] || missing+=(libnginx-mod-http-dav-ext)
+command -v litmus >/dev/null 2>&1 || missing+=(litmus)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, nginx, libnginx-mod-http-dav-ext, litmus)"
   exit 0
 fi
 
