@@ -76,4 +76,3 @@ func runLitmus(t *testing.T, bin, url string) string {
 	_ = err
 	return string(out)
 }
-
