@@ -42,8 +42,15 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 [ -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ] || missing+=(libnginx-mod-http-dav-ext)
 command -v litmus >/dev/null 2>&1 || missing+=(litmus)
 
+# The lock services of the token_source tests: etcd (a three-member cluster,
+# internal/testenv/etcd.go), etcdctl (examples/etcdctl-worker.sh) and
+# ZooKeeper (internal/testenv/zookeeper.go, a Java server).
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, nginx, libnginx-mod-http-dav-ext, litmus)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, etcd-server, etcd-client, zookeeper, nginx, libnginx-mod-http-dav-ext, litmus)"
   exit 0
 fi
 
