@@ -90,3 +90,36 @@ func TestDestination(t *testing.T) {
 		}
 	}
 }
+
+// TestPreserveHost: upstream.preserve_host sends the client's Host
+// upstream (with the Destination naming it, as the client sent it);
+// without it the upstream gets its own host.
+func TestPreserveHost(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		var host, dest string
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			host, dest = r.Host, r.Header.Get("Destination")
+			w.WriteHeader(http.StatusCreated)
+		})
+		route := "    - name: dav\n      match: {path_prefix: /dav/}\n      upstream: {url: UPSTREAM"
+		if keep {
+			route += ", preserve_host: true"
+		}
+		g := newTestGatewayFor(t, route+"}\n      resource: \"{path}\"\n", h)
+		req, _ := http.NewRequest("MOVE", g.URL+"/dav/a", nil)
+		req.Host = "files.example"
+		req.Header.Set("Fencing-Token", "1")
+		req.Header.Set("Destination", "http://files.example/dav/b")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("preserve_host %v: MOVE %d", keep, resp.StatusCode)
+		}
+		if (host == "files.example") != keep || dest != "http://files.example/dav/b" {
+			t.Fatalf("preserve_host %v: upstream saw Host %q, Destination %q", keep, host, dest)
+		}
+	}
+}
