@@ -35,6 +35,13 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 # its own site-packages.
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
 /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
+# nginx with its DAV modules, and litmus (the WebDAV server test suite):
+# WebDAV namespace operations through the gateway (internal/testenv/nginx.go,
+# internal/testenv/litmus.go).
+[ -x /usr/sbin/nginx ] || missing+=(nginx)
+[ -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ] || missing+=(libnginx-mod-http-dav-ext)
+command -v litmus >/dev/null 2>&1 || missing+=(litmus)
+
 # The lock services of the token_source tests: etcd (a three-member cluster,
 # internal/testenv/etcd.go), etcdctl (examples/etcdctl-worker.sh) and
 # ZooKeeper (internal/testenv/zookeeper.go, a Java server).
@@ -43,7 +50,7 @@ command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, etcd-server, etcd-client, zookeeper)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, etcd-server, etcd-client, zookeeper, nginx, libnginx-mod-http-dav-ext, litmus)"
   exit 0
 fi
 
