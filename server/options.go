@@ -66,6 +66,7 @@ func S3Options(rc config.Route, tokenHeader string) s3.Options {
 		PreconditionETag:  rc.Precondition == "etag",
 		Stamp:             c.Stamp,
 		StampHeader:       c.StampHeader,
+		FenceBucketConfig: c.BucketConfig == "fence",
 		TokenHeader:       tokenHeader,
 	}
 	for _, cl := range c.Clients {
