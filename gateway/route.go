@@ -40,6 +40,20 @@ type Inspection struct {
 	Objects []map[string]string
 	// Owner is the authenticated identity, for logs and fence bookkeeping.
 	Owner string
+	// Collection, if set, holds the variables of the collection the
+	// request's objects belong to (S3: the bucket). Its key is the
+	// template expanded up to the level of the variables it lacks
+	// (resource.Template.ExpandPrefix): with "{bucket}/{key}", the
+	// bucket's name; the objects' keys are below it. A write of objects is
+	// then checked against the collection's fence too, and a write of the
+	// collection (WritesCollection) against every object's below it.
+	Collection map[string]string
+	// WritesCollection: the request writes the collection itself, which
+	// may change every object in it (S3: CreateBucket, DeleteBucket, a
+	// bucket configuration write); it names no object, and is fenced on
+	// the collection's key (on the one key of a template without member
+	// variables, such as "{bucket}").
+	WritesCollection bool
 	// State, if set, is handed back to the upstream's Forward (in
 	// Request.Inspected), so that what Inspect verified (S3: the worker's
 	// signature, at one clock reading) is not verified again.
@@ -244,6 +258,13 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 		if vs := h.Values(name); len(vs) > 1 || (len(vs) == 1 && strings.Contains(vs[0], ",")) {
 			return nil, fencegate.InvalidResource("%s feeds the resource key and must be sent once, as a single value", name)
 		}
+	}
+	if insp.WritesCollection {
+		k, ferr := rt.collectionKey(rv, insp.Collection)
+		if ferr != nil {
+			return nil, ferr
+		}
+		return []string{k}, nil
 	}
 	objects := insp.Objects
 	if objects == nil {

@@ -252,6 +252,11 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	insp := gateway.Inspection{Owner: a.accessKey, State: &inspected{auth: a, key: key, target: t}}
 	if t.bucket != "" {
 		insp.Vars = u.vars(t.bucket, t.key)
+		// The bucket is the collection of its objects: a write of the
+		// bucket itself is fenced on the bucket's key, hierarchically
+		// with its objects' keys.
+		insp.Collection = map[string]string{"bucket": t.bucket}
+		insp.WritesCollection = t.op == opBucket || t.op == opBucketConfig
 	}
 	if t.op == opDeleteObjects {
 		d, err := readDeleteObjects(r)
