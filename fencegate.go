@@ -76,6 +76,10 @@ const (
 	CodeTokenOutOfRange = "token_out_of_range"
 	// CodeInternal: a failure inside fencegate with no better code. 500.
 	CodeInternal = "internal_error"
+	// CodeForeignDestination: a request whose Destination (WebDAV COPY,
+	// MOVE) is not a resource of the route fencing it (another host,
+	// another route, no route): the gateway cannot fence that write. 400.
+	CodeForeignDestination = "foreign_destination"
 )
 
 // Error is a refusal made by fencegate itself (not by an upstream). Its JSON

@@ -105,6 +105,16 @@ type Route struct {
 	// reload that changes them is refused unless key_version changes too,
 	// because every resource would move to a fresh, empty fence. Default 0.
 	KeyVersion int `yaml:"key_version"`
+	// DestinationMethods are the methods whose Destination header names a
+	// second resource the request writes (WebDAV COPY and MOVE), fenced
+	// with the same token. Nil: COPY and MOVE where the route fences them
+	// and its key comes from the path; empty: none.
+	DestinationMethods []string `yaml:"destination_methods"`
+	// Hierarchical makes the route's resource keys a hierarchy separated
+	// by '/': a write is refused when a key above or below it holds a newer
+	// token (gateway.Scope). Nil: on where the route fences COPY or MOVE
+	// and its key comes from the path, in fence mode local.
+	Hierarchical *bool `yaml:"hierarchical"`
 }
 
 // Match selects requests; every set field must match.
@@ -129,6 +139,10 @@ type Upstream struct {
 	// start (and `fencegate doctor`) to verify that the upstream honours
 	// conditional writes, racing ones included.
 	CheckPath string `yaml:"check_path"`
+	// PreserveHost sends the client's Host header upstream instead of the
+	// upstream URL's host, for upstreams that compare URLs a request
+	// carries (WebDAV Destination, If:) with its Host. Default false.
+	PreserveHost bool `yaml:"preserve_host"`
 }
 
 // S3 is an S3 upstream; see adapters/s3.
@@ -536,6 +550,11 @@ func (c *Config) Validate() Errors {
 	case "shared":
 		if c.Store.Postgres == nil {
 			add("fence.mode", "shared needs store.postgres (several gateways share one database)")
+		}
+		for i, r := range c.Gateway.Routes {
+			if r.Hierarchical != nil && *r.Hierarchical {
+				add(fmt.Sprintf("gateway.routes[%d].hierarchical", i), "needs fence mode local (the shared fence has no hierarchical keys yet)")
+			}
 		}
 		if n := c.Fence.MarkerConns; n < 1 || n > 64 {
 			add("fence.marker_conns", "must be between 1 and 64, not %d", n)

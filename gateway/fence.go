@@ -43,6 +43,50 @@ type Write struct {
 	// BodySent reports whether the request body has been fully handed to the
 	// upstream connection. Nil means "yes" (no abort possible).
 	BodySent func() bool
+	// Scope says which fences around Resource the write is checked against
+	// (hierarchical keys); the zero value checks Resource alone.
+	Scope Scope
+}
+
+// Scope is how a write relates to the keys around its resource in a
+// hierarchy of keys, where the keys below a key K (its members) are those
+// that start with K+"/" (resource.Parents lists the keys above one). A
+// request that changes a collection and may change its members (a WebDAV
+// DELETE or MOVE of a collection, an S3 bucket-level write) is admitted on
+// its key with ScopeTree; a request that changes one member is admitted on
+// its own key and, with ScopeMember, on the key of every collection above
+// it. Together they give: a write is refused when a newer token was
+// accepted for a key above it or, with ScopeTree, below it; it waits for
+// older writes in flight on those keys (I2); and a collection write raises
+// the collection's key, so a stale member write after it is refused. All
+// of a request's admissions go in key order (a collection's key sorts
+// before its members'), which keeps waits free of cycles.
+type Scope uint8
+
+const (
+	// ScopeKey checks the write against Resource's own fence only.
+	ScopeKey Scope = iota
+	// ScopeTree checks the write against Resource's fence and the
+	// fences of every key below it: refused if any holds a newer token,
+	// and it waits for older writes in flight on any of them. It advances
+	// Resource's fence like ScopeKey.
+	ScopeTree
+	// ScopeMember admits a write to a key below Resource: it is refused
+	// if Resource's fence is newer than the token, waits for older
+	// ScopeKey and ScopeTree writes in flight on Resource, and records the
+	// token as accepted below Resource (so a later, older ScopeTree write
+	// of Resource is refused). It never advances Resource's own fence.
+	// The write must also be admitted on its own key.
+	ScopeMember
+)
+
+// MemberStore is implemented by stores that can report the highest token
+// recorded for the keys below a collection; a LocalFence needs it for
+// ScopeTree writes (it asks once per key while the key is cached).
+type MemberStore interface {
+	// HighestBelow returns the highest token of every record whose
+	// resource starts with prefix (0 if none).
+	HighestBelow(ctx context.Context, prefix string) (int64, error)
 }
 
 // A Permit is held while an admitted write is in flight. Release must be

@@ -184,6 +184,17 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if ref != nil {
 		return rt, ref
 	}
+	var dest string // the Destination's key, if the request names one
+	if rt.dest[r.Method] {
+		if r, dest, ref = g.destination(r, rt, host, insp); ref != nil {
+			return rt, ref
+		}
+		if dest != "" {
+			if i, found := slices.BinarySearch(keys, dest); !found {
+				keys = slices.Insert(keys, i, dest)
+			}
+		}
+	}
 	req.Resources = keys
 	o.Resource = strings.Join(keys, ",")
 	if ref := authorize(id, keys); ref != nil {
@@ -215,7 +226,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	defer abort(nil)
 	fenceStart := time.Now()
 	var one [1]Permit
-	permits, err := g.admit(r.Context(), rt, keys, token, insp.Owner, body, abort, o, one[:0])
+	permits, err := g.admit(r.Context(), rt, host, keys, token, insp.Owner, body, abort, o, one[:0])
 	defer func() {
 		for _, p := range permits {
 			p.Release()
@@ -231,6 +242,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 		ref := fencegate.AsError(err)
 		if ref.Resource == "" {
 			ref.Resource = o.Resource
+		}
+		if dest != "" && o.Resource == dest && ref.Code == fencegate.CodeUnknownToken {
+			ref.Message += "; the request writes its Destination too, with the same token, which was never issued for the Destination's key " +
+				"(a move inside one owner's tree needs the tree under one key: a coarser resource template)"
 		}
 		return rt, ref
 	}
@@ -280,21 +295,23 @@ func readSmallBody(r *http.Request) ([]byte, *fencegate.Error) {
 // two multi-resource requests cannot wait on each other. It returns the
 // permits it got (appended to permits), to be released, and on failure sets
 // o.Resource to the key that failed.
-func (g *Gateway) admit(ctx context.Context, rt *Route, keys []string, token int64, owner string,
+func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []string, token int64, owner string,
 	body *sentBody, abort context.CancelCauseFunc, o *Outcome, permits []Permit) ([]Permit, error) {
 	var sent func() bool // nil: the body is whole in memory, or absent
 	if body != nil {
 		sent = body.done.Load
 	}
-	for _, key := range keys {
+	var buf [8]admission
+	for _, a := range rt.admissions(host, keys, buf[:0]) {
 		p, err := g.fence.Admit(ctx, Write{
-			Resource: key, Token: token, Owner: owner,
+			Resource: a.key, Token: token, Owner: owner,
 			DrainTimeout: rt.drainTimeout,
 			Abort:        abort,
 			BodySent:     sent,
+			Scope:        a.scope,
 		})
 		if err != nil {
-			o.Resource = key
+			o.Resource = a.key
 			return permits, err
 		}
 		permits = append(permits, p)

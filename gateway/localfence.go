@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // LocalFence is the fence of a gateway that is the only writer for its
@@ -92,20 +94,35 @@ type fenceEntry struct {
 	// advancing is non-nil while an advance is being made durable; writes
 	// for this resource wait for it and then decide again.
 	advancing chan struct{}
+	// scanning is non-nil while below is read from the store (a ScopeTree
+	// write); ScopeTree writes wait for it.
+	scanning chan struct{}
+
+	// below is the highest token accepted for a key below this one
+	// (Scope): what the store held when belowKnown was set, raised by every
+	// ScopeMember write since. It is derived from durable records (each
+	// member write made its own key's advance durable), so it need not be
+	// written anywhere; an evicted entry reads it again.
+	below      int64
+	belowKnown bool
 
 	// inflight lists the writes in flight (linked through flight.prev and
 	// next: no allocation per write, nothing kept when idle); flying
 	// counts them.
 	inflight *flight
 	flying   int
-	older    int           // in-flight writes with a token below highest
+	older    int           // in-flight writes marked older (flight.older)
 	drained  chan struct{} // closed when older drops to 0
 }
 
 type flight struct {
-	sh       *fenceShard
-	e        int32 // index in sh.entries
-	token    int64
+	sh    *fenceShard
+	e     int32 // index in sh.entries
+	token int64
+	scope Scope
+	// older is set (by recount) while a newer write on this entry waits
+	// for this one: its token is below the entry's level for its scope.
+	older    bool
 	abort    func(cause error)
 	bodySent func() bool
 	once     sync.Once
@@ -180,10 +197,40 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			}
 			continue
 		}
+		switch w.Scope {
+		case ScopeTree:
+			if !e.belowKnown {
+				if err := f.scanBelow(ctx, sh, i, w.Resource); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if w.Token < e.below && e.below > e.highest {
+				below := e.below
+				sh.mu.Unlock()
+				ref := fencegate.StaleError(w.Resource, w.Token, below)
+				ref.Message += " (for a key below it)"
+				return nil, ref
+			}
+		case ScopeMember:
+			if w.Token < e.highest {
+				highest := e.highest
+				sh.mu.Unlock()
+				ref := fencegate.StaleError(w.Resource, w.Token, highest)
+				ref.Message += " (a collection above the key written)"
+				return nil, ref
+			}
+			if w.Token > e.below {
+				e.below = w.Token
+				e.recount()
+			}
+		}
 		switch highest := e.highest; {
 		case w.Token < highest:
 			sh.mu.Unlock()
 			return nil, fencegate.StaleError(w.Resource, w.Token, highest)
+		case w.Token > highest && w.Scope == ScopeMember:
+			// A member write never advances the collection's own fence.
 		case w.Token > highest:
 			if f.verify != nil && !verified {
 				sh.mu.Unlock()
@@ -220,7 +267,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			}
 			continue
 		}
-		fl := &flight{sh: sh, e: i, token: w.Token, abort: w.Abort, bodySent: w.BodySent}
+		fl := &flight{sh: sh, e: i, token: w.Token, scope: w.Scope, abort: w.Abort, bodySent: w.BodySent}
 		e.fly(fl)
 		sh.mu.Unlock()
 		return fl, nil
@@ -281,7 +328,7 @@ func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, i int32, resou
 	e.advancing = nil
 	if err == nil && st.Highest > e.highest {
 		sh.setState(i, resource, st)
-		e.supersede()
+		e.recount()
 	}
 	close(ch)
 	sh.mu.Unlock()
@@ -291,18 +338,74 @@ func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, i int32, resou
 	return nil
 }
 
-// supersede marks every write in flight as older than the new highest token,
-// and aborts those whose request bodies have not been fully sent. Called with
-// the shard lock held.
-func (e *fenceEntry) supersede() {
-	e.older = e.flying
-	if e.older > 0 && e.drained == nil {
-		e.drained = make(chan struct{})
+// scanBelow reads from the store the highest token recorded below
+// resource, entry i. Called with sh.mu held; returns with it released.
+func (f *LocalFence) scanBelow(ctx context.Context, sh *fenceShard, i int32, res string) error {
+	if ch := sh.entries[i].scanning; ch != nil {
+		sh.mu.Unlock()
+		return wait(ctx, ch, nil)
 	}
+	ms, ok := f.store.(MemberStore)
+	if !ok {
+		sh.mu.Unlock()
+		return fencegate.Unavailable(res, errors.New("the store cannot read the fences below a key (hierarchical route)"))
+	}
+	ch := make(chan struct{})
+	sh.entries[i].scanning = ch
+	sh.mu.Unlock()
+
+	// Detached and bounded like a load: other writers may wait on it.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
+	below, err := ms.HighestBelow(sctx, resource.MemberPrefix(res))
+	cancel()
+
+	sh.mu.Lock()
+	e := &sh.entries[i]
+	e.scanning = nil
+	if err == nil {
+		e.belowKnown = true
+		if below > e.below {
+			e.below = below
+			e.recount()
+		}
+	}
+	close(ch)
+	sh.mu.Unlock()
+	if err != nil {
+		return fencegate.Unavailable(res, fmt.Errorf("read fences below: %w", err))
+	}
+	return nil
+}
+
+// recount marks the writes in flight that a newer write must wait for
+// (I2): those whose token is below the entry's level for their scope, the
+// highest token for ScopeKey and ScopeMember writes, and for ScopeTree
+// writes also the highest token accepted below. It aborts those whose
+// request bodies have not been fully sent. Called with the shard lock
+// held, after a level rose.
+func (e *fenceEntry) recount() {
+	n := 0
 	for fl := e.inflight; fl != nil; fl = fl.next {
+		level := e.highest
+		if fl.scope == ScopeTree {
+			level = max(level, e.below)
+		}
+		fl.older = fl.token < level
+		if !fl.older {
+			continue
+		}
+		n++
 		if fl.abort != nil && fl.bodySent != nil && !fl.bodySent() {
 			fl.abort(ErrSuperseded)
 		}
+	}
+	e.older = n
+	switch {
+	case n > 0 && e.drained == nil:
+		e.drained = make(chan struct{})
+	case n == 0 && e.drained != nil:
+		close(e.drained)
+		e.drained = nil
 	}
 }
 
@@ -313,7 +416,7 @@ func (fl *flight) Release() {
 		sh.mu.Lock()
 		e := &sh.entries[fl.e]
 		e.land(fl)
-		if fl.token < e.highest {
+		if fl.older {
 			e.older--
 			if e.older == 0 {
 				close(e.drained)
@@ -477,7 +580,7 @@ func (sh *fenceShard) evict() {
 	for i := sh.tail; i >= 0 && sh.n > sh.max; {
 		e := &sh.entries[i]
 		prev := e.prev
-		if e.flying == 0 && e.loading == nil && e.advancing == nil {
+		if e.flying == 0 && e.loading == nil && e.advancing == nil && e.scanning == nil {
 			sh.remove(i)
 		}
 		i = prev

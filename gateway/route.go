@@ -87,6 +87,11 @@ type Route struct {
 	timeout      time.Duration
 	drainTimeout time.Duration
 
+	// hier: the route's keys form a hierarchy (Scope); dest: the methods
+	// whose Destination header names a second key the request writes.
+	hier bool
+	dest map[string]bool
+
 	upstream  Upstream
 	inspector Inspector
 	errWriter ErrorWriter
@@ -136,6 +141,15 @@ type RouteOptions struct {
 	// MaxInflightWrites caps the fenced writes forwarded at once (503
 	// too_many_writes beyond); 0: no cap.
 	MaxInflightWrites int
+	// DestinationMethods are the methods whose Destination header (RFC
+	// 4918 §10.3) names a second resource the request writes: it is fenced
+	// too, with the same token. Nil: COPY and MOVE, where the route fences
+	// them and its keys come from the path; empty: none.
+	DestinationMethods []string
+	// Hierarchical makes the route's keys a hierarchy (Scope): a write is
+	// checked against the keys above it and below it. Nil: on where the
+	// route fences COPY or MOVE (WebDAV) and its keys come from the path.
+	Hierarchical *bool
 }
 
 // NewRoute compiles a route around its upstream. Method names must be in
@@ -195,6 +209,23 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 	}
 	if rt.timeout <= 0 {
 		rt.timeout = fencegate.DefaultUpstreamTimeout
+	}
+	dav := tmpl.Uses("path") && (rt.fences("COPY") || rt.fences("MOVE"))
+	switch {
+	case c.DestinationMethods == nil && dav:
+		c.DestinationMethods = []string{"COPY", "MOVE"}
+	}
+	for _, m := range c.DestinationMethods {
+		if rt.fences(m) {
+			if rt.dest == nil {
+				rt.dest = make(map[string]bool)
+			}
+			rt.dest[m] = true
+		}
+	}
+	rt.hier = dav
+	if c.Hierarchical != nil {
+		rt.hier = *c.Hierarchical
 	}
 	rt.inspector, _ = up.(Inspector)
 	rt.errWriter, _ = up.(ErrorWriter)
@@ -286,6 +317,41 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
+}
+
+// Hierarchical reports whether the route's keys form a hierarchy (Scope).
+func (rt *Route) Hierarchical() bool { return rt.hier }
+
+// admission is one fence a request is admitted on.
+type admission struct {
+	key   string
+	scope Scope
+}
+
+// admissions lists the fences a write of keys is admitted on, in key
+// order: each key, and on a hierarchical route the keys above each one
+// that the route serves (ScopeMember), a key of the request itself taking
+// precedence. Keys are sorted and distinct.
+func (rt *Route) admissions(host string, keys []string, buf []admission) []admission {
+	if !rt.hier {
+		for _, k := range keys {
+			buf = append(buf, admission{k, ScopeKey})
+		}
+		return buf
+	}
+	for _, k := range keys {
+		buf = append(buf, admission{k, ScopeTree})
+		for _, p := range resource.Parents(k) {
+			if rt.tmpl.String() == "{path}" && !rt.matches(host, p, "") {
+				continue // above the route's prefix: another route's keys
+			}
+			if _, found := slices.BinarySearch(keys, p); !found {
+				buf = append(buf, admission{p, ScopeMember})
+			}
+		}
+	}
+	slices.SortFunc(buf, func(a, b admission) int { return strings.Compare(a.key, b.key) })
+	return slices.CompactFunc(buf, func(a, b admission) bool { return a.key == b.key })
 }
 
 // ResourceOf derives the fence key of one object an upstream names by its

@@ -18,20 +18,22 @@ import (
 // RouteOptions maps a route to the gateway's compiled-route options.
 func RouteOptions(rc config.Route) gateway.RouteOptions {
 	return gateway.RouteOptions{
-		Name:              rc.Name,
-		Host:              rc.Match.Host,
-		PathPrefix:        rc.Match.PathPrefix,
-		Methods:           rc.Match.Methods,
-		FencedMethods:     rc.FencedMethods,
-		ExtensionMethods:  rc.ExtensionMethods,
-		FenceReads:        rc.FenceReads,
-		CaseInsensitive:   rc.CaseInsensitive,
-		Resource:          rc.Resource,
-		Vars:              rc.TemplateVar,
-		MaxBodyBytes:      rc.MaxBodyBytes,
-		Timeout:           rc.UpstreamTimeout(),
-		DrainTimeout:      rc.DrainTimeout,
-		MaxInflightWrites: rc.MaxInflightWrites,
+		Name:               rc.Name,
+		Host:               rc.Match.Host,
+		PathPrefix:         rc.Match.PathPrefix,
+		Methods:            rc.Match.Methods,
+		FencedMethods:      rc.FencedMethods,
+		ExtensionMethods:   rc.ExtensionMethods,
+		FenceReads:         rc.FenceReads,
+		CaseInsensitive:    rc.CaseInsensitive,
+		Resource:           rc.Resource,
+		Vars:               rc.TemplateVar,
+		MaxBodyBytes:       rc.MaxBodyBytes,
+		Timeout:            rc.UpstreamTimeout(),
+		DrainTimeout:       rc.DrainTimeout,
+		MaxInflightWrites:  rc.MaxInflightWrites,
+		DestinationMethods: rc.DestinationMethods,
+		Hierarchical:       rc.Hierarchical,
 	}
 }
 
@@ -42,7 +44,7 @@ func RouteOptions(rc config.Route) gateway.RouteOptions {
 func HTTPUpstreamOptions(rc config.Route, tokenHeader string) httpup.Options {
 	o := httpup.Options{Route: rc.Name}
 	if rc.Upstream != nil {
-		o.URL, o.Headers = rc.Upstream.URL, rc.Upstream.Headers
+		o.URL, o.Headers, o.PreserveHost = rc.Upstream.URL, rc.Upstream.Headers, rc.Upstream.PreserveHost
 	}
 	if rc.ForwardToken != nil && !*rc.ForwardToken {
 		o.TokenHeader = tokenHeader

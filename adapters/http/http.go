@@ -44,6 +44,7 @@ type Upstream struct {
 	proxy       *Proxy
 	transport   http.RoundTripper     // the proxy's, without the ETag bookkeeping
 	tracker     *precondition.Tracker // precondition: etag; nil: none
+	keepHost    bool                  // PreserveHost
 }
 
 // Options configure New.
@@ -64,6 +65,11 @@ type Options struct {
 	// gateway last wrote to its object (`precondition: etag`; see
 	// precondition.go).
 	ETags precondition.Store
+	// PreserveHost sends the client's Host header upstream; false sends
+	// the upstream URL's host. An upstream that compares the URLs inside
+	// a request (WebDAV Destination and If:) with its Host needs the
+	// client's (nginx's DAV module answers 400 otherwise).
+	PreserveHost bool
 	// Route names the route in logs.
 	Route string
 	// Logger; nil means slog.Default().
@@ -78,7 +84,7 @@ func New(opts Options) (*Upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream url: %w", err)
 	}
-	h := &Upstream{target: u, inject: make(http.Header), tokenHeader: opts.TokenHeader}
+	h := &Upstream{target: u, inject: make(http.Header), tokenHeader: opts.TokenHeader, keepHost: opts.PreserveHost}
 	for k, v := range opts.Headers {
 		h.inject.Set(k, v)
 	}
@@ -106,6 +112,19 @@ func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Path = base + unescapePath(path)
 	pr.Out.URL.RawPath = base + path
 	pr.Out.Host = ""
+	if h.keepHost {
+		pr.Out.Host = pr.In.Host
+	}
+	if d := pr.Out.Header.Get("Destination"); d != "" && base != "" {
+		// The Destination's path is mapped onto the upstream as the
+		// request's is (the gateway checked it; an unparsable one is left
+		// for the upstream to refuse).
+		if du, err := url.Parse(d); err == nil && strings.HasPrefix(du.EscapedPath(), "/") {
+			rp := du.EscapedPath()
+			du.Path, du.RawPath = base+unescapePath(rp), base+rp
+			pr.Out.Header.Set("Destination", du.String())
+		}
+	}
 	pr.SetXForwarded()
 	if h.tokenHeader != "" {
 		pr.Out.Header.Del(h.tokenHeader)

@@ -315,6 +315,11 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 	if f.poolMode.Load() {
 		return nil, fencegate.Unavailable(w.Resource, ErrPoolMode)
 	}
+	if w.Scope != gateway.ScopeKey {
+		// Hierarchical keys are not built for shared mode: refused, never
+		// admitted on the key alone (config keeps such routes local).
+		return nil, fencegate.Unavailable(w.Resource, errNoScopes)
+	}
 	deadline := time.Now().Add(drain)
 	key := lockKey(w.Resource)
 	l := f.lanes[uint64(key)%uint64(len(f.lanes))]
