@@ -91,6 +91,9 @@ type Route struct {
 	// whose Destination header names a second key the request writes.
 	hier bool
 	dest map[string]bool
+	// collections: the upstream names each request's collection
+	// (RouteOptions.Collections).
+	collections bool
 
 	upstream  Upstream
 	inspector Inspector
@@ -148,8 +151,18 @@ type RouteOptions struct {
 	DestinationMethods []string
 	// Hierarchical makes the route's keys a hierarchy (Scope): a write is
 	// checked against the keys above it and below it. Nil: on where the
-	// route fences COPY or MOVE (WebDAV) and its keys come from the path.
+	// route fences COPY or MOVE (WebDAV) and its keys come from the path,
+	// or where the upstream names collections (Collections).
 	Hierarchical *bool
+	// Collections: the upstream names the collection of each request
+	// (Inspection.Collection; S3: the bucket). On a hierarchical route an
+	// object write is then admitted ScopeKey on its own key and
+	// ScopeMember on its collection's, and a write of the collection
+	// itself (Inspection.WritesCollection) ScopeTree on the collection's
+	// key; the keys' other '/'-levels are not collections. Not
+	// hierarchical, a collection write is refused unless the collection
+	// and its objects share one key.
+	Collections bool
 }
 
 // NewRoute compiles a route around its upstream. Method names must be in
@@ -223,7 +236,8 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 			rt.dest[m] = true
 		}
 	}
-	rt.hier = dav
+	rt.hier = dav || c.Collections
+	rt.collections = c.Collections
 	if c.Hierarchical != nil {
 		rt.hier = *c.Hierarchical
 	}
@@ -272,17 +286,7 @@ func (rt *Route) fences(method string) bool {
 // resources derives the fence keys of a request: one, or one per object of
 // a multi-object request, sorted and without duplicates.
 func (rt *Route) resources(host, path string, segs []string, h http.Header, insp Inspection) ([]string, *fencegate.Error) {
-	if rt.host != "" {
-		// The matched, configured host: every spelling of it is one fence.
-		host = rt.host
-	}
-	rv := requestVars{
-		segs: segs, path: strings.TrimSuffix(path, "/"), host: host,
-		header: h.Values, extra: insp.Vars, fold: rt.fold,
-	}
-	if rv.path == "" {
-		rv.path = "/"
-	}
+	rv := rt.requestVars(host, path, segs, h, insp)
 	for _, name := range rt.decided {
 		// A list-valued header sent twice or comma-joined has no one
 		// value; upstreams disagree on which element they act on.
@@ -332,7 +336,20 @@ type admission struct {
 // order: each key, and on a hierarchical route the keys above each one
 // that the route serves (ScopeMember), a key of the request itself taking
 // precedence. Keys are sorted and distinct.
-func (rt *Route) admissions(host string, keys []string, buf []admission) []admission {
+func (rt *Route) admissions(host string, keys []string, coll admission, buf []admission) []admission {
+	if rt.collections {
+		// The keys, and the collection's key (collectionAdmission).
+		for _, k := range keys {
+			if k != coll.key {
+				buf = append(buf, admission{k, ScopeKey})
+			}
+		}
+		if coll.key != "" {
+			buf = append(buf, coll)
+		}
+		slices.SortFunc(buf, func(a, b admission) int { return strings.Compare(a.key, b.key) })
+		return buf
+	}
 	if !rt.hier {
 		for _, k := range keys {
 			buf = append(buf, admission{k, ScopeKey})
@@ -352,6 +369,22 @@ func (rt *Route) admissions(host string, keys []string, buf []admission) []admis
 	}
 	slices.SortFunc(buf, func(a, b admission) int { return strings.Compare(a.key, b.key) })
 	return slices.CompactFunc(buf, func(a, b admission) bool { return a.key == b.key })
+}
+
+// requestVars are the template variables of a request.
+func (rt *Route) requestVars(host, path string, segs []string, h http.Header, insp Inspection) requestVars {
+	if rt.host != "" {
+		// The matched, configured host: every spelling of it is one fence.
+		host = rt.host
+	}
+	rv := requestVars{
+		segs: segs, path: strings.TrimSuffix(path, "/"), host: host,
+		header: h.Values, extra: insp.Vars, fold: rt.fold,
+	}
+	if rv.path == "" {
+		rv.path = "/"
+	}
+	return rv
 }
 
 // ResourceOf derives the fence key of one object an upstream names by its
