@@ -69,7 +69,6 @@ with open(os.path.join(here, "s3tests", "functional", "test_s3.py"), "w") as f:
     f.write("\n\n".join(out) + "\n")
 
 for rel in ["LICENSE", "pytest.ini", os.path.join("s3tests", "__init__.py"),
-            os.path.join("s3tests", "common.py"),
             os.path.join("s3tests", "functional", "__init__.py"),
             os.path.join("s3tests", "functional", "utils.py"),
             os.path.join("s3tests", "functional", "policy.py"),
