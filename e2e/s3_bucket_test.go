@@ -99,7 +99,9 @@ func TestS3BucketWritesFenced(t *testing.T) {
 	yaml := s3GatewayYAML(strings.Replace(s3RouteYAML("objects", "", e.S3.Endpoint, e.S3, "", "30s"),
 		"        clients:", "        bucket_config: fence\n        clients:", 1))
 	p := startFencegate(t, yaml)
-	cfgWith := func(n int64) *s3.Client { return s3Worker(p.URL("gateway"), s3WorkerKey, s3WorkerSecret, awsfence.Fixed(n)) }
+	cfgWith := func(n int64) *s3.Client {
+		return s3Worker(p.URL("gateway"), s3WorkerKey, s3WorkerSecret, awsfence.Fixed(n))
+	}
 	if err := func() error {
 		_, err := cfgWith(7).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(b), Key: aws.String("z"), Body: strings.NewReader("seven")})
 		return err
