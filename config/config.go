@@ -115,6 +115,9 @@ type Route struct {
 	// token (gateway.Scope). Nil: on where the route fences COPY or MOVE
 	// and its key comes from the path, in fence mode local.
 	Hierarchical *bool `yaml:"hierarchical"`
+	// TokenSource, if set, is the lock service (etcd, ZooKeeper) whose
+	// tokens this route accepts and verifies (tokensource.go).
+	TokenSource *TokenSource `yaml:"token_source"`
 }
 
 // Match selects requests; every set field must match.
@@ -535,6 +538,7 @@ func (c *Config) Validate() Errors {
 	errs = append(errs, c.validateEdges()...)
 	errs = append(errs, c.validateListeners()...)
 	errs = append(errs, c.validateListenAddrs()...)
+	errs = append(errs, c.validateTokenSources()...)
 	if c.Store.Embedded != nil && c.Store.Postgres != nil {
 		add("store", "set either embedded or postgres, not both")
 	}

@@ -43,8 +43,15 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 /usr/bin/python3 -c 'import dateutil' >/dev/null 2>&1 || missing+=(python3-dateutil)
 /usr/bin/python3 -c 'import pytz' >/dev/null 2>&1 || missing+=(python3-tz)
 
+# The lock services of the token_source tests: etcd (a three-member cluster,
+# internal/testenv/etcd.go), etcdctl (examples/etcdctl-worker.sh) and
+# ZooKeeper (internal/testenv/zookeeper.go, a Java server).
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, python3-pytest, python3-munch, python3-isodate, python3-dateutil, python3-tz)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, python3-pytest, python3-munch, python3-isodate, python3-dateutil, python3-tz, etcd-server, etcd-client, zookeeper)"
   exit 0
 fi
 
