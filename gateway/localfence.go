@@ -33,6 +33,7 @@ type LocalFence struct {
 	storeTimeout time.Duration
 	onDrain      func(ctx context.Context, resource string, waited time.Duration, err error)
 	verify       func(ctx context.Context, resource string, token int64) error
+	members      MemberStore
 	seed         maphash.Seed
 	shards       [64]fenceShard
 }
@@ -52,6 +53,11 @@ type LocalFenceOptions struct {
 	// any other error refuses it with fence_unavailable. Nil: every token
 	// is accepted.
 	Verify func(ctx context.Context, resource string, token int64) error
+	// Members reads the highest token below a key, for ScopeTree writes
+	// (hierarchical routes). Nil: the store, if it implements
+	// MemberStore; otherwise ScopeTree writes are refused with
+	// fence_unavailable.
+	Members MemberStore
 }
 
 // fenceShard is one 64th of the cache. It is laid out for the garbage
@@ -149,6 +155,7 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 		storeTimeout: opts.StoreTimeout,
 		onDrain:      opts.OnDrain,
 		verify:       opts.Verify,
+		members:      opts.Members,
 		seed:         maphash.MakeSeed(),
 	}
 	per := (opts.MaxEntries + len(f.shards) - 1) / len(f.shards)
@@ -345,8 +352,11 @@ func (f *LocalFence) scanBelow(ctx context.Context, sh *fenceShard, i int32, res
 		sh.mu.Unlock()
 		return wait(ctx, ch, nil)
 	}
-	ms, ok := f.store.(MemberStore)
-	if !ok {
+	ms := f.members
+	if ms == nil {
+		ms, _ = f.store.(MemberStore)
+	}
+	if ms == nil {
 		sh.mu.Unlock()
 		return fencegate.Unavailable(res, errors.New("the store cannot read the fences below a key (hierarchical route)"))
 	}

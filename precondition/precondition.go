@@ -46,6 +46,7 @@ package precondition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -85,6 +86,28 @@ type Store interface {
 // re-learnt with a HEAD and the object overwritten).
 type DurableRecorder interface {
 	RecordETagDurable(ctx context.Context, resource string, token int64, etag string) error
+}
+
+// Forgetter is implemented by a Store that can mark every record below a
+// key unknown at once. The tracker uses it for namespace operations the
+// gateway forwards (a collection deleted or moved, a Destination
+// overwritten), which change objects without a write to each: their next
+// writes re-learn the ETag with a HEAD instead of failing a precondition
+// on a version the gateway's own forward replaced.
+type Forgetter interface {
+	// ForgetETagsBelow marks every record whose resource starts with
+	// prefix unknown (and its token at least token), durably.
+	ForgetETagsBelow(ctx context.Context, prefix string, token int64) error
+}
+
+// ForgetBelow marks every record below prefix unknown (Forgetter). A store
+// without it cannot, and says so.
+func (t *Tracker) ForgetBelow(ctx context.Context, prefix string, token int64) error {
+	f, ok := t.Store.(Forgetter)
+	if !ok {
+		return errors.New("the ETag store cannot forget records below a key")
+	}
+	return f.ForgetETagsBelow(ctx, prefix, token)
 }
 
 // Kind says what a successful write leaves behind, for the bookkeeping.
@@ -227,6 +250,11 @@ func (w *Write) Response(ctx context.Context, resp *http.Response) (*http.Respon
 // precondition_failed refusal, returned; the caller discards the answer.
 func (w *Write) Answered(ctx context.Context, status int, etagHeader string) error {
 	switch {
+	case status == http.StatusPreconditionFailed && w.Conditional() && w.ownCondition(ctx):
+		// The object is the version the gateway's condition named: the
+		// worker's own condition failed (WebDAV If:, or an If-Match the
+		// gateway's replaced), and the upstream's answer is the answer.
+		w.record(ctx, w.before)
 	case status == http.StatusPreconditionFailed && w.Conditional():
 		// Not applied: the record names the version the gateway wrote
 		// again, so the next write is refused too rather than learning
@@ -264,6 +292,25 @@ func (w *Write) Answered(ctx context.Context, status int, etagHeader string) err
 		w.record(ctx, w.before)
 	}
 	return nil
+}
+
+// ownCondition re-learns the object's ETag after a 412 and reports
+// whether it is still the version the gateway's condition named (or still
+// absent, for If-None-Match: *): then the gateway's condition held and the
+// 412 was caused by one of the worker's own. A HEAD that fails explains
+// nothing.
+func (w *Write) ownCondition(ctx context.Context) bool {
+	if w.head == nil {
+		return false
+	}
+	etag, err := w.head(ctx)
+	if err != nil {
+		return false
+	}
+	if w.IfNoneMatch {
+		return etag == ""
+	}
+	return etag != "" && strings.TrimPrefix(Normalize(etag), "W/") == strings.TrimPrefix(w.before, "W/")
 }
 
 // Failed records that the write's outcome is not known (a transport error:

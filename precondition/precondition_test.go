@@ -77,11 +77,21 @@ func TestBookkeeping(t *testing.T) {
 		t.Fatalf("record %q; want W/e2", st.etag["r"])
 	}
 	// A weak record: If-Match on the strong form, once settled.
-	w, _ = tr.Begin(ctx, "r", 1, Replace, true, head(`"e2"`))
+	cur := `"e2"`
+	moving := func(context.Context) (string, error) { return cur, nil }
+	w, _ = tr.Begin(ctx, "r", 1, Replace, true, moving)
 	if w.IfMatch != `"e2"` {
 		t.Fatalf("If-Match %q after a weak record; want \"e2\"", w.IfMatch)
 	}
-	// A 412 to it: precondition_failed, and the record names e2 again.
+	// A 412 while the object is still e2: the worker's own condition
+	// failed; the upstream's answer stands, the record is kept.
+	if err := w.Answered(ctx, http.StatusPreconditionFailed, ""); err != nil || st.etag["r"] != "W/e2" {
+		t.Fatalf("412 with the object unchanged: %v, record %q; want nil and W/e2", err, st.etag["r"])
+	}
+	w, _ = tr.Begin(ctx, "r", 1, Replace, true, moving)
+	// A 412 after the object changed behind the gateway's back:
+	// precondition_failed, and the record names e2 again.
+	cur = `"bypass"`
 	err = w.Answered(ctx, http.StatusPreconditionFailed, "")
 	if !errors.Is(err, &fencegate.Error{Code: fencegate.CodePreconditionFailed}) || st.etag["r"] != "W/e2" {
 		t.Fatalf("412: %v, record %q; want precondition_failed and W/e2", err, st.etag["r"])

@@ -42,6 +42,12 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 /usr/bin/python3 -c 'import isodate' >/dev/null 2>&1 || missing+=(python3-isodate)
 /usr/bin/python3 -c 'import dateutil' >/dev/null 2>&1 || missing+=(python3-dateutil)
 /usr/bin/python3 -c 'import pytz' >/dev/null 2>&1 || missing+=(python3-tz)
+# nginx with its DAV modules, and litmus (the WebDAV server test suite):
+# WebDAV namespace operations through the gateway (internal/testenv/nginx.go,
+# internal/testenv/litmus.go).
+[ -x /usr/sbin/nginx ] || missing+=(nginx)
+[ -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ] || missing+=(libnginx-mod-http-dav-ext)
+command -v litmus >/dev/null 2>&1 || missing+=(litmus)
 
 # The lock services of the token_source tests: etcd (a three-member cluster,
 # internal/testenv/etcd.go), etcdctl (examples/etcdctl-worker.sh) and
@@ -51,7 +57,7 @@ command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, python3-pytest, python3-munch, python3-isodate, python3-dateutil, python3-tz, etcd-server, etcd-client, zookeeper)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, python3-pytest, python3-munch, python3-isodate, python3-dateutil, python3-tz, etcd-server, etcd-client, zookeeper, nginx, libnginx-mod-http-dav-ext, litmus)"
   exit 0
 fi
 

@@ -72,10 +72,12 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 		}
 		fence = sf
 	default:
+		members, _ := store.(gateway.MemberStore)
 		fence = gateway.NewLocalFence(s.tel.Store(store), gateway.LocalFenceOptions{
 			MaxEntries: cfg.Fence.CacheEntries,
 			OnDrain:    s.tel.Drained,
 			Verify:     verify,
+			Members:    members,
 		})
 	}
 	s.fenceOnIssue(cfg, fence, s.tel.TraceFence(fence))

@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // `precondition: etag` on a plain HTTP route: every fenced write to one
@@ -33,12 +34,15 @@ func etagWriteFrom(ctx context.Context) *precondition.Write {
 // precondition and records its outcome.
 func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request) error {
 	req := gateway.RequestFrom(r.Context())
-	if req == nil || req.Token == 0 || len(req.Resources) != 1 {
+	if req == nil || req.Token == 0 || len(req.Resources) == 0 {
 		return h.proxy.Forward(w, r) // not a fenced write
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return h.proxy.Forward(w, r) // a read fenced by fence_reads
+	}
+	if ns := namespaceOp(r.Method, req.Resources); ns != nil {
+		return h.forwardNamespace(w, r, req, ns)
 	}
 	kind, conditional := precondition.Opaque, false
 	switch r.Method {
@@ -64,6 +68,13 @@ func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
+	if kind == precondition.Delete {
+		// The object may be a collection: its members go with it.
+		if err := h.forgetBelow(r.Context(), req.Resources, req.Token); err != nil {
+			ew.Failed(r.Context())
+			return err
+		}
+	}
 	err = h.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), etagWriteKey{}, ew)))
 	if err != nil {
 		var ref *fencegate.Error
@@ -72,8 +83,73 @@ func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request) er
 			ew.Failed(r.Context())
 		}
 	}
+	if kind == precondition.Delete {
+		h.forgetBelow(context.WithoutCancel(r.Context()), req.Resources, req.Token)
+	}
 	return err
 }
+
+// namespaceOp returns the keys below which a request may change objects
+// without naming them (WebDAV: a collection deleted, moved, or a
+// Destination overwritten by a COPY or MOVE; any request with several
+// keys), or nil for a write of one object. DELETE of one key stays a
+// conditional write of that key, and its members are forgotten after it.
+func namespaceOp(method string, keys []string) []string {
+	switch {
+	case len(keys) > 1, method == "MOVE", method == "COPY":
+		return keys
+	}
+	return nil
+}
+
+// forwardNamespace forwards a request that changes objects below its keys:
+// each key's record is marked unknown before the forward (the outcome of
+// an opaque write), and so is every record below each key, before and
+// after (a member written meanwhile by the same token is forgotten too):
+// the gateway's own forward must never leave a record naming a version
+// it replaced, or the owner's next write would fail its precondition.
+func (h *Upstream) forwardNamespace(w http.ResponseWriter, r *http.Request, req *gateway.Request, keys []string) error {
+	var ws etagWrites
+	for _, k := range keys {
+		// Not conditional and opaque: nothing to learn, no HEAD.
+		ew, err := h.tracker.Begin(r.Context(), k, req.Token, precondition.Opaque, false, nil)
+		if err != nil {
+			return err
+		}
+		ws = append(ws, ew)
+	}
+	if err := h.forgetBelow(r.Context(), keys, req.Token); err != nil {
+		return err
+	}
+	err := h.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), etagWritesKey{}, ws)))
+	if err != nil {
+		var ref *fencegate.Error
+		if !errors.As(err, &ref) {
+			for _, ew := range ws {
+				ew.Failed(r.Context())
+			}
+		}
+	}
+	h.forgetBelow(context.WithoutCancel(r.Context()), keys, req.Token)
+	return err
+}
+
+// forgetBelow marks the records below each key unknown; it fails closed
+// (the write is not forwarded) when the store cannot.
+func (h *Upstream) forgetBelow(ctx context.Context, keys []string, token int64) error {
+	for _, k := range keys {
+		if err := h.tracker.ForgetBelow(ctx, resource.MemberPrefix(k), token); err != nil {
+			return fencegate.Unavailable(k, err)
+		}
+	}
+	return nil
+}
+
+type etagWritesKey struct{}
+
+// etagWrites are the records of a namespace request's keys: all opaque,
+// not conditional, so the answer is only recorded.
+type etagWrites []*precondition.Write
 
 // etagTransport records the outcome of each tracked write from the
 // upstream's answer; a 412 to the gateway's precondition becomes the
@@ -82,6 +158,12 @@ type etagTransport struct{ base http.RoundTripper }
 
 func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
+	if ws, ok := req.Context().Value(etagWritesKey{}).(etagWrites); ok && err == nil {
+		for _, ew := range ws {
+			ew.Answered(req.Context(), resp.StatusCode, "")
+		}
+		return resp, nil
+	}
 	ew := etagWriteFrom(req.Context())
 	if err != nil || ew == nil {
 		return resp, err

@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+// davServer is a WebDAV server the tests read the files of directly.
+type davServer struct {
+	name, url, root string
+	preserveHost    bool // nginx compares Destination with Host
+}
+
+func davServers(t *testing.T) []davServer {
+	a := testenv.Apache(t)
+	n := testenv.Nginx(t)
+	return []davServer{
+		{name: "apache", url: a.URL, root: a.Root},
+		{name: "nginx", url: n.URL, root: n.Root, preserveHost: true},
+	}
+}
+
+func davRouteYAML(s davServer, precondition string) string {
+	r := httpRouteYAML("dav", "", s.url, precondition, "10s")
+	if s.preserveHost {
+		r = strings.Replace(r, "timeout: 10s}", "timeout: 10s, preserve_host: true}", 1)
+	}
+	return r
+}
+
+// davFile reads a file as the server stored it, never through the gateway.
+func davFile(t *testing.T, s davServer, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.root, name))
+	if os.IsNotExist(err) {
+		return "<absent>"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// dav sends a fenced WebDAV request with a Destination (absolute URI on
+// the gateway, as clients send it) if dest is set.
+func dav(t *testing.T, method, gw, path, token, dest, body string, hdr ...[2]string) (int, string) {
+	t.Helper()
+	h := append([][2]string{{"Fencing-Token", token}}, hdr...)
+	if dest != "" {
+		h = append(h, [2]string{"Destination", gw + dest}, [2]string{"Overwrite", "T"})
+	}
+	return send(t, method, gw+path, h, body)
+}
+
+// TestDAVNamespaceFenced is seed test 7 on WebDAV, against real Apache
+// mod_dav and nginx's DAV module, checked on the files each server holds:
+// a zombie's MOVE or COPY onto a resource fenced with a newer token is
+// refused and the resource's file stays the owner's; a collection DELETE
+// or MOVE with a token older than a member's is refused and the member's
+// file stays; a member write with a token older than a collection write
+// after it is refused; a Destination on another host is refused; the
+// owner's own moves go through.
+func TestDAVNamespaceFenced(t *testing.T) {
+	for _, s := range davServers(t) {
+		t.Run(s.name, func(t *testing.T) {
+			p := startFencegate(t, httpGatewayYAML(davRouteYAML(s, "")))
+			gw := "http://" + p.addrs["gateway"]
+
+			if st, body := dav(t, "PUT", gw, "/b.txt", "5", "", "owner"); st/100 != 2 {
+				t.Fatalf("owner's PUT: %d %s", st, body)
+			}
+			if st, body := dav(t, "PUT", gw, "/z.txt", "3", "", "zombie"); st/100 != 2 {
+				t.Fatalf("zombie's PUT of a fresh resource: %d %s", st, body)
+			}
+			for _, m := range []string{"MOVE", "COPY"} {
+				st, body := dav(t, m, gw, "/z.txt", "3", "/b.txt", "")
+				if st != http.StatusConflict || refusalCode(body) != "stale_fencing_token" {
+					t.Fatalf("zombie %s onto b.txt: %d %s; want 409 stale_fencing_token", m, st, body)
+				}
+				if got := davFile(t, s, "b.txt"); got != "owner" {
+					t.Fatalf("after the zombie's %s, b.txt = %q; want the owner's", m, got)
+				}
+			}
+			if got := davFile(t, s, "z.txt"); got != "zombie" {
+				t.Fatalf("z.txt = %q; the refused MOVE must not have moved it", got)
+			}
+
+			// A collection and a member written with a newer token.
+			if st, body := dav(t, "MKCOL", gw, "/coll/", "2", "", ""); st/100 != 2 {
+				t.Fatalf("MKCOL: %d %s", st, body)
+			}
+			if st, body := dav(t, "PUT", gw, "/coll/m", "9", "", "member"); st/100 != 2 {
+				t.Fatalf("member PUT: %d %s", st, body)
+			}
+			for _, tc := range []struct{ method, dest string }{{"DELETE", ""}, {"MOVE", "/coll2/"}} {
+				st, body := dav(t, tc.method, gw, "/coll/", "3", tc.dest, "")
+				if st != http.StatusConflict || refusalCode(body) != "stale_fencing_token" {
+					t.Fatalf("stale %s of the collection: %d %s; want 409 stale_fencing_token", tc.method, st, body)
+				}
+				if got := davFile(t, s, "coll/m"); got != "member" {
+					t.Fatalf("after a stale %s of the collection, coll/m = %q", tc.method, got)
+				}
+			}
+			if got := davFile(t, s, "coll2"); got != "<absent>" {
+				t.Fatalf("coll2 exists after a refused MOVE")
+			}
+
+			// A collection write with a newer token (the owner's MOVE of
+			// it) fences its members at both places.
+			if st, body := dav(t, "MOVE", gw, "/coll/", "10", "/coll3/", ""); st/100 != 2 {
+				t.Fatalf("collection owner's MOVE with token 10: %d %s", st, body)
+			}
+			if got := davFile(t, s, "coll3/m"); got != "member" {
+				t.Fatalf("coll3/m = %q after the collection's MOVE", got)
+			}
+			for _, path := range []string{"/coll/m", "/coll3/m"} {
+				st, body := dav(t, "PUT", gw, path, "9", "", "late")
+				if st != http.StatusConflict || refusalCode(body) != "stale_fencing_token" {
+					t.Fatalf("member PUT %s with 9 after the collection's 10: %d %s; want 409 stale_fencing_token", path, st, body)
+				}
+			}
+			if got, gone := davFile(t, s, "coll3/m"), davFile(t, s, "coll/m"); got != "member" || gone != "<absent>" {
+				t.Fatalf("coll3/m = %q, coll/m = %q after refused member writes", got, gone)
+			}
+
+			// A Destination the route does not fence.
+			st, body := send(t, "MOVE", gw+"/b.txt", [][2]string{{"Fencing-Token", "5"},
+				{"Destination", "http://elsewhere.example/b.txt"}}, "")
+			if st != http.StatusBadRequest || refusalCode(body) != "foreign_destination" {
+				t.Fatalf("MOVE to another host: %d %s; want 400 foreign_destination", st, body)
+			}
+
+			// The owners' own moves.
+			if st, body := dav(t, "MOVE", gw, "/b.txt", "5", "/b2.txt", ""); st/100 != 2 {
+				t.Fatalf("owner's MOVE: %d %s", st, body)
+			}
+			if got := davFile(t, s, "b2.txt"); got != "owner" {
+				t.Fatalf("b2.txt = %q after the owner's MOVE", got)
+			}
+		})
+	}
+}
+
+// TestDAVPreconditionNamespace: with `precondition: etag` on Apache, the
+// gateway's own namespace operations never lock an owner out (a
+// collection deleted and recreated, an object replaced by a MOVE: the next
+// PUT lands), and a 412 the worker's own WebDAV If: condition caused is
+// Apache's answer, passed on, not a bypass.
+func TestDAVPreconditionNamespace(t *testing.T) {
+	a := testenv.Apache(t)
+	s := davServer{name: "apache", url: a.URL, root: a.Root}
+	p := startFencegate(t, httpGatewayYAML(davRouteYAML(s, "etag")))
+	gw := "http://" + p.addrs["gateway"]
+	step := func(method, path, dest, body string, want int, hdr ...[2]string) {
+		t.Helper()
+		if st, b := dav(t, method, gw, path, "1", dest, body, hdr...); st/100 != want/100 {
+			t.Fatalf("%s %s: %d %s; want %d", method, path, st, b, want)
+		}
+	}
+	step("MKCOL", "/e/", "", "", 201)
+	step("PUT", "/e/x", "", "x1", 201)
+	step("DELETE", "/e/", "", "", 204)
+	step("MKCOL", "/e/", "", "", 201)
+	step("PUT", "/e/x", "", "x2", 201)
+	if got := davFile(t, s, "e/x"); got != "x2" {
+		t.Fatalf("e/x = %q after the collection was deleted and recreated; want x2", got)
+	}
+	step("PUT", "/e/a", "", "a", 201)
+	step("PUT", "/e/b", "", "b", 201)
+	step("MOVE", "/e/a", "/e/b", "", 204)
+	step("PUT", "/e/b", "", "b2", 204)
+	if got := davFile(t, s, "e/b"); got != "b2" {
+		t.Fatalf("e/b = %q after MOVE then PUT; want b2", got)
+	}
+	step("COPY", "/e/x", "/e/b", "", 204)
+	step("PUT", "/e/b", "", "b3", 204)
+	if got := davFile(t, s, "e/b"); got != "b3" {
+		t.Fatalf("e/b = %q after COPY then PUT; want b3", got)
+	}
+	// The worker's own condition: a lock token it does not hold.
+	st, body := dav(t, "PUT", gw, "/e/b", "1", "", "b4", [2]string{"If", "(<opaquelocktoken:00000000-0000-0000-0000-000000000000>)"})
+	if st != http.StatusPreconditionFailed || refusalCode(body) != "" {
+		t.Fatalf("PUT with a failing If: %d %s; want Apache's own 412", st, body)
+	}
+	if got := davFile(t, s, "e/b"); got != "b3" {
+		t.Fatalf("e/b = %q after a refused conditional PUT", got)
+	}
+	step("PUT", "/e/b", "", "b5", 204)
+	if got := davFile(t, s, "e/b"); got != "b5" {
+		t.Fatalf("e/b = %q; want b5", got)
+	}
+}
