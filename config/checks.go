@@ -146,5 +146,10 @@ func validateS3(f string, s *S3) Errors {
 	if s.Timeout < 0 {
 		add(".timeout", "must not be negative")
 	}
+	switch s.BucketConfig {
+	case "", "refuse", "fence":
+	default:
+		add(".bucket_config", "must be refuse or fence, got %q", s.BucketConfig)
+	}
 	return errs
 }

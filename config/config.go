@@ -170,6 +170,13 @@ type S3 struct {
 	// StampHeader is the metadata header of the stamp. Default
 	// x-amz-meta-fencing-token.
 	StampHeader string `yaml:"stamp_header"`
+	// BucketConfig is what the gateway does with bucket configuration
+	// writes (a PUT, DELETE or POST on a bucket with a subresource:
+	// ?lifecycle, ?versioning, ?policy, ?acl, ...), which can change or
+	// expose every object of the bucket: "refuse" (default; 403
+	// AccessDenied) or "fence" (fenced on the bucket's key, like
+	// CreateBucket and DeleteBucket). docs/s3.md.
+	BucketConfig string `yaml:"bucket_config"`
 }
 
 // S3Client is a worker key the gateway verifies SigV4 signatures with.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -105,6 +106,7 @@ func newCondS3(t *testing.T, honour bool) *condS3 {
 				Objects []struct {
 					Key  string `xml:"Key"`
 					ETag string `xml:"ETag"`
+					Size string `xml:"Size"`
 				} `xml:"Object"`
 			}
 			if err := xml.Unmarshal(body, &d); err != nil {
@@ -122,7 +124,8 @@ func newCondS3(t *testing.T, honour bool) *condS3 {
 				// <ETag>*</ETag> holds for any current version, as
 				// If-Match: * does.
 				wild := o.ETag == "*"
-				if honour && o.ETag != "" && (ok && !wild && o.ETag != `"`+etagOf(b)+`"` || !ok && wild) {
+				wrongSize := o.Size != "" && (!ok || o.Size != strconv.Itoa(len(b)))
+				if honour && (wrongSize || o.ETag != "" && (ok && !wild && o.ETag != `"`+etagOf(b)+`"` || !ok && wild)) {
 					fmt.Fprintf(&out, "<Error><Key>%s</Key><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you specified did not hold</Message></Error>", o.Key)
 					continue
 				}
@@ -457,5 +460,43 @@ func TestS3DeleteObjectsWorkerWildcardETag(t *testing.T) {
 	}
 	if got := d.body("b"); got != "<absent>" {
 		t.Fatalf("b = %q: the entry pinned on its own version was not deleted", got)
+	}
+}
+
+// A worker's <Size> on a DeleteObjects entry goes to the store beside the
+// gateway's <ETag>, and a PreconditionFailed entry may be either's. On b
+// (the version the gateway wrote) the worker's size is wrong: the entry is
+// the store's answer to the worker, not a bypass, and nothing is logged as
+// one. On a, bypassed, the worker's size fits the bypassing version and
+// the gateway's <ETag> catches it: precondition_failed, logged. Neither
+// object is deleted.
+func TestS3DeleteObjectsWorkerSize(t *testing.T) {
+	d, p, w := deleteObjectsSetup(t, true, "newer")
+	out, err := w.DeleteObjects(context.Background(), &s3.DeleteObjectsInput{Bucket: aws.String(s3Bucket),
+		Delete: &types.Delete{Objects: []types.ObjectIdentifier{
+			{Key: aws.String("a"), Size: aws.Int64(int64(len("newer")))},
+			{Key: aws.String("b"), Size: aws.Int64(99)},
+		}}})
+	if err != nil {
+		t.Fatalf("DeleteObjects: %v", err)
+	}
+	if len(out.Errors) != 2 {
+		t.Fatalf("errors %+v; want a and b PreconditionFailed", out.Errors)
+	}
+	if got := d.body("a"); got != "newer" {
+		t.Fatalf("a = %q: want the bypassing version kept", got)
+	}
+	if got := d.body("b"); got != "v1" {
+		t.Fatalf("b = %q: want it kept", got)
+	}
+	waitFor(t, func() bool { return strings.Contains(p.Log(), `"resource":"fenced/a"`) })
+	for _, line := range strings.Split(p.Log(), "\n") {
+		if strings.Contains(line, `"msg":"precondition_failed"`) && strings.Contains(line, `"resource":"fenced/b"`) {
+			t.Fatalf("the worker's own <Size> on b was logged as a bypass: %s", line)
+		}
+	}
+	// b's record is the version the gateway wrote: the next write passes.
+	if err := putObject(t, w, "b", "v2"); err != nil {
+		t.Fatalf("write of b after the worker's failed condition: %v", err)
 	}
 }

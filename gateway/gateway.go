@@ -197,6 +197,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if ref != nil {
 		return rt, ref
 	}
+	coll, ref := rt.collectionAdmission(rt.requestVars(host, cpath, segs, r.Header, insp), insp)
+	if ref != nil {
+		return rt, ref
+	}
 	var dest string // the Destination's key, if the request names one
 	if rt.dest[r.Method] {
 		if r, dest, ref = g.destination(r, rt, host, insp); ref != nil {
@@ -246,7 +250,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	defer abort(nil)
 	fenceStart := time.Now()
 	var one [1]Permit
-	permits, err := g.admit(r.Context(), rt, host, keys, token, insp.Owner, body, abort, o, one[:0])
+	permits, err := g.admit(r.Context(), rt, host, keys, coll, token, insp.Owner, body, abort, o, one[:0])
 	if len(permits) > 0 {
 		g.admitted.Add(1)
 	}
@@ -325,7 +329,7 @@ func readSmallBody(r *http.Request) ([]byte, *fencegate.Error) {
 // two multi-resource requests cannot wait on each other. It returns the
 // permits it got (appended to permits), to be released, and on failure sets
 // o.Resource to the key that failed.
-func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []string, token int64, owner string,
+func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []string, coll admission, token int64, owner string,
 	body *sentBody, abort context.CancelCauseFunc, o *Outcome, permits []Permit) ([]Permit, error) {
 	var sent func() bool // nil: the body is whole in memory, or absent
 	if body != nil {
@@ -333,7 +337,7 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []stri
 	}
 	ctx = withTokenVerifier(ctx, rt.Tokens)
 	var buf [8]admission
-	for _, a := range rt.admissions(host, keys, buf[:0]) {
+	for _, a := range rt.admissions(host, keys, coll, buf[:0]) {
 		p, err := g.fence.Admit(ctx, Write{
 			Resource: a.key, Token: token, Owner: owner,
 			DrainTimeout: rt.drainTimeout,

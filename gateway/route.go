@@ -40,6 +40,20 @@ type Inspection struct {
 	Objects []map[string]string
 	// Owner is the authenticated identity, for logs and fence bookkeeping.
 	Owner string
+	// Collection, if set, holds the variables of the collection the
+	// request's objects belong to (S3: the bucket). Its key is the
+	// template expanded up to the level of the variables it lacks
+	// (resource.Template.ExpandPrefix): with "{bucket}/{key}", the
+	// bucket's name; the objects' keys are below it. A write of objects is
+	// then checked against the collection's fence too, and a write of the
+	// collection (WritesCollection) against every object's below it.
+	Collection map[string]string
+	// WritesCollection: the request writes the collection itself, which
+	// may change every object in it (S3: CreateBucket, DeleteBucket, a
+	// bucket configuration write); it names no object, and is fenced on
+	// the collection's key (on the one key of a template without member
+	// variables, such as "{bucket}").
+	WritesCollection bool
 	// State, if set, is handed back to the upstream's Forward (in
 	// Request.Inspected), so that what Inspect verified (S3: the worker's
 	// signature, at one clock reading) is not verified again.
@@ -77,6 +91,9 @@ type Route struct {
 	// whose Destination header names a second key the request writes.
 	hier bool
 	dest map[string]bool
+	// collections: the upstream names each request's collection
+	// (RouteOptions.Collections).
+	collections bool
 
 	upstream  Upstream
 	inspector Inspector
@@ -138,8 +155,18 @@ type RouteOptions struct {
 	DestinationMethods []string
 	// Hierarchical makes the route's keys a hierarchy (Scope): a write is
 	// checked against the keys above it and below it. Nil: on where the
-	// route fences COPY or MOVE (WebDAV) and its keys come from the path.
+	// route fences COPY or MOVE (WebDAV) and its keys come from the path,
+	// or where the upstream names collections (Collections).
 	Hierarchical *bool
+	// Collections: the upstream names the collection of each request
+	// (Inspection.Collection; S3: the bucket). On a hierarchical route an
+	// object write is then admitted ScopeKey on its own key and
+	// ScopeMember on its collection's, and a write of the collection
+	// itself (Inspection.WritesCollection) ScopeTree on the collection's
+	// key; the keys' other '/'-levels are not collections. Not
+	// hierarchical, a collection write is refused unless the collection
+	// and its objects share one key.
+	Collections bool
 }
 
 // NewRoute compiles a route around its upstream. Method names must be in
@@ -213,7 +240,8 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 			rt.dest[m] = true
 		}
 	}
-	rt.hier = dav
+	rt.hier = dav || c.Collections
+	rt.collections = c.Collections
 	if c.Hierarchical != nil {
 		rt.hier = *c.Hierarchical
 	}
@@ -262,23 +290,20 @@ func (rt *Route) fences(method string) bool {
 // resources derives the fence keys of a request: one, or one per object of
 // a multi-object request, sorted and without duplicates.
 func (rt *Route) resources(host, path string, segs []string, h http.Header, insp Inspection) ([]string, *fencegate.Error) {
-	if rt.host != "" {
-		// The matched, configured host: every spelling of it is one fence.
-		host = rt.host
-	}
-	rv := requestVars{
-		segs: segs, path: strings.TrimSuffix(path, "/"), host: host,
-		header: h.Values, extra: insp.Vars, fold: rt.fold,
-	}
-	if rv.path == "" {
-		rv.path = "/"
-	}
+	rv := rt.requestVars(host, path, segs, h, insp)
 	for _, name := range rt.decided {
 		// A list-valued header sent twice or comma-joined has no one
 		// value; upstreams disagree on which element they act on.
 		if vs := h.Values(name); len(vs) > 1 || (len(vs) == 1 && strings.Contains(vs[0], ",")) {
 			return nil, fencegate.InvalidResource("%s feeds the resource key and must be sent once, as a single value", name)
 		}
+	}
+	if insp.WritesCollection {
+		k, ferr := rt.collectionKey(rv, insp.Collection)
+		if ferr != nil {
+			return nil, ferr
+		}
+		return []string{k}, nil
 	}
 	objects := insp.Objects
 	if objects == nil {
@@ -315,7 +340,20 @@ type admission struct {
 // order: each key, and on a hierarchical route the keys above each one
 // that the route serves (ScopeMember), a key of the request itself taking
 // precedence. Keys are sorted and distinct.
-func (rt *Route) admissions(host string, keys []string, buf []admission) []admission {
+func (rt *Route) admissions(host string, keys []string, coll admission, buf []admission) []admission {
+	if rt.collections {
+		// The keys, and the collection's key (collectionAdmission).
+		for _, k := range keys {
+			if k != coll.key {
+				buf = append(buf, admission{k, ScopeKey})
+			}
+		}
+		if coll.key != "" {
+			buf = append(buf, coll)
+		}
+		slices.SortFunc(buf, func(a, b admission) int { return strings.Compare(a.key, b.key) })
+		return buf
+	}
 	if !rt.hier {
 		for _, k := range keys {
 			buf = append(buf, admission{k, ScopeKey})
@@ -335,6 +373,22 @@ func (rt *Route) admissions(host string, keys []string, buf []admission) []admis
 	}
 	slices.SortFunc(buf, func(a, b admission) int { return strings.Compare(a.key, b.key) })
 	return slices.CompactFunc(buf, func(a, b admission) bool { return a.key == b.key })
+}
+
+// requestVars are the template variables of a request.
+func (rt *Route) requestVars(host, path string, segs []string, h http.Header, insp Inspection) requestVars {
+	if rt.host != "" {
+		// The matched, configured host: every spelling of it is one fence.
+		host = rt.host
+	}
+	rv := requestVars{
+		segs: segs, path: strings.TrimSuffix(path, "/"), host: host,
+		header: h.Values, extra: insp.Vars, fold: rt.fold,
+	}
+	if rv.path == "" {
+		rv.path = "/"
+	}
+	return rv
 }
 
 // ResourceOf derives the fence key of one object an upstream names by its

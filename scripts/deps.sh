@@ -35,6 +35,13 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 # its own site-packages.
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
 /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
+# Ceph's s3-tests (e2e/s3tests, TestS3Conformance): pytest and the modules
+# the vendored tests import.
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing+=(python3-pytest)
+/usr/bin/python3 -c 'import munch' >/dev/null 2>&1 || missing+=(python3-munch)
+/usr/bin/python3 -c 'import isodate' >/dev/null 2>&1 || missing+=(python3-isodate)
+/usr/bin/python3 -c 'import dateutil' >/dev/null 2>&1 || missing+=(python3-dateutil)
+/usr/bin/python3 -c 'import pytz' >/dev/null 2>&1 || missing+=(python3-tz)
 # nginx with its DAV modules, and litmus (the WebDAV server test suite):
 # WebDAV namespace operations through the gateway (internal/testenv/nginx.go,
 # internal/testenv/litmus.go).
@@ -50,7 +57,7 @@ command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, etcd-server, etcd-client, zookeeper, nginx, libnginx-mod-http-dav-ext, litmus)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, python3-pytest, python3-munch, python3-isodate, python3-dateutil, python3-tz, etcd-server, etcd-client, zookeeper, nginx, libnginx-mod-http-dav-ext, litmus)"
   exit 0
 fi
 

@@ -34,6 +34,7 @@ func RouteOptions(rc config.Route) gateway.RouteOptions {
 		MaxInflightWrites:  rc.MaxInflightWrites,
 		DestinationMethods: rc.DestinationMethods,
 		Hierarchical:       rc.Hierarchical,
+		Collections:        rc.S3 != nil,
 	}
 }
 
@@ -68,6 +69,7 @@ func S3Options(rc config.Route, tokenHeader string) s3.Options {
 		PreconditionETag:  rc.Precondition == "etag",
 		Stamp:             c.Stamp,
 		StampHeader:       c.StampHeader,
+		FenceBucketConfig: c.BucketConfig == "fence",
 		TokenHeader:       tokenHeader,
 	}
 	for _, cl := range c.Clients {

@@ -81,6 +81,10 @@ func (u *Upstream) SetConditions(c Conditions) { u.conds.Store(&c) }
 type deleteWrite struct {
 	key string // the object key as the body names it
 	w   *precondition.Write
+	// ambiguous: the worker's <LastModifiedTime> or <Size> goes beside the
+	// gateway's <ETag>, so a PreconditionFailed entry may be either's.
+	ambiguous bool
+	head      precondition.HeadFunc
 }
 
 // addDeleteObjectsPreconditions tracks each object of a DeleteObjects and,
@@ -93,7 +97,8 @@ func (u *Upstream) addDeleteObjectsPreconditions(r *http.Request, f *forward, d 
 		resource string
 		key      string
 		entries  []int
-		worker   bool // an entry carries the worker's own condition or a version
+		worker   bool // an entry carries a version, or the worker's own <ETag> on one
+		other    bool // an entry carries the worker's <LastModifiedTime> or <Size>
 	}
 	var groups []*group
 	byRes := map[string]*group{}
@@ -110,13 +115,21 @@ func (u *Upstream) addDeleteObjectsPreconditions(r *http.Request, f *forward, d 
 		}
 		g.entries = append(g.entries, i)
 		o := d.doc.objects[i]
-		for _, name := range []string{"ETag", "VersionId", "LastModifiedTime", "Size"} {
-			v, ok := o.fields[name]
-			// <ETag>*</ETag> holds for a newer owner's version too, as
-			// If-Match: * does (precondition.PinsVersion): the gateway's
-			// <ETag> replaces it, where it has one.
-			if ok && (name != "ETag" || precondition.PinsETags(v)) {
-				g.worker = true
+		if v, ok := o.fields["ETag"]; ok && precondition.PinsETags(v) {
+			// The worker's <ETag> on a version replaces the gateway's, as
+			// its If-Match does. <ETag>*</ETag> holds for a newer owner's
+			// version too (precondition.PinsVersion): the gateway's <ETag>
+			// replaces it, where it has one.
+			g.worker = true
+		}
+		if _, ok := o.fields["VersionId"]; ok {
+			g.worker = true
+		}
+		for _, name := range []string{"LastModifiedTime", "Size"} {
+			// A time or a size can hold for a newer owner's version too:
+			// kept beside the gateway's <ETag> (combineConditions).
+			if _, ok := o.fields[name]; ok {
+				g.other = true
 			}
 		}
 	}
@@ -135,7 +148,8 @@ func (u *Upstream) addDeleteObjectsPreconditions(r *http.Request, f *forward, d 
 			// Objects already begun stay marked unknown: re-learnt later.
 			return nil, err
 		}
-		f.deletes = append(f.deletes, deleteWrite{key: d.doc.objects[g.entries[0]].fields["Key"], w: w})
+		f.deletes = append(f.deletes, deleteWrite{key: d.doc.objects[g.entries[0]].fields["Key"], w: w,
+			ambiguous: g.other, head: func(ctx context.Context) (string, error) { return u.headETag(ctx, t) }})
 		if w.IfMatch != "" {
 			for _, i := range g.entries {
 				d.doc.objects[i].set("ETag", w.IfMatch)
@@ -248,7 +262,8 @@ const maxDeleteResult = 8 << 20
 // deletesAnswered does the bookkeeping of a DeleteObjects answer: an
 // object with no <Error> entry was deleted (Quiet answers list errors
 // only); one refused on the gateway's <ETag> keeps its record and is
-// logged as precondition_failed; one refused otherwise is re-learnt. The
+// logged as precondition_failed (unless a condition of the worker's beside
+// it failed: preconditionFailed); one refused otherwise is re-learnt. The
 // answer itself is passed on unchanged.
 func (f *forward) deletesAnswered(ctx context.Context, resp *http.Response) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -277,6 +292,10 @@ func (f *forward) deletesAnswered(ctx context.Context, resp *http.Response) {
 		case !refused:
 			d.w.Answered(ctx, http.StatusNoContent, "")
 		case code == "PreconditionFailed" && d.w.Conditional():
+			if preconditionFailed(ctx, d.w, d.ambiguous, d.head) {
+				// The worker's <LastModifiedTime> or <Size> failed.
+				continue
+			}
 			// Logged (precondition_failed, route, resource, token); the
 			// other objects' outcomes stand, so the answer is not replaced.
 			_ = d.w.Answered(ctx, http.StatusPreconditionFailed, "")

@@ -45,25 +45,26 @@ type ETagStore = precondition.Store
 // Upstream forwards S3 requests. It implements gateway.Upstream,
 // gateway.Inspector and gateway.ErrorWriter.
 type Upstream struct {
-	route       string
-	endpoint    *url.URL
-	region      string
-	creds       aws.CredentialsProvider
-	signer      upstreamSigner
-	clients     map[string]string // access key id -> secret
-	keys        keyCache          // signing keys of verified worker requests
-	vhostSuffix string
-	tokenHeader string
-	keyPrefixes []int // N of every {key.N} in the resource template
-	etags       ETagStore
-	precondEtag bool
-	tracker     *precondition.Tracker
-	conds       atomic.Pointer[Conditions] // nil: unmeasured
-	stampHeader string                     // "" unless s3.stamp: the metadata header carrying the token
-	transport   http.RoundTripper
-	proxy       *httpup.Proxy
-	log         *slog.Logger
-	now         func() time.Time
+	route        string
+	endpoint     *url.URL
+	region       string
+	creds        aws.CredentialsProvider
+	signer       upstreamSigner
+	clients      map[string]string // access key id -> secret
+	keys         keyCache          // signing keys of verified worker requests
+	vhostSuffix  string
+	tokenHeader  string
+	keyPrefixes  []int // N of every {key.N} in the resource template
+	etags        ETagStore
+	precondEtag  bool
+	tracker      *precondition.Tracker
+	conds        atomic.Pointer[Conditions] // nil: unmeasured
+	stampHeader  string                     // "" unless s3.stamp: the metadata header carrying the token
+	bucketConfig bool                       // bucket configuration writes are fenced, not refused
+	transport    http.RoundTripper
+	proxy        *httpup.Proxy
+	log          *slog.Logger
+	now          func() time.Time
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
 	// the gateway holds in memory to re-sign it. Default 8 MiB.
 	maxChunk int
@@ -105,6 +106,11 @@ type Options struct {
 	// header StampHeader (empty: DefaultStampHeader).
 	Stamp       bool
 	StampHeader string
+	// FenceBucketConfig admits bucket configuration writes (a PUT,
+	// DELETE or POST on a bucket with a subresource) fenced on the
+	// bucket's key; false refuses them (403 AccessDenied): they can
+	// change or expose every object of the bucket.
+	FenceBucketConfig bool
 	// Transport carries upstream requests. Nil: NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
@@ -136,15 +142,16 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	}
 	u := &Upstream{
 		route: c.Route, endpoint: ep, region: c.Region,
-		clients:     make(map[string]string),
-		vhostSuffix: strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
-		tokenHeader: opts.TokenHeader,
-		etags:       opts.ETags,
-		precondEtag: c.PreconditionETag,
-		transport:   opts.Transport,
-		log:         opts.Logger,
-		now:         opts.Now,
-		maxChunk:    8 << 20,
+		clients:      make(map[string]string),
+		vhostSuffix:  strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
+		tokenHeader:  opts.TokenHeader,
+		etags:        opts.ETags,
+		precondEtag:  c.PreconditionETag,
+		bucketConfig: c.FenceBucketConfig,
+		transport:    opts.Transport,
+		log:          opts.Logger,
+		now:          opts.Now,
+		maxChunk:     8 << 20,
 	}
 	if u.region == "" {
 		u.region = "us-east-1"
@@ -234,9 +241,22 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 		// does not cover.
 		return gateway.Inspection{}, errNotImplemented("RenameObject is not supported by the gateway: it would write an object the gateway does not fence").refusal()
 	}
+	switch t.op {
+	case opPostObject:
+		return gateway.Inspection{}, errNotImplemented("POST (browser form) uploads are not supported by the gateway: the object they write is named in the form, which the gateway does not read").refusal()
+	case opBucketConfig:
+		if !u.bucketConfig {
+			return gateway.Inspection{}, errAccessDenied("bucket configuration writes are refused on this route: they can change or expose every object of the bucket (s3.bucket_config: fence admits them, fenced on the bucket's key)").refusal()
+		}
+	}
 	insp := gateway.Inspection{Owner: a.accessKey, State: &inspected{auth: a, key: key, target: t}}
 	if t.bucket != "" {
 		insp.Vars = u.vars(t.bucket, t.key)
+		// The bucket is the collection of its objects: a write of the
+		// bucket itself is fenced on the bucket's key, hierarchically
+		// with its objects' keys.
+		insp.Collection = map[string]string{"bucket": t.bucket}
+		insp.WritesCollection = t.op == opBucket || t.op == opBucketConfig
 	}
 	if t.op == opDeleteObjects {
 		d, err := readDeleteObjects(r)
@@ -310,6 +330,9 @@ type forward struct {
 	// etag is the write's ETag bookkeeping (precondition: etag); nil if
 	// the write is not tracked.
 	etag *precondition.Write
+	// conds are the conditions the store sees on a tracked write: the
+	// gateway's combined with the worker's own.
+	conds conditions
 	// deletes is the bookkeeping of each object of a DeleteObjects.
 	deletes []deleteWrite
 	// bodyHeaders are set on the outbound request: the integrity headers
@@ -444,7 +467,7 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	}
 	h.Set("X-Amz-Content-Sha256", f.payloadHash)
 	if f.etag != nil {
-		f.etag.Apply(h)
+		f.conds.apply(h)
 	}
 	for k, v := range f.bodyHeaders {
 		h.Set(k, v)
@@ -551,6 +574,10 @@ func (u *Upstream) response(ctx context.Context, f *forward, resp *http.Response
 	if f.etag == nil {
 		return resp, nil
 	}
+	if resp.StatusCode == http.StatusPreconditionFailed && f.etag.Conditional() &&
+		preconditionFailed(ctx, f.etag, f.conds.ambiguous, func(ctx context.Context) (string, error) { return u.headETag(ctx, f.target) }) {
+		return resp, nil
+	}
 	return f.etag.Response(ctx, resp)
 }
 
@@ -588,9 +615,9 @@ func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 	}
 	if conditional && precondition.PinsVersion(r.Header) {
 		// The worker's own condition names a version; one that does not
-		// (If-Match: *, If-None-Match on an ETag) is satisfied by a newer
-		// owner's version too, so the gateway's If-Match replaces it
-		// (Apply sets the header).
+		// (If-Match: *, If-None-Match on an ETag, a size or a time) is
+		// satisfied by a newer owner's version too, and is combined with
+		// the gateway's (combineConditions).
 		conditional = false
 	}
 	t := f.target
@@ -600,6 +627,7 @@ func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 		return err
 	}
 	f.etag = w
+	f.conds = combineConditions(r.Header, w)
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/fencegate/fencegate"
 )
 
 // target is the bucket and object a request names, and what it does.
@@ -33,6 +35,17 @@ const (
 	// version become current.
 	opDeleteVersion
 	opDeleteObjects
+	// opBucket creates or deletes a bucket (PUT or DELETE on the bucket
+	// with no subresource): a write of the bucket and, hierarchically, of
+	// every object in it.
+	opBucket
+	// opBucketConfig is any other write to a bucket (a PUT, DELETE or
+	// POST with a subresource: ?lifecycle, ?versioning, ?policy, ?acl,
+	// ...). Such a write can change or expose every object of the bucket.
+	opBucketConfig
+	// opPostObject is a browser-form upload (POST on the bucket): it
+	// writes an object named in the body, which the gateway does not read.
+	opPostObject
 )
 
 // maxKeyBytes is S3's limit on key length.
@@ -141,10 +154,21 @@ func decodeKey(raw string) (string, *s3Error) {
 func classify(r *http.Request, t target) op {
 	raw := r.URL.RawQuery
 	if t.key == "" {
-		if r.Method == http.MethodPost && queryHas(raw, "delete") && t.bucket != "" {
-			return opDeleteObjects
+		if t.bucket == "" || fencegate.ReadMethod(r.Method) {
+			return opOther
 		}
-		return opOther
+		switch {
+		case r.Method == http.MethodPost && queryHas(raw, "delete"):
+			return opDeleteObjects
+		case r.Method == http.MethodPost && raw == "":
+			return opPostObject
+		case (r.Method == http.MethodPut || r.Method == http.MethodDelete) && plainBucketQuery(raw):
+			return opBucket
+		}
+		// Any other write names a subresource, or is a method S3 does
+		// not define on a bucket: a configuration write, whatever the
+		// store makes of it (fail closed).
+		return opBucketConfig
 	}
 	has := func(names ...string) bool {
 		if raw == "" {
@@ -191,6 +215,21 @@ func classify(r *http.Request, t target) op {
 		return opDeleteObject
 	}
 	return opOther
+}
+
+// plainBucketQuery reports whether a PUT or DELETE on a bucket with query
+// raw is CreateBucket or DeleteBucket: no query, or only the operation
+// names SDKs add (x-id). A store routes a bucket request by its
+// subresource; any other parameter is treated as one.
+func plainBucketQuery(raw string) bool {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if k, _, _ := strings.Cut(pair, "="); k != "x-id" && pair != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // queryHas reports whether url.ParseQuery(raw) has name, without building
