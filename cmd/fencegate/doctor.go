@@ -44,7 +44,7 @@ passed, 1 a check failed, 2 usage (nothing to check).`,
 		Args: noArgs,
 	}
 	configFlag(cmd.Flags(), &c.config)
-	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket for the probe object (default: each route's s3.check_bucket)")
+	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket for the probe object (default: each route's s3.check_bucket or gcs.check_bucket)")
 	cmd.Flags().StringVar(&c.path, "path", "", "path prefix for the probe object of HTTP routes with precondition: etag (default: each route's upstream.check_path)")
 	return wrap(cmd, c)
 }
@@ -112,8 +112,10 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	}
 	hc, hf := doctorHTTPRoutes(ctx, cfg, c.path)
 	checked, failed = checked+hc, failed+hf
+	gc, gf := doctorGCSRoutes(ctx, cfg, c.bucket)
+	checked, failed = checked+gc, failed+gf
 	if checked == 0 {
-		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3), --path or set upstream.check_path (HTTP routes with precondition: etag)")
+		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3) or gcs.check_bucket (GCS), --path or set upstream.check_path (HTTP routes with precondition: etag)")
 	}
 	if failed > 0 {
 		return &doctorFailed{failed}
