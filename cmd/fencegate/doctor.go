@@ -35,7 +35,8 @@ func newDoctorCmd() *cobra.Command {
 		Short: "check that upstreams behave as the configuration needs",
 		Long: `Doctor checks that the upstreams behave as the configuration needs: that
 S3 stores and HTTP upstreams with precondition: etag honour If-Match and
-If-None-Match, racing writes included, and that a shared PostgreSQL store
+If-None-Match, and GCS stores ifGenerationMatch, racing writes included,
+and that a shared PostgreSQL store
 keeps a server session per connection (no pooler in transaction mode). It
 writes probe objects under --bucket / --path. Exit status: 0 every check
 passed, 1 a check failed, 2 usage (nothing to check).`,
