@@ -73,12 +73,8 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 		if rc.S3 == nil {
 			continue
 		}
-		b := c.bucket
+		b := probeWhere(rc.Name, c.bucket, rc.S3.CheckBucket, "--bucket", "s3.check_bucket")
 		if b == "" {
-			b = rc.S3.CheckBucket
-		}
-		if b == "" {
-			fmt.Printf("route %s: skipped (no --bucket and no s3.check_bucket)\n", rc.Name)
 			continue
 		}
 		checked++
@@ -141,6 +137,18 @@ func checkSharedStore(ctx context.Context, cfg *config.Config) (ok bool, err err
 	}
 	fmt.Println("store.postgres: ok: each connection keeps a server session of its own (no pooler, or PgBouncer pool_mode = session)")
 	return true, nil
+}
+
+// probeWhere is where a route's probe writes: the flag's value, else the
+// route's configured place; "" (with the skip line printed) if neither.
+func probeWhere(route, flagValue, configured, flagName, field string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if configured == "" {
+		fmt.Printf("route %s: skipped (no %s and no %s)\n", route, flagName, field)
+	}
+	return configured
 }
 
 // nopETags satisfies s3.New for routes with precondition etag; doctor

@@ -17,12 +17,8 @@ func doctorGCSRoutes(ctx context.Context, cfg *config.Config, bucket string) (ch
 		if rc.GCS == nil {
 			continue
 		}
-		b := bucket
+		b := probeWhere(rc.Name, bucket, rc.GCS.CheckBucket, "--bucket", "gcs.check_bucket")
 		if b == "" {
-			b = rc.GCS.CheckBucket
-		}
-		if b == "" {
-			fmt.Printf("route %s: skipped (no --bucket and no gcs.check_bucket)\n", rc.Name)
 			continue
 		}
 		checked++

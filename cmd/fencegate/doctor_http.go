@@ -23,12 +23,8 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 		if rc.Upstream == nil || rc.Precondition != "etag" {
 			continue
 		}
-		p := path
+		p := probeWhere(rc.Name, path, rc.Upstream.CheckPath, "-path", "upstream.check_path")
 		if p == "" {
-			p = rc.Upstream.CheckPath
-		}
-		if p == "" {
-			fmt.Printf("route %s: skipped (no -path and no upstream.check_path)\n", rc.Name)
 			continue
 		}
 		checked++
