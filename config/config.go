@@ -65,6 +65,8 @@ type Route struct {
 	Match    Match     `yaml:"match"`
 	Upstream *Upstream `yaml:"upstream"`
 	S3       *S3       `yaml:"s3"`
+	// GCS is a Google Cloud Storage upstream (adapters/gcs).
+	GCS *GCS `yaml:"gcs"`
 	// Resource is the template of the resource key: {path}, {path.N},
 	// {host}, {header.Name}; S3 routes also {bucket} and {key}.
 	Resource string `yaml:"resource"`
@@ -392,6 +394,9 @@ func (c *Config) applyDefaults() {
 		if r.S3 != nil && r.S3.Timeout == 0 {
 			r.S3.Timeout = fencegate.DefaultUpstreamTimeout
 		}
+		if r.GCS != nil && r.GCS.Timeout == 0 {
+			r.GCS.Timeout = fencegate.DefaultUpstreamTimeout
+		}
 		if r.DrainTimeout == 0 {
 			r.DrainTimeout = r.UpstreamTimeout() + fencegate.DrainMargin
 		}
@@ -410,6 +415,9 @@ func (r *Route) TemplateVar(name string) bool {
 		n, err := strconv.Atoi(name[len("key."):])
 		return err == nil && n >= 1
 	}
+	if r.GCS != nil {
+		return name == "bucket" || name == "object"
+	}
 	return r.S3 != nil && (name == "bucket" || name == "key")
 }
 
@@ -420,6 +428,8 @@ func (r *Route) UpstreamTimeout() time.Duration {
 		return r.Upstream.Timeout
 	case r.S3 != nil:
 		return r.S3.Timeout
+	case r.GCS != nil:
+		return r.GCS.Timeout
 	}
 	return fencegate.DefaultUpstreamTimeout
 }
@@ -659,10 +669,14 @@ func (c *Config) Validate() Errors {
 		}
 		errs = append(errs, r.validateMethods(f)...)
 		switch {
+		case r.upstreams() > 1:
+			add(f, "set only one of upstream, s3 and gcs")
+		case r.GCS != nil:
+			errs = append(errs, validateGCS(f, r)...)
 		case r.Upstream != nil && r.S3 != nil:
 			add(f, "set either upstream or s3, not both")
 		case r.Upstream == nil && r.S3 == nil:
-			add(f+".upstream", "required (or s3)")
+			add(f+".upstream", "required (or s3, or gcs)")
 		case r.Upstream != nil:
 			u, err := url.Parse(r.Upstream.URL)
 			switch {
@@ -687,8 +701,14 @@ func (c *Config) Validate() Errors {
 		}
 		switch r.Precondition {
 		case "", "none":
+		case "generation":
+			if r.GCS == nil {
+				add(f+".precondition", "generation is for gcs routes")
+			}
 		case "etag":
 			switch {
+			case r.GCS != nil:
+				add(f+".precondition", "a gcs route compares generations: use precondition: generation")
 			case r.S3 == nil && r.Upstream == nil:
 				add(f+".precondition", "etag needs an upstream or s3 section")
 			case r.Upstream != nil && !strings.Contains(r.Resource, "{path}"):
@@ -697,7 +717,7 @@ func (c *Config) Validate() Errors {
 				add(f+".precondition", "etag on an upstream route needs a resource naming one object, with {path}")
 			}
 		default:
-			add(f+".precondition", "must be etag or none")
+			add(f+".precondition", "must be etag or none (or generation on gcs routes)")
 		}
 		if r.Resource == "" {
 			add(f+".resource", "required (e.g. \"{path}\")")

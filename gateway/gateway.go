@@ -142,6 +142,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	host := canonicalHost(r.Host)
 	escaped := r.URL.EscapedPath()
 	segs, err := resource.CleanPath(escaped)
+	var slashRoute *Route // the route an encoded slash was accepted for
+	if errors.Is(err, resource.ErrEncodedSlash) {
+		if rt := g.match(host, escaped, ""); rt != nil && rt.encodedSlash {
+			slashRoute = rt
+			segs, err = resource.CleanObjectPath(escaped)
+		}
+	}
 	if err != nil {
 		// The raw path only chooses the refusal's dialect (S3 clients expect
 		// XML); nothing is forwarded.
@@ -158,6 +165,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	rt := g.match(host, cpath, r.Method)
 	if rt == nil {
 		return nil, fencegate.NoRoute(r.Method, host, cpath)
+	}
+	if slashRoute != nil && rt != slashRoute {
+		// The cleaned path went to another route than the one whose
+		// upstream reads %2F inside a name.
+		return rt, fencegate.InvalidResource("refused path: %s", resource.ErrEncodedSlash)
 	}
 	o.Route = rt.Name
 

@@ -66,6 +66,16 @@ type ErrorWriter interface {
 	WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error)
 }
 
+// ObjectNamer is implemented by upstreams that name an object with one path
+// segment in which "/" is sent as %2F (the GCS JSON API, Azure Blob Storage
+// as their SDKs send it). Their routes accept encoded slashes, which the
+// gateway otherwise refuses: such an upstream reads the segment as one
+// name, and the resource key is derived from that name
+// (resource.CleanObjectPath).
+type ObjectNamer interface {
+	EncodedSlashNames() bool
+}
+
 // Route is one compiled route of the configuration.
 type Route struct {
 	Name string
@@ -98,8 +108,10 @@ type Route struct {
 	upstream  Upstream
 	inspector Inspector
 	errWriter ErrorWriter
-	writes    *writeLimit  // max_inflight_writes; nil: no cap
-	inflight  atomic.Int64 // fenced writes being forwarded now
+	// encodedSlash: the upstream is an ObjectNamer; %2F is accepted.
+	encodedSlash bool
+	writes       *writeLimit  // max_inflight_writes; nil: no cap
+	inflight     atomic.Int64 // fenced writes being forwarded now
 
 	// Auth, if set, authenticates every request and limits each identity
 	// to its resource prefixes. Set it before the route serves.
@@ -247,6 +259,9 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 	}
 	rt.inspector, _ = up.(Inspector)
 	rt.errWriter, _ = up.(ErrorWriter)
+	if on, ok := up.(ObjectNamer); ok {
+		rt.encodedSlash = on.EncodedSlashNames()
+	}
 	return rt, nil
 }
 

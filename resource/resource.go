@@ -20,7 +20,20 @@ import (
 // decoding, so "%2e%2e" too), encoded slashes and backslashes (upstreams
 // disagree on whether "%2F" separates segments), NUL and other control
 // characters, and invalid percent-encoding.
-func CleanPath(escaped string) ([]string, error) {
+func CleanPath(escaped string) ([]string, error) { return cleanPath(escaped, false) }
+
+// ErrEncodedSlash is CleanPath's error for a path with an encoded slash
+// (%2F) in a segment.
+var ErrEncodedSlash = errors.New("path contains an encoded slash (%2F)")
+
+// CleanObjectPath is CleanPath for upstreams that name objects with one
+// path segment in which "/" is sent as %2F (the GCS JSON API, Azure Blob
+// Storage with its SDKs): a decoded segment may contain "/", and JoinPath
+// encodes it again as %2F. Such an upstream takes the segment as one name,
+// so the segment is one key, whichever way its slash was spelled.
+func CleanObjectPath(escaped string) ([]string, error) { return cleanPath(escaped, true) }
+
+func cleanPath(escaped string, slashes bool) ([]string, error) {
 	if escaped == "" || escaped == "*" {
 		return nil, nil
 	}
@@ -49,8 +62,8 @@ func CleanPath(escaped string) ([]string, error) {
 		for i := 0; i < len(d); i++ {
 			c := d[i]
 			switch {
-			case c == '/':
-				return nil, errors.New("path contains an encoded slash (%2F)")
+			case c == '/' && !slashes:
+				return nil, ErrEncodedSlash
 			case c == '\\':
 				return nil, errors.New("path contains a backslash")
 			case c < 0x20 || c == 0x7f:

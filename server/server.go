@@ -219,6 +219,12 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
 			up = h
+		case rc.GCS != nil:
+			g, err := newGCSUpstream(cfg, rc, log, telemetry.Transport(transport), store)
+			if err != nil {
+				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+			}
+			up = g
 		default:
 			s3up, err := newS3Upstream(cfg, rc, log, telemetry.Transport(s3Transport), store)
 			if err != nil {

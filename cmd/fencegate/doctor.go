@@ -35,17 +35,18 @@ func newDoctorCmd() *cobra.Command {
 		Short: "check that upstreams behave as the configuration needs",
 		Long: `Doctor checks that the upstreams behave as the configuration needs: that
 S3 stores and HTTP upstreams with precondition: etag honour If-Match and
-If-None-Match, racing writes included, that HTTP upstreams read a write's
-body before its next request (or close the connection), and that a shared
-PostgreSQL store keeps a server session per connection (no pooler in
-transaction mode). It writes probe objects under --bucket / --path. Exit status: 0 every check
+If-None-Match, and GCS stores ifGenerationMatch, racing writes included,
+that HTTP upstreams read a write's body before its next request (or close
+the connection), and that a shared PostgreSQL store keeps a server session
+per connection (no pooler in transaction mode). It writes probe objects
+under --bucket / --path. Exit status: 0 every check
 passed, 1 a check failed, 2 usage (nothing to check).`,
 		Example: `  fencegate doctor -c fencegate.yaml --bucket probe-bucket
   fencegate doctor -c fencegate.yaml --path /probe/`,
 		Args: noArgs,
 	}
 	configFlag(cmd.Flags(), &c.config)
-	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket for the probe object (default: each route's s3.check_bucket)")
+	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket for the probe object (default: each route's s3.check_bucket or gcs.check_bucket)")
 	cmd.Flags().StringVar(&c.path, "path", "", "path prefix for the probe objects of HTTP routes (default: each route's upstream.check_path)")
 	return wrap(cmd, c)
 }
@@ -73,12 +74,8 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 		if rc.S3 == nil {
 			continue
 		}
-		b := c.bucket
+		b := probeWhere(rc.Name, c.bucket, rc.S3.CheckBucket, "--bucket", "s3.check_bucket")
 		if b == "" {
-			b = rc.S3.CheckBucket
-		}
-		if b == "" {
-			fmt.Printf("route %s: skipped (no --bucket and no s3.check_bucket)\n", rc.Name)
 			continue
 		}
 		checked++
@@ -115,8 +112,10 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	checked, failed = checked+hc, failed+hf
 	uc, uf := doctorUnreadBodies(ctx, cfg, c.path)
 	checked, failed = checked+uc, failed+uf
+	gc, gf := doctorGCSRoutes(ctx, cfg, c.bucket)
+	checked, failed = checked+gc, failed+gf
 	if checked == 0 {
-		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3), --path or set upstream.check_path (HTTP routes)")
+		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3) or gcs.check_bucket (GCS), --path or set upstream.check_path (HTTP routes)")
 	}
 	if failed > 0 {
 		return &doctorFailed{failed}
@@ -141,6 +140,18 @@ func checkSharedStore(ctx context.Context, cfg *config.Config) (ok bool, err err
 	}
 	fmt.Println("store.postgres: ok: each connection keeps a server session of its own (no pooler, or PgBouncer pool_mode = session)")
 	return true, nil
+}
+
+// probeWhere is where a route's probe writes: the flag's value, else the
+// route's configured place; "" (with the skip line printed) if neither.
+func probeWhere(route, flagValue, configured, flagName, field string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if configured == "" {
+		fmt.Printf("route %s: skipped (no %s and no %s)\n", route, flagName, field)
+	}
+	return configured
 }
 
 // nopETags satisfies s3.New for routes with precondition etag; doctor

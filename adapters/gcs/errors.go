@@ -1,0 +1,70 @@
+package gcs
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fencegate/fencegate"
+)
+
+// jsonError is the JSON API's error document ({"error": {...}}, as the
+// clients' googleapi.Error reads it), with fencegate's code as the reason
+// of its one error item and the refusal's fields in a details entry.
+type jsonError struct {
+	Error struct {
+		Code    int         `json:"code"`
+		Message string      `json:"message"`
+		Errors  []errorItem `json:"errors"`
+		Details []details   `json:"details,omitempty"`
+	} `json:"error"`
+}
+
+type errorItem struct {
+	Domain  string `json:"domain"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// details carries the fields of fencegate's own JSON refusal.
+type details struct {
+	Type     string `json:"@type"`
+	Code     string `json:"error"`
+	Resource string `json:"resource,omitempty"`
+	Token    int64  `json:"token,omitempty"`
+	Highest  int64  `json:"highest,omitempty"`
+	Route    string `json:"route,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+}
+
+// DetailsType is the @type of the details entry of a refusal.
+const DetailsType = "type.fencegate.dev/Refusal"
+
+// WriteError implements gateway.ErrorWriter: refusals in the JSON API's
+// error format, with fencegate's code (stale_fencing_token, ...) as the
+// reason.
+func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
+	status := e.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	var doc jsonError
+	doc.Error.Code = status
+	doc.Error.Message = e.Message
+	doc.Error.Errors = []errorItem{{Domain: "fencegate", Reason: e.Code, Message: e.Message}}
+	doc.Error.Details = []details{{Type: DetailsType, Code: e.Code, Resource: e.Resource,
+		Token: e.Token, Highest: e.Highest, Route: e.Route, Owner: e.Owner}}
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=UTF-8")
+	h.Set("Cache-Control", "no-store")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	w.WriteHeader(status)
+	if r.Method == http.MethodHead {
+		return
+	}
+	b, _ := json.Marshal(doc)
+	w.Write(b)
+}

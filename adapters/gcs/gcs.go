@@ -1,0 +1,544 @@
+// Package gcs is fencegate's Google Cloud Storage upstream adapter:
+// object-level fencing in front of GCS's JSON API (or an emulator of it,
+// such as fake-gcs-server).
+//
+// Workers keep the official client (cloud.google.com/go/storage with
+// option.WithEndpoint, or another language's) and point it at the gateway,
+// with a bearer key of their own that the route's auth block verifies; the
+// gateway talks to the store with its own credentials (a service account),
+// which workers never hold. Every object write is fenced per object
+// ({bucket}/{object}): simple, multipart and resumable uploads, compose,
+// copy and rewrite (the destination), delete, metadata and ACL updates.
+// Reads pass.
+//
+// A resumable upload's session URL is handed to the worker on the
+// gateway's address, bound (by a MAC) to the object and the token that
+// opened it: every request on the session is fenced with that object and
+// that token, so a newer token's write supersedes the session as it does
+// any older write.
+//
+// With `precondition: generation` the gateway makes every write
+// conditional on the generation it last wrote (ifGenerationMatch, 0 for an
+// object it knows absent), so a request already handed to the store but
+// delayed cannot overwrite a newer owner's version. The bookkeeping is
+// package precondition's, with generations in place of ETags.
+package gcs
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+
+	"github.com/fencegate/fencegate"
+	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/precondition"
+)
+
+// DefaultEndpoint is the store's JSON API address.
+const DefaultEndpoint = "https://storage.googleapis.com"
+
+// Scope is the OAuth scope the gateway's service account asks for.
+const Scope = "https://www.googleapis.com/auth/devstorage.read_write"
+
+// Upstream forwards GCS JSON API requests. It implements gateway.Upstream,
+// gateway.Inspector, gateway.ErrorWriter and gateway.ObjectNamer.
+type Upstream struct {
+	route       string
+	endpoint    *url.URL
+	tokens      oauth2.TokenSource // nil: no credentials (emulator)
+	tokenHeader string
+	sessionKey  []byte
+	stampKey    string // "" unless stamping
+	tracker     *precondition.Tracker
+	transport   http.RoundTripper
+	proxy       *httpup.Proxy
+	log         *slog.Logger
+}
+
+var (
+	_ gateway.Upstream    = (*Upstream)(nil)
+	_ gateway.Inspector   = (*Upstream)(nil)
+	_ gateway.ErrorWriter = (*Upstream)(nil)
+	_ gateway.ObjectNamer = (*Upstream)(nil)
+)
+
+// Options configure New.
+type Options struct {
+	// Route names the route in logs.
+	Route string
+	// Endpoint is the store's base URL. Empty: DefaultEndpoint.
+	Endpoint string
+	// TokenSource gives the gateway's own credentials. Nil: none are sent
+	// (an emulator).
+	TokenSource oauth2.TokenSource
+	// Resource is the route's resource template.
+	Resource string
+	// PreconditionGeneration makes every write conditional on the
+	// generation the gateway last wrote (`precondition: generation`); it
+	// needs Generations and a Resource naming one object.
+	PreconditionGeneration bool
+	// Generations records the generation of each object's last write.
+	Generations precondition.Store
+	// Stamp writes each admitted write's token into the object's custom
+	// metadata under StampKey (empty: DefaultStampKey).
+	Stamp    bool
+	StampKey string
+	// SessionKey binds resumable upload sessions to their object and
+	// token. Empty: a random key (sessions then continue only through this
+	// process).
+	SessionKey []byte
+	// Transport carries upstream requests. Nil: httpup.NewTransport(nil).
+	Transport http.RoundTripper
+	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
+	TokenHeader string
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultStampKey is the custom metadata key of `stamp: true`.
+const DefaultStampKey = "fencing-token"
+
+// Credentials returns the gateway's token source: from a service account
+// key file, none (noAuth: an emulator), or Application Default
+// Credentials.
+func Credentials(ctx context.Context, file string, noAuth bool) (oauth2.TokenSource, error) {
+	switch {
+	case noAuth:
+		return nil, nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("gcs.credentials_file: %w", err)
+		}
+		c, err := google.CredentialsFromJSON(ctx, b, Scope)
+		if err != nil {
+			// The error may quote the file; it names no secret of it.
+			return nil, fmt.Errorf("gcs.credentials_file: not a usable service account key: %w", err)
+		}
+		return c.TokenSource, nil
+	}
+	c, err := google.FindDefaultCredentials(ctx, Scope)
+	if err != nil {
+		return nil, fmt.Errorf("gcs: no credentials_file and no Application Default Credentials (no_auth: true for an emulator): %w", err)
+	}
+	return c.TokenSource, nil
+}
+
+// New returns the upstream of a GCS route.
+func New(opts Options) (*Upstream, error) {
+	ep := opts.Endpoint
+	if ep == "" {
+		ep = DefaultEndpoint
+	}
+	e, err := url.Parse(ep)
+	if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+		return nil, fmt.Errorf("gcs.endpoint must be an absolute http or https URL, got %q", ep)
+	}
+	e.Path = strings.TrimSuffix(e.Path, "/")
+	u := &Upstream{
+		route: opts.Route, endpoint: e, tokens: opts.TokenSource,
+		tokenHeader: opts.TokenHeader, sessionKey: opts.SessionKey,
+		transport: opts.Transport, log: opts.Logger,
+	}
+	if u.tokenHeader == "" {
+		u.tokenHeader = fencegate.DefaultTokenHeader
+	}
+	if u.log == nil {
+		u.log = slog.Default()
+	}
+	if u.transport == nil {
+		u.transport = httpup.NewTransport(nil)
+	}
+	if len(u.sessionKey) == 0 {
+		u.sessionKey = make([]byte, 32)
+		rand.Read(u.sessionKey)
+	}
+	oneObject := strings.Contains(opts.Resource, "{bucket}") && strings.Contains(opts.Resource, "{object}")
+	if opts.Stamp {
+		u.stampKey = opts.StampKey
+		if u.stampKey == "" {
+			u.stampKey = DefaultStampKey
+		}
+	}
+	if opts.PreconditionGeneration {
+		// A generation is an object's; a resource spanning several objects
+		// has no one generation to compare.
+		if !oneObject {
+			return nil, errors.New("precondition: generation needs a resource template naming one object, with {bucket} and {object}")
+		}
+		if opts.Generations == nil {
+			return nil, errors.New("precondition: generation needs a store that records generations")
+		}
+		u.tracker = &precondition.Tracker{Store: opts.Generations, Route: opts.Route, Upstream: "GCS", Log: u.log}
+	}
+	u.proxy = httpup.NewProxy(&transport{u: u}, u.rewrite)
+	return u, nil
+}
+
+// EncodedSlashNames implements gateway.ObjectNamer: the JSON API names an
+// object with one path segment, its "/" sent as %2F.
+func (u *Upstream) EncodedSlashNames() bool { return true }
+
+// Inspect implements gateway.Inspector: it names the object (or objects)
+// the request writes and checks a session request's binding.
+func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
+	t, ref := parseTarget(r)
+	if ref != nil {
+		return gateway.Inspection{}, ref
+	}
+	if err := u.check(r, &t); err != nil {
+		return gateway.Inspection{}, err
+	}
+	insp := gateway.Inspection{State: &t}
+	switch t.op {
+	case opRead:
+		return insp, nil
+	case opMove:
+		insp.Objects = []map[string]string{vars(t.bucket, t.object), vars(t.bucket2, t.object2)}
+	}
+	insp.Vars = vars(t.bucket, t.object)
+	return insp, nil
+}
+
+// check refuses what the gateway cannot forward safely.
+func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
+	switch t.op {
+	case opUnsupported:
+		return &fencegate.Error{Status: http.StatusNotImplemented, Code: fencegate.CodeInvalidRequest, Message: t.why}
+	case opChunk:
+		if !u.verify(t.session, t.bucket) {
+			return errUnknownSession()
+		}
+		vs := r.Header.Values(u.tokenHeader)
+		if tok, ref := fencegate.ParseToken(u.tokenHeader, vs); ref == nil && tok != t.session.token {
+			return &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidToken,
+				Message: fmt.Sprintf("this upload session was opened with token %d: each of its requests carries that token (a newer owner starts an upload of its own)", t.session.token),
+				Token:   tok}
+		}
+	case opUpload:
+		if u.stampKey != "" && queryValue(r.URL.RawQuery, "uploadType") == "media" {
+			return fencegate.InvalidRequest("uploadType=media carries no metadata for the gateway's stamp: use a multipart or resumable upload")
+		}
+	case opMove:
+		if u.tracker != nil {
+			return &fencegate.Error{Status: http.StatusNotImplemented, Code: fencegate.CodeInvalidRequest,
+				Message: "moveTo is not supported on a route with precondition: generation"}
+		}
+	}
+	return nil
+}
+
+func vars(bucket, object string) map[string]string {
+	v := map[string]string{"bucket": bucket}
+	if object != "" {
+		v["object"] = object
+	}
+	return v
+}
+
+// forward is the per-request state shared by rewrite, the transport and
+// the answer's bookkeeping.
+type forward struct {
+	in       *http.Request
+	target   target
+	token    int64
+	resource string
+	gen      *precondition.Write // generation bookkeeping; nil if untracked
+	// body, if set, replaces the request body (a stamped one), of length
+	// bodyLen (-1 unknown).
+	body    io.Reader
+	bodyLen int64
+}
+
+type forwardKey struct{}
+
+// Forward implements gateway.Upstream.
+func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
+	req := gateway.RequestFrom(r.Context())
+	var t target
+	if req != nil {
+		if it, ok := req.Inspected.(*target); ok {
+			t = *it
+		}
+	}
+	if req == nil || req.Inspected == nil {
+		// Not inspected by this upstream (a caller other than the
+		// gateway): check here.
+		var ref *fencegate.Error
+		if t, ref = parseTarget(r); ref != nil {
+			return ref
+		}
+		if ref := u.check(r, &t); ref != nil {
+			return ref
+		}
+	}
+	f := &forward{in: r, target: t, bodyLen: -1}
+	if req != nil {
+		f.token = req.Token
+		if len(req.Resources) == 1 {
+			f.resource = req.Resources[0]
+		}
+	}
+	if f.token > 0 && u.stampKey != "" {
+		if err := u.stamp(r, f, req); err != nil {
+			return err
+		}
+	}
+	if f.token > 0 && u.tracker != nil && f.resource != "" {
+		if err := u.begin(r, f); err != nil {
+			return err
+		}
+	}
+	err := u.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
+	if err != nil && f.gen != nil {
+		var ref *fencegate.Error
+		if !errors.As(err, &ref) {
+			// The request may or may not have reached the store.
+			f.gen.Failed(r.Context())
+		}
+	}
+	return err
+}
+
+// rewrite prepares the outbound request: the endpoint's address, the
+// worker's credentials and token removed (the transport adds the
+// gateway's), the session binding dropped, the gateway's precondition set.
+func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
+	f := pr.In.Context().Value(forwardKey{}).(*forward)
+	out := pr.Out
+	out.URL.Scheme, out.URL.Host = u.endpoint.Scheme, u.endpoint.Host
+	out.URL.RawPath = u.endpoint.Path + f.target.path
+	out.URL.Path, _ = url.PathUnescape(out.URL.RawPath)
+	out.URL.RawQuery = u.query(pr.In.URL.RawQuery, f)
+	out.Host = ""
+	out.Header.Del("Authorization")
+	out.Header.Del(u.tokenHeader)
+	if f.body != nil {
+		out.Body = io.NopCloser(f.body)
+		out.ContentLength = f.bodyLen
+		if f.bodyLen < 0 {
+			out.Header.Del("Content-Length")
+		}
+	}
+}
+
+// query is the forwarded query string: the worker's, without the session
+// binding, with the gateway's ifGenerationMatch.
+func (u *Upstream) query(raw string, f *forward) string {
+	cond := f.gen != nil && f.gen.Conditional()
+	if !cond && !strings.Contains(raw, sessionParam) {
+		return raw
+	}
+	var kept []string
+	if raw != "" {
+		for _, p := range strings.Split(raw, "&") {
+			k, _, _ := strings.Cut(p, "=")
+			if k == sessionParam || (cond && k == "ifGenerationMatch") {
+				continue
+			}
+			kept = append(kept, p)
+		}
+	}
+	if cond {
+		g := "0"
+		if f.gen.IfMatch != "" {
+			g = strings.Trim(f.gen.IfMatch, `"`)
+		}
+		kept = append(kept, "ifGenerationMatch="+g)
+	}
+	return strings.Join(kept, "&")
+}
+
+func queryValue(raw, key string) string {
+	q, _ := url.ParseQuery(raw)
+	return q.Get(key)
+}
+
+// transport adds the gateway's credentials to each outbound request and
+// does the bookkeeping of the answer.
+type transport struct{ u *Upstream }
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	u := t.u
+	if u.tokens != nil {
+		tok, err := u.tokens.Token()
+		if err != nil {
+			return nil, fmt.Errorf("gcs: gateway credentials: %w", err)
+		}
+		tok.SetAuthHeader(req)
+	}
+	resp, err := u.transport.RoundTrip(req)
+	f, _ := req.Context().Value(forwardKey{}).(*forward)
+	if err != nil || f == nil {
+		return resp, err
+	}
+	if f.target.op == opResumable {
+		if resp, err = u.sessionAnswer(f, resp); err != nil {
+			return nil, err
+		}
+	}
+	if f.gen == nil {
+		return resp, nil
+	}
+	return u.answered(req.Context(), f, resp)
+}
+
+// sessionAnswer hands the worker the session URL on the gateway's address.
+// A session URL the gateway cannot rewrite is not handed out: its chunks
+// would go around the fence.
+func (u *Upstream) sessionAnswer(f *forward, resp *http.Response) (*http.Response, error) {
+	for _, h := range []string{"Location", "X-Goog-Upload-Url"} {
+		loc := resp.Header.Get(h)
+		if loc == "" {
+			continue
+		}
+		s, ok := u.sessionURL(f.in, f, loc)
+		if !ok {
+			resp.Body.Close()
+			return nil, &fencegate.Error{Status: http.StatusBadGateway, Code: fencegate.CodeUpstreamUnavailable,
+				Message: "the store answered a session URL the gateway cannot read; the upload was not opened through the gateway"}
+		}
+		resp.Header.Set(h, s)
+	}
+	return resp, nil
+}
+
+// maxObjectDoc bounds the answer the gateway reads to learn a write's
+// generation (an object resource, or a rewrite's answer with one).
+const maxObjectDoc = 1 << 20
+
+// answered does the generation bookkeeping of a write's answer.
+func (u *Upstream) answered(ctx context.Context, f *forward, resp *http.Response) (*http.Response, error) {
+	status := resp.StatusCode
+	if o := resp.Header.Get("X-Http-Status-Code-Override"); o != "" {
+		// A session's intermediate chunk, answered 200 to clients that
+		// cannot take a 308: the object is not written yet.
+		if n, err := strconv.Atoi(o); err == nil {
+			status = n
+		}
+	}
+	gen := ""
+	if status >= 200 && status < 300 && resp.Body != nil {
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxObjectDoc))
+		resp.Body.Close()
+		if err != nil {
+			f.gen.Failed(ctx)
+			return nil, err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		gen = generationOf(b)
+	}
+	if gen != "" {
+		gen = `"` + gen + `"`
+	}
+	if err := f.gen.Answered(ctx, status, gen); err != nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, fencegate.MaxRefusalBody))
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// generationOf reads the generation of the object an answer describes: an
+// object resource, or a rewrite's {"done": true, "resource": {...}}.
+func generationOf(b []byte) string {
+	var doc struct {
+		Generation json.Number `json:"generation"`
+		Resource   *struct {
+			Generation json.Number `json:"generation"`
+		} `json:"resource"`
+	}
+	if json.Unmarshal(b, &doc) != nil {
+		return ""
+	}
+	g := doc.Generation
+	if g == "" && doc.Resource != nil {
+		g = doc.Resource.Generation
+	}
+	if n, err := strconv.ParseInt(string(g), 10, 64); err != nil || n <= 0 {
+		return ""
+	}
+	return string(g)
+}
+
+// begin loads the generation the gateway last wrote and makes the write
+// conditional on it (package precondition).
+func (u *Upstream) begin(r *http.Request, f *forward) error {
+	kind, conditional := precondition.Replace, true
+	t := f.target
+	switch t.op {
+	case opUpload, opCompose, opCopy:
+	case opResumable:
+		// The session carries the condition to the chunk that writes the
+		// object; the object is unknown until that chunk's answer.
+		kind = precondition.Opaque
+	case opChunk:
+		conditional = false
+	case opObject:
+		switch {
+		case t.acl:
+			// An ACL entry: the object's generation stays.
+			kind, conditional = precondition.Opaque, false
+		case r.Method == http.MethodDelete:
+			kind = precondition.Delete
+		}
+	default:
+		return nil
+	}
+	if conditional && len(r.URL.Query()["ifGenerationMatch"]) > 0 {
+		// The worker pins a generation itself: a delayed request cannot
+		// satisfy it after a newer write either.
+		conditional = false
+	}
+	w, err := u.tracker.Begin(r.Context(), f.resource, f.token, kind, conditional,
+		func(ctx context.Context) (string, error) { return u.generation(ctx, t.bucket, t.object) })
+	if err != nil {
+		return err
+	}
+	f.gen = w
+	return nil
+}
+
+// generation asks the store for an object's generation, quoted as an
+// entity-tag for package precondition ("" if the object does not exist).
+func (u *Upstream) generation(ctx context.Context, bucket, object string) (string, error) {
+	p := u.endpoint.Path + "/storage/v1/b/" + url.PathEscape(bucket) + "/o/" + url.PathEscape(object)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.endpoint.Scheme+"://"+u.endpoint.Host+p+"?fields=generation", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := (&transport{u: u}).RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return "", nil
+	case http.StatusOK:
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxObjectDoc))
+		if err != nil {
+			return "", err
+		}
+		if g := generationOf(b); g != "" {
+			return `"` + g + `"`, nil
+		}
+		return "", fmt.Errorf("GET %s/%s: no generation in the answer", bucket, object)
+	}
+	return "", fmt.Errorf("GET %s/%s: %s", bucket, object, resp.Status)
+}

@@ -1,0 +1,140 @@
+package gcs
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"testing"
+
+	"golang.org/x/oauth2"
+)
+
+// The worker's credentials and token never reach the store; the gateway's
+// own credentials do, and only the gateway's.
+func TestCredentialIsolation(t *testing.T) {
+	var got http.Header
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte(`{"generation":"5"}`))
+	}))
+	defer store.Close()
+	for _, tc := range []struct {
+		name string
+		ts   oauth2.TokenSource
+		want string
+	}{
+		{"service account", oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "gateway-token", TokenType: "Bearer"}), "Bearer gateway-token"},
+		{"no auth", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := New(Options{Route: "r", Endpoint: store.URL, TokenSource: tc.ts, Resource: "{bucket}/{object}"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodDelete, "http://gw/storage/v1/b/bk/o/a%2Fb", nil)
+			req.Header.Set("Authorization", "Bearer worker-key")
+			req.Header.Set("Fencing-Token", "7")
+			w := httptest.NewRecorder()
+			if err := u.Forward(w, req); err != nil {
+				t.Fatal(err)
+			}
+			if a := got.Get("Authorization"); a != tc.want {
+				t.Fatalf("store saw Authorization %q; want %q", a, tc.want)
+			}
+			if v := got.Get("Fencing-Token"); v != "" {
+				t.Fatalf("store saw the token header %q", v)
+			}
+		})
+	}
+}
+
+// The multipart upload's metadata part gets the stamp, set over any value
+// the worker sent; the media part and the rest of the body are unchanged
+// and the length changes by exactly the metadata's growth.
+func TestStampMultipart(t *testing.T) {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	h := textproto.MIMEHeader{"Content-Type": {"application/json; charset=UTF-8"}}
+	p, _ := mw.CreatePart(h)
+	p.Write([]byte(`{"name":"x","metadata":{"fencing-token":"999","keep":"1"}}`))
+	h = textproto.MIMEHeader{"Content-Type": {"text/plain"}}
+	p, _ = mw.CreatePart(h)
+	media := strings.Repeat("media bytes\r\n--not-a-boundary\r\n", 5000)
+	p.Write([]byte(media))
+	mw.Close()
+	in := body.Bytes()
+	out, delta, err := stampMultipart(bytes.NewReader(in), mw.Boundary(), "fencing-token", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(out)
+	if int64(len(b)) != int64(len(in))+delta {
+		t.Fatalf("length %d; want %d%+d", len(b), len(in), delta)
+	}
+	_, params, _ := mime.ParseMediaType(mw.FormDataContentType())
+	r := multipart.NewReader(bytes.NewReader(b), params["boundary"])
+	meta, err := r.NextPart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Name     string            `json:"name"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	if err := json.NewDecoder(meta).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Name != "x" || doc.Metadata["fencing-token"] != "42" || doc.Metadata["keep"] != "1" {
+		t.Fatalf("metadata part %+v; want name x, fencing-token 42, keep 1", doc)
+	}
+	mp, err := r.NextPart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := io.ReadAll(mp); string(m) != media {
+		t.Fatalf("media part changed (%d bytes; want %d)", len(m), len(media))
+	}
+}
+
+// A session URL binds its object and token: another object, token, upload
+// id or bucket fails verification.
+func TestSessionBinding(t *testing.T) {
+	u, err := New(Options{Resource: "{bucket}/{object}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forward{target: target{bucket: "bk", object: "dir/obj"}, token: 41}
+	in := httptest.NewRequest(http.MethodPost, "http://gw.example:8080/upload/storage/v1/b/bk/o", nil)
+	loc, ok := u.sessionURL(in, f, "http://127.0.0.1:4443/upload/storage/v1/b/bk/o?uploadType=resumable&name=dir%2Fobj&upload_id=U1")
+	if !ok || !strings.HasPrefix(loc, "http://gw.example:8080/upload/storage/v1/b/bk/o?") {
+		t.Fatalf("session URL %q", loc)
+	}
+	l, _ := url.Parse(loc)
+	s, ref := parseSession(l.Query())
+	if ref != nil || !u.verify(s, "bk") || s.token != 41 || s.object != "dir/obj" {
+		t.Fatalf("the gateway's own session URL does not verify: %+v %v", s, ref)
+	}
+	for name, edit := range map[string]func(q url.Values){
+		"object":    func(q url.Values) { q.Set("name", "other") },
+		"upload id": func(q url.Values) { q.Set("upload_id", "U2") },
+		"token":     func(q url.Values) { q.Set(sessionParam, strings.Replace(q.Get(sessionParam), "41.", "42.", 1)) },
+	} {
+		q := l.Query()
+		edit(q)
+		s, ref := parseSession(q)
+		if ref == nil && u.verify(s, "bk") {
+			t.Errorf("%s changed: still verifies", name)
+		}
+	}
+	if s, _ := parseSession(l.Query()); u.verify(s, "other-bucket") {
+		t.Error("bucket changed: still verifies")
+	}
+}

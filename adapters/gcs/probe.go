@@ -1,0 +1,84 @@
+package gcs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/fencegate/fencegate/precondition"
+)
+
+// ProbeObject is the object the racing probe writes and deletes.
+const ProbeObject = ".fencegate-probe"
+
+// ProbeRace runs precondition.Probe on the store with the gateway's
+// credentials: n uploads with ifGenerationMatch=0 race to create the probe
+// object in bucket, then n with its generation race to replace it, and a
+// write on a wrong generation must be refused. Exactly one of each round
+// may win; anything else means precondition: generation gives no
+// protection on this store. The probe object is deleted afterwards.
+func (u *Upstream) ProbeRace(ctx context.Context, bucket string, n int) error {
+	p := &probe{u: u, bucket: bucket}
+	p.del(ctx)
+	defer p.del(context.WithoutCancel(ctx))
+	if err := precondition.Probe(ctx, p, n); err != nil {
+		return fmt.Errorf("bucket %s: %w", bucket, err)
+	}
+	return nil
+}
+
+type probe struct {
+	u      *Upstream
+	bucket string
+}
+
+// Put uploads body with ifGenerationMatch (the generation in ifMatch, or
+// 0 for ifMatch "") and returns the status and the written generation as
+// an entity-tag.
+func (p *probe) Put(ctx context.Context, body, ifMatch string) (int, string, error) {
+	gen := "0"
+	if ifMatch != "" {
+		gen = strings.Trim(ifMatch, `"`)
+		if gen == "fencegate-probe-wrong-etag" {
+			gen = "1" // a generation the object does not have
+		}
+	}
+	u := p.u
+	q := url.Values{"uploadType": {"media"}, "name": {ProbeObject}, "ifGenerationMatch": {gen}}
+	target := u.endpoint.Scheme + "://" + u.endpoint.Host + u.endpoint.Path + "/upload/storage/v1/b/" + url.PathEscape(p.bucket) + "/o?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := (&transport{u: u}).RoundTrip(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxObjectDoc))
+	if g := generationOf(b); g != "" && resp.StatusCode < 300 {
+		return resp.StatusCode, `"` + g + `"`, nil
+	}
+	return resp.StatusCode, "", nil
+}
+
+// Head returns the probe object's generation as an entity-tag.
+func (p *probe) Head(ctx context.Context) (string, error) {
+	return p.u.generation(ctx, p.bucket, ProbeObject)
+}
+
+func (p *probe) del(ctx context.Context) {
+	u := p.u
+	target := u.endpoint.Scheme + "://" + u.endpoint.Host + u.endpoint.Path + "/storage/v1/b/" + url.PathEscape(p.bucket) + "/o/" + url.PathEscape(ProbeObject)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, target, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := (&transport{u: u}).RoundTrip(req); err == nil {
+		resp.Body.Close()
+	}
+}
