@@ -49,10 +49,16 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 		if !ok {
 			return nil, fmt.Errorf("fence.mode shared needs store.postgres, not %T", store)
 		}
+		markers := cfg.Fence.MarkerConns
+		if cfg.Gateway == nil {
+			// A coordinator alone admits no write: no marker session, so
+			// its death leaves none for every drain to wait out.
+			markers = -1
+		}
 		sf := postgres.NewSharedFence(st, postgres.SharedFenceOptions{
 			ForwardTimeout: maxForwardTimeout(cfg),
 			StoreTimeout:   st.Timeout,
-			MarkerConns:    cfg.Fence.MarkerConns,
+			MarkerConns:    markers,
 			Verify:         verify,
 			Logger:         s.log.With("component", "fence"),
 		})
