@@ -21,3 +21,14 @@ CREATE TABLE fencegate_recovery (
     leases_ended      bigint NOT NULL,
     by_whom           text NOT NULL DEFAULT ''
 );
+
+-- Recorded with the schema, so that any copy of the schema (a standby, a
+-- backup) carries the timeline it was served on: a copy without it would
+-- look like a new store to the guard. A migration runs on a primary.
+INSERT INTO fencegate_meta (key, value)
+SELECT 'timeline', (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint)::text
+ON CONFLICT (key) DO NOTHING;
+INSERT INTO fencegate_meta (key, value)
+SELECT 'replication', (SELECT value FROM fencegate_meta WHERE key = 'timeline')
+       || CASE WHEN current_setting('synchronous_standby_names') <> '' THEN ' sync' ELSE ' async' END
+ON CONFLICT (key) DO NOTHING;
