@@ -107,4 +107,3 @@ func (pg *PG) Exec(t testing.TB, sql string) {
 		t.Fatalf("testenv: %s: %v", sql, err)
 	}
 }
-
