@@ -60,6 +60,7 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 			StoreTimeout:   st.Timeout,
 			MarkerConns:    markers,
 			Verify:         verify,
+			IssuedTokens:   s.verifying,
 			Logger:         s.log.With("component", "fence"),
 		})
 		s.closers = append(s.closers, sf)
