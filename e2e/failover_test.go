@@ -40,8 +40,7 @@ func TestFailoverAsyncStandbyRefusedUntilRecovered(t *testing.T) {
 	// Both replicas refuse until the recovery, and say so.
 	for _, r := range f.replicas {
 		waitFor(t, func() bool {
-			st, _ := getStatus(r.URL("admin") + "/readyz")
-			return st == 503
+			return getStatus(t, r.URL("admin")+"/readyz") == 503
 		})
 		st, body := write(t, "PUT", r.URL("gateway")+"/orders/fo-probe", strconv.FormatInt(f.lastToken.Load(), 10), "probe")
 		wantCode(t, "write on the regressed store", st, body, 503, "fence_store_regressed")
@@ -83,8 +82,7 @@ func TestFailoverAsyncStandbyRefusedUntilRecovered(t *testing.T) {
 	}
 	for _, r := range f.replicas {
 		waitFor(t, func() bool {
-			st, _ := getStatus(r.URL("admin") + "/readyz")
-			return st == 200
+			return getStatus(t, r.URL("admin")+"/readyz") == 200
 		})
 	}
 	before := f.ok.Load()
@@ -110,7 +108,7 @@ func TestFailoverSyncStandbyKeepsServing(t *testing.T) {
 		if strings.Contains(r.Log(), "fence store went back") {
 			t.Fatalf("a replica refused the synchronous standby's promotion:\n%s", r.Log())
 		}
-		if st, _ := getStatus(r.URL("admin") + "/readyz"); st != 200 {
+		if st := getStatus(t, r.URL("admin")+"/readyz"); st != 200 {
 			t.Fatalf("readyz %d after the promotion", st)
 		}
 	}
@@ -183,15 +181,6 @@ func sequenceOf(pg *testenv.PG) string {
 		return err.Error()
 	}
 	return strconv.FormatInt(v, 10)
-}
-
-func getStatus(url string) (int, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
 }
 
 // failover kills the primary as `pg_ctl stop -m immediate` does and
