@@ -352,6 +352,12 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 		}
 		switch {
 		case m.permit != nil:
+			// The marker may be on a session opened just now to a promoted
+			// standby: the guard checked it before its first use.
+			if err := f.guard.Err(w.Resource); err != nil {
+				m.permit.Release()
+				return nil, err
+			}
 			if f.issuedTokens {
 				f.guard.accepted(w.Token)
 			}

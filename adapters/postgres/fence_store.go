@@ -92,6 +92,9 @@ func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 	if err != nil {
 		return st, fmt.Errorf("advance fence %s to %d: %w", resource, token, err)
 	}
+	if err := s.guard.Err(resource); err != nil {
+		return fencegate.FenceState{}, err // on a connection to a store found gone back
+	}
 	if !raised {
 		// Already at token or above: report the record as stored.
 		return s.LoadFence(ctx, resource)

@@ -172,6 +172,12 @@ func (ls *Leases) Acquire(ctx context.Context, resource, owner string, ttl time.
 		err := ls.st.Pool.QueryRow(ctx, sql, resource, owner, ttl.Microseconds()).
 			Scan(&l.Token, &l.ExpiresAt, &dbNow, &fresh)
 		if err == nil {
+			// The statement may have run on a connection opened just now
+			// to a promoted standby: the guard checked it before its first
+			// use, so look again before handing the token out.
+			if err := g.Err(resource); err != nil {
+				return coordinator.Lease{}, false, err
+			}
 			if fresh {
 				// The token is committed; one not above every token this
 				// process issued before means the store went back (I5).
