@@ -249,9 +249,11 @@ func (f *failover) workers(t *testing.T, stop chan struct{}, wg *sync.WaitGroup)
 						token = tok
 						f.lastToken.Store(max(f.lastToken.Load(), tok))
 						f.hist.add(client, call, fencedInput{kind: opIssue, key: key, token: tok, owner: owner}, "")
-					case err == nil && (st == 409 || strings.Contains(body, "fence_store_regressed")):
-						// Held by another worker, or refused: no token issued.
-						time.Sleep(20 * time.Millisecond)
+					case err == nil && strings.Contains(body, "fence_store_regressed"):
+						f.regressedSeen.Add(1) // refused: no token handed out
+						time.Sleep(50 * time.Millisecond)
+					case err == nil && st == 409:
+						time.Sleep(20 * time.Millisecond) // held by another worker
 					default:
 						f.hist.add(client, call, fencedInput{kind: opIssueUnknown, key: key, owner: owner}, "")
 						time.Sleep(50 * time.Millisecond)

@@ -282,6 +282,11 @@ func (g *Guard) check(ctx context.Context, c *pgconn.PgConn) error {
 	if !g.armed.Load() {
 		return nil
 	}
+	// Read before the snapshot: every token counted here was committed
+	// before the snapshot's statement started, so a store that did not go
+	// back shows a sequence at or above it. Read after, a token issued
+	// meanwhile would look lost.
+	hw := max(g.maxIssued.Load(), g.maxAccepted.Load())
 	s, err := readSnapshot(ctx, c)
 	if err != nil {
 		var pe *pgconn.PgError
@@ -314,7 +319,6 @@ func (g *Guard) check(ctx context.Context, c *pgconn.PgConn) error {
 		s.metaTL = tl
 	case s.metaTL != tl:
 		prev := s.metaTL
-		hw := max(g.maxIssued.Load(), g.maxAccepted.Load())
 		if s.replication == prev+" sync" && !g.asyncTLs[prev] && hw <= s.seq {
 			n, err := execMeta(ctx, c, acceptPromotionSQL, prev, tl)
 			if err != nil {
@@ -334,7 +338,7 @@ func (g *Guard) check(ctx context.Context, c *pgconn.PgConn) error {
 		}
 	}
 	if cause == "" {
-		if hw := max(g.maxIssued.Load(), g.maxAccepted.Load()); hw > s.seq {
+		if hw > s.seq {
 			cause = fmt.Sprintf("the token sequence stands at %d, below token %d this process issued or admitted", s.seq, hw)
 			if _, err := execMeta(ctx, c, metaSetSQL, "regressed", cause); err != nil {
 				g.log.Warn("could not record in the store that it went back", "err", err)
