@@ -79,6 +79,10 @@ const (
 	// issuance are refused until an operator runs `fencegate fence
 	// recover` (docs/recovery.md). 503.
 	CodeStoreRegressed = "fence_store_regressed"
+	// CodeTokenSourceUnavailable: the lock service a route's tokens come
+	// from (etcd, ZooKeeper) cannot be asked whether a new token is one
+	// it issued; the write is refused, never forwarded unchecked. 503.
+	CodeTokenSourceUnavailable = "token_source_unavailable"
 	// CodeInternal: a failure inside fencegate with no better code. 500.
 	CodeInternal = "internal_error"
 )

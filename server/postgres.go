@@ -43,6 +43,11 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 	} else {
 		s.verifying = true
 	}
+	if cfg.Gateway != nil {
+		// Routes with a token_source verify their own tokens (the route's
+		// verifier travels in the write's context); the rest as above.
+		verify = gateway.RouteVerify(verify)
+	}
 	switch cfg.Fence.Mode {
 	case "shared":
 		st, ok := store.(*postgres.Store)

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/h1"
 	httpup "github.com/fencegate/fencegate/adapters/http"
@@ -53,6 +54,8 @@ type Server struct {
 	verifying bool
 
 	consoleState consoleState // operator console (console.go)
+
+	tokenSources tokenSources // routes' lock services (tokensource.go)
 
 	listeners []*listener
 }
@@ -125,6 +128,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 		})
 		routes, err := BuildRoutes(cfg, log, store)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.attachTokenSources(cfg, routes); err != nil {
 			return nil, err
 		}
 		s.gw.SetRoutes(routes)
@@ -230,6 +236,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "store unavailable (details in the log)", http.StatusServiceUnavailable)
 			return
 		}
+	}
+	if kind, err := s.pingTokenSources(r.Context()); err != nil {
+		s.log.Warn("readyz: token source unavailable", "source", kind, "err", err)
+		http.Error(w, "token source "+kind+" unavailable: new tokens of its routes are refused (details in the log)", http.StatusServiceUnavailable)
+		return
 	}
 	w.Write([]byte("ready\n"))
 }
@@ -346,6 +357,9 @@ func (s *Server) Reload(cfg *config.Config) (err error) {
 		if err != nil {
 			return err
 		}
+		if err := s.attachTokenSources(cfg, routes); err != nil {
+			return err
+		}
 		s.gw.SetRoutes(routes)
 		if cfg.Gateway.Listen != s.cfg.Gateway.Listen {
 			s.log.Warn("gateway.listen changed; restart to apply", "old", s.cfg.Gateway.Listen, "new", cfg.Gateway.Listen)
@@ -437,8 +451,37 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if err := s.waitWrites(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, s.Close())
 	return errors.Join(errs...)
+}
+
+// waitWrites waits, before the fence is closed, for the writes the gateway
+// admitted and still forwards: those whose clients went away, and those
+// left when the shutdown timeout cut their connections. Each ends within
+// its route's timeout; until then the upstream may still apply it, and a
+// fence let go of earlier (a restart's empty in-flight state, a shared
+// replica's marker) could admit a newer token ahead of it.
+func (s *Server) waitWrites() error {
+	if s.gw == nil || s.gw.AdmittedWrites() == 0 {
+		return nil
+	}
+	var bound time.Duration
+	for _, rc := range s.cfg.Gateway.Routes {
+		bound = max(bound, rc.UpstreamTimeout())
+	}
+	bound += fencegate.DrainMargin
+	s.log.Info("waiting for admitted writes to end before closing the fence",
+		"writes", s.gw.AdmittedWrites(), "bound", bound.String())
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if err := s.gw.WaitWrites(ctx); err != nil {
+		s.log.Error("shutdown: admitted writes still in flight; they may land after a newer token's", "err", err)
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
 }
 
 // Close releases the store and other resources without waiting.
