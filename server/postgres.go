@@ -65,7 +65,6 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 			StoreTimeout:   st.Timeout,
 			MarkerConns:    markers,
 			Verify:         verify,
-			IssuedTokens:   s.verifying,
 			Logger:         s.log.With("component", "fence"),
 		})
 		s.closers = append(s.closers, sf)
@@ -141,11 +140,18 @@ func (s *Server) tokenVerifier(cfg *config.Config, store gateway.Store) (func(co
 	if issued == nil {
 		return nil, fmt.Errorf("fence.verify_tokens: store %T keeps no lease records", store)
 	}
+	// The highest token issued for a resource, read from the store, is one
+	// the store must stand above from then on (the store guard's check).
+	var guard *postgres.Guard
+	if st, ok := store.(*postgres.Store); ok {
+		guard = st.Guard()
+	}
 	return func(ctx context.Context, resource string, token int64) error {
 		n, err := issued.Issued(ctx, resource)
 		if err != nil {
 			return err
 		}
+		guard.Saw(n)
 		if token > n {
 			return &fencegate.Error{
 				Status: http.StatusConflict, Code: fencegate.CodeUnknownToken,

@@ -70,7 +70,6 @@ type SharedFence struct {
 	storeTimeout   time.Duration
 	acquireTimeout time.Duration
 	verify         func(ctx context.Context, resource string, token int64) error
-	issuedTokens   bool
 	log            *slog.Logger
 	replica        string
 	lanes          []*lane
@@ -114,11 +113,6 @@ type SharedFenceOptions struct {
 	// *fencegate.Error (unknown_fencing_token) to refuse the token; any
 	// other error refuses the write with fence_unavailable.
 	Verify func(ctx context.Context, resource string, token int64) error
-	// IssuedTokens says Verify refuses every token the coordinator did not
-	// issue from this store's sequence: the store guard then also takes
-	// the highest token admitted here as one the store must stand above
-	// (guard.go). Not for tokens from elsewhere (verify_tokens: false).
-	IssuedTokens bool
 	// Logger receives warnings (a marker session lost with writes in
 	// flight, a pooler in the wrong mode). Nil: slog.Default().
 	Logger *slog.Logger
@@ -192,7 +186,6 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 		storeTimeout:   opts.StoreTimeout,
 		acquireTimeout: opts.AcquireTimeout,
 		verify:         opts.Verify,
-		issuedTokens:   opts.IssuedTokens && opts.Verify != nil,
 		log:            opts.Logger,
 		replica:        opts.Replica,
 		closing:        make(chan struct{}),
@@ -357,9 +350,6 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 			if err := f.guard.Err(w.Resource); err != nil {
 				m.permit.Release()
 				return nil, err
-			}
-			if f.issuedTokens {
-				f.guard.accepted(w.Token)
 			}
 			return m.permit, nil
 		case m.exists && w.Token < m.highest:

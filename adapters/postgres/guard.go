@@ -31,8 +31,8 @@ import (
 //     promotion is taken as it is, unless this process itself saw that
 //     timeline without a synchronous standby.
 //   - What this process saw: the highest token it issued (its coordinator)
-//     or admitted with token verification on (so drawn from the store's
-//     sequence). A sequence below it, or a token issued that is not above
+//     or read from the store's issuance records when it verified a write's
+//     token (Saw). A sequence below it, or a token issued that is not above
 //     every token this process issued before, means the store went back,
 //     whatever PostgreSQL says about timelines. The finding is recorded in
 //     the store so every process refuses.
@@ -152,9 +152,16 @@ func (g *Guard) issued(start, token int64, resource string) error {
 	return nil
 }
 
-// accepted records a token admitted for a write when tokens are verified
-// (so issued from the store's sequence).
-func (g *Guard) accepted(token int64) { raise(&g.maxAccepted, token) }
+// Saw records a token read from the store's issuance records (the
+// highest issued for a resource, when a write's token is verified against
+// it): a store that did not go back stands at or above it from then on.
+// Tokens from other sources (etcd, ZooKeeper, verify_tokens: false) must
+// not be passed: they are not drawn from the store's sequence.
+func (g *Guard) Saw(token int64) {
+	if g != nil {
+		raise(&g.maxAccepted, token)
+	}
+}
 
 func raise(a *atomic.Int64, v int64) {
 	for {
@@ -339,7 +346,7 @@ func (g *Guard) check(ctx context.Context, c *pgconn.PgConn) error {
 	}
 	if cause == "" {
 		if hw > s.seq {
-			cause = fmt.Sprintf("the token sequence stands at %d, below token %d this process issued or admitted", s.seq, hw)
+			cause = fmt.Sprintf("the token sequence stands at %d, below token %d this process issued or read", s.seq, hw)
 			if _, err := execMeta(ctx, c, metaSetSQL, "regressed", cause); err != nil {
 				g.log.Warn("could not record in the store that it went back", "err", err)
 			}
