@@ -78,11 +78,18 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 		}
 		fence = sf
 	default:
-		fence = gateway.NewLocalFence(s.tel.Store(store), gateway.LocalFenceOptions{
+		opts := gateway.LocalFenceOptions{
 			MaxEntries: cfg.Fence.CacheEntries,
 			OnDrain:    s.tel.Drained,
 			Verify:     verify,
-		})
+		}
+		if s.unclean {
+			opts.UnsettledWindow = maxForwardTimeout(cfg)
+			opts.Unsettled = time.Now().Add(opts.UnsettledWindow)
+			s.log.Warn("the previous process stopped with writes possibly in flight (a crash): writes to fences that moved recently wait until those have ended",
+				"until", opts.Unsettled.UTC().Format(time.RFC3339), "window", opts.UnsettledWindow.String())
+		}
+		fence = gateway.NewLocalFence(s.tel.Store(store), opts)
 	}
 	s.fenceOnIssue(cfg, fence, s.tel.TraceFence(fence))
 	return fence, nil

@@ -57,6 +57,12 @@ type Server struct {
 
 	tokenSources tokenSources // routes' lock services (tokensource.go)
 
+	// serving is the embedded store's record of a gateway serving from it
+	// (cleared at a shutdown with no write left in flight); unclean says
+	// the previous process ended without that (a crash).
+	serving interface{ EndServing(context.Context) error }
+	unclean bool
+
 	listeners []*listener
 }
 
@@ -166,6 +172,13 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 		s.tel.StoreCommits(func() (uint64, uint64) { c := st.Stats(); return c.Commits, c.Changes })
 		s.tel.StoreSyncs(func() uint64 { return st.Stats().Syncs })
 		s.tel.StoreLog(func() (int, uint64, uint64) { c := st.Stats(); return c.LogState, c.LogErrors, c.CheckpointErrors })
+		if cfg.Gateway != nil {
+			unclean, err := st.BeginServing(ctx)
+			if err != nil {
+				return nil, err
+			}
+			s.serving, s.unclean = st, unclean
+		}
 		return st, nil
 	default:
 		return s.openPostgres(ctx, cfg)
@@ -453,6 +466,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	wg.Wait()
 	if err := s.waitWrites(); err != nil {
 		errs = append(errs, err)
+	} else if s.serving != nil {
+		// No write is left in flight: the next start needs no wait.
+		if err := s.serving.EndServing(context.Background()); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	errs = append(errs, s.Close())
 	return errors.Join(errs...)
