@@ -74,6 +74,11 @@ const (
 	// fence.max_advance allows, or a fence reset asks for a value below the
 	// highest token issued. 409.
 	CodeTokenOutOfRange = "token_out_of_range"
+	// CodeStoreRegressed: the fence store went back (an asynchronous
+	// standby promoted, an older backup restored): fenced writes and token
+	// issuance are refused until an operator runs `fencegate fence
+	// recover` (docs/recovery.md). 503.
+	CodeStoreRegressed = "fence_store_regressed"
 	// CodeTokenSourceUnavailable: the lock service a route's tokens come
 	// from (etcd, ZooKeeper) cannot be asked whether a new token is one
 	// it issued; the write is refused, never forwarded unchecked. 503.
@@ -181,6 +186,17 @@ func Draining(resource string, token int64, drain time.Duration, cause error) *E
 		Message:  fmt.Sprintf("an older write for %s is still in flight after %s; not forwarding token %d before it ends", resource, drain, token),
 		Resource: resource, Token: token, Highest: token,
 		RetryAfter: time.Second, Err: cause,
+	}
+}
+
+// StoreRegressed refuses a write or an issuance on a store that went back;
+// cause says how it was found (timelines, token numbers: no secrets).
+func StoreRegressed(resource, cause string) *Error {
+	return &Error{
+		Status: http.StatusServiceUnavailable, Code: CodeStoreRegressed,
+		Message: "the fence store went back (" + cause + "); fenced writes and token issuance are refused until an operator runs " +
+			"`fencegate fence recover` (docs/recovery.md), which makes every token issued before it worthless",
+		Resource: resource, RetryAfter: 5 * time.Second,
 	}
 }
 

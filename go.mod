@@ -4,6 +4,7 @@ go 1.27.3
 
 require (
 	cloud.google.com/go/storage v1.71.0
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/aws/aws-sdk-go-v2 v1.45.1
 	github.com/aws/aws-sdk-go-v2/config v1.33.1
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.1

@@ -213,6 +213,12 @@ type Postgres struct {
 	MaxConns int32 `yaml:"max_conns"`
 	// Timeout bounds one statement (and lock waits). Default 5s.
 	Timeout time.Duration `yaml:"timeout"`
+	// OnRegression is what a process does when it finds the store went
+	// back (an asynchronous standby promoted, an older backup restored):
+	// "refuse" (default) refuses fenced writes and token issuance until an
+	// operator runs `fencegate fence recover`; "recover" runs that
+	// recovery itself (docs/recovery.md).
+	OnRegression string `yaml:"on_regression"`
 }
 
 // Fence selects the fence mode.
@@ -557,6 +563,11 @@ func (c *Config) Validate() Errors {
 			add("store.postgres.url", "required")
 		} else if _, err := url.Parse(p.URL); err != nil && !strings.Contains(p.URL, "=") {
 			add("store.postgres.url", "not a URL or key=value connection string")
+		}
+		switch p.OnRegression {
+		case "", "refuse", "recover":
+		default:
+			add("store.postgres.on_regression", "must be refuse or recover, got %q", p.OnRegression)
 		}
 	}
 	switch c.Fence.Mode {

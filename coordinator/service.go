@@ -207,6 +207,9 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Lease, error
 			}
 			s.log().Debug("lease acquired", "resource", req.Resource, "owner", req.Owner, "token", l.Token, "fresh", fresh)
 			return l, nil
+		case errors.Is(err, &fencegate.Error{Code: fencegate.CodeStoreRegressed}):
+			// The store went back: its refusal says why and how to recover.
+			return Lease{}, err
 		case !errors.Is(err, ErrHeld):
 			s.log().Warn("acquire failed: lease store unavailable", "resource", req.Resource, "owner", req.Owner, "err", err)
 			return Lease{}, unavailable(req.Resource, err)

@@ -413,12 +413,14 @@ func TestSharedFenceOnIssueAndVerify(t *testing.T) {
 // A randomized run: workers with lease-like tokens through two replicas,
 // zombies that pause and write late, replicas killed and restarted at
 // random. The upstream's history must never apply a lower token after a
-// higher one for the same key.
+// higher one for the same key, and the workers' history must be
+// linearizable against a fenced register (Porcupine).
 func TestSharedRandomized(t *testing.T) {
 	pg := testenv.Postgres(t)
 	up := newSharedUpstream(t)
 	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
 	var next atomic.Int64 // the "coordinator": tokens strictly increase
+	hist := newHistory()
 	deadline := time.Now().Add(12 * time.Second)
 	var wg sync.WaitGroup
 	var ok, refused, failed atomic.Int64
@@ -435,7 +437,9 @@ func TestSharedRandomized(t *testing.T) {
 					time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond) // a pause: a zombie
 				}
 				url := r[rng.IntN(2)].URL("gateway") + key
+				call := hist.now()
 				st, body, err := tryWrite(url, strconv.FormatInt(tok, 10), fmt.Sprint("w", w))
+				hist.add(w, call, fencedInput{kind: opWrite, key: key, token: tok, owner: fmt.Sprint("w", w)}, writeOutcome(st, body, err))
 				switch {
 				case err != nil || st == 502 || st == 503:
 					failed.Add(1) // a replica being killed, or the drain timing out
@@ -460,6 +464,7 @@ func TestSharedRandomized(t *testing.T) {
 	}
 	wg.Wait()
 	sharedCheckHistory(t, up.rec.History())
+	hist.checkLinearizable(t)
 	if ok.Load() == 0 || refused.Load() == 0 {
 		t.Fatalf("ok %d, refused %d, failed %d: the run did not exercise both decisions", ok.Load(), refused.Load(), failed.Load())
 	}

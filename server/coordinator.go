@@ -63,11 +63,16 @@ func (s *Server) startCoordinator() error {
 // reconnects by itself after an outage) with pending migrations applied.
 func (s *Server) openPostgres(ctx context.Context, cfg *config.Config) (gateway.Store, error) {
 	p := cfg.Store.Postgres
-	st, err := postgres.Open(ctx, p.URL, postgres.Options{MaxConns: p.MaxConns, Timeout: p.Timeout})
+	st, err := postgres.Open(ctx, p.URL, postgres.Options{
+		MaxConns: p.MaxConns, Timeout: p.Timeout,
+		Logger:      s.log.With("component", "store"),
+		AutoRecover: p.OnRegression == "recover",
+	})
 	if err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, st)
 	s.pinger = st
+	s.watchStore(st)
 	return st, nil
 }

@@ -54,10 +54,16 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 		if !ok {
 			return nil, fmt.Errorf("fence.mode shared needs store.postgres, not %T", store)
 		}
+		markers := cfg.Fence.MarkerConns
+		if cfg.Gateway == nil {
+			// A coordinator alone admits no write: no marker session, so
+			// its death leaves none for every drain to wait out.
+			markers = -1
+		}
 		sf := postgres.NewSharedFence(st, postgres.SharedFenceOptions{
 			ForwardTimeout: maxForwardTimeout(cfg),
 			StoreTimeout:   st.Timeout,
-			MarkerConns:    cfg.Fence.MarkerConns,
+			MarkerConns:    markers,
 			Verify:         verify,
 			Logger:         s.log.With("component", "fence"),
 		})
@@ -143,11 +149,18 @@ func (s *Server) tokenVerifier(cfg *config.Config, store gateway.Store) (func(co
 	if issued == nil {
 		return nil, fmt.Errorf("fence.verify_tokens: store %T keeps no lease records", store)
 	}
+	// The highest token issued for a resource, read from the store, is one
+	// the store must stand above from then on (the store guard's check).
+	var guard *postgres.Guard
+	if st, ok := store.(*postgres.Store); ok {
+		guard = st.Guard()
+	}
 	return func(ctx context.Context, resource string, token int64) error {
 		n, err := issued.Issued(ctx, resource)
 		if err != nil {
 			return err
 		}
+		guard.Saw(n)
 		if token > n {
 			return &fencegate.Error{
 				Status: http.StatusConflict, Code: fencegate.CodeUnknownToken,

@@ -174,6 +174,9 @@ func (l *lane) mark(ctx context.Context, w gateway.Write, key int64) (marked, er
 // stands at highest: writers of older tokens are refused without I/O, and
 // writers of highest wait for the marker to end before taking their own.
 func (l *lane) superseded(key, highest int64) {
+	if l == nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s := l.sess; s != nil {

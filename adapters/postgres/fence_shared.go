@@ -63,6 +63,7 @@ type SharedFence struct {
 	// behind a pooler that does not keep sessions (checkOwnSession).
 	poolMode       atomic.Bool
 	pool           *pgxpool.Pool
+	guard          *Guard
 	connConfig     *pgx.ConnConfig
 	drainTimeout   time.Duration
 	forwardTimeout time.Duration
@@ -99,7 +100,10 @@ type SharedFenceOptions struct {
 	// with 503 fence_unavailable. Default 1s.
 	AcquireTimeout time.Duration
 	// MarkerConns is the number of marker sessions (long-lived dedicated
-	// connections, besides the pool) of this replica. Default 2.
+	// connections, besides the pool) of this replica. Default 2. Negative:
+	// none, for a process that runs no gateway (a coordinator alone): it
+	// admits no write, and its death leaves no marker session for drains
+	// to wait out.
 	MarkerConns int
 	// Replica names this replica in the fence_session table. Default
 	// hostname/pid.
@@ -121,6 +125,8 @@ var _ gateway.Fence = (*SharedFence)(nil)
 // server session (PgBouncer pool_mode transaction or statement): the
 // markers are session-level advisory locks.
 var ErrPoolMode = errors.New("fence mode shared needs a session of its own per connection: the database is reached through a pooler in transaction or statement mode (PgBouncer: use pool_mode = session for fencegate)")
+
+var errNoMarkers = errors.New("this process runs no gateway (no marker sessions)")
 
 // Marker sessions.
 const (
@@ -161,7 +167,7 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 	if opts.AcquireTimeout <= 0 {
 		opts.AcquireTimeout = time.Second
 	}
-	if opts.MarkerConns <= 0 {
+	if opts.MarkerConns == 0 {
 		opts.MarkerConns = 2
 	}
 	if opts.Logger == nil {
@@ -173,6 +179,7 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 	}
 	f := &SharedFence{
 		pool:           s.Pool,
+		guard:          s.guard,
 		connConfig:     s.Pool.Config().ConnConfig,
 		drainTimeout:   opts.DrainTimeout,
 		forwardTimeout: opts.ForwardTimeout,
@@ -315,6 +322,17 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 	if f.poolMode.Load() {
 		return nil, fencegate.Unavailable(w.Resource, ErrPoolMode)
 	}
+	if len(f.lanes) == 0 {
+		return nil, fencegate.Unavailable(w.Resource, errNoMarkers)
+	}
+	if err := f.guard.Err(w.Resource); err != nil {
+		return nil, err
+	}
+	if floor := f.guard.Floor(); w.Token <= floor {
+		// Issued before the store's last recovery (Store.Recover): worthless
+		// whatever this store's fence row says.
+		return nil, fencegate.StaleError(w.Resource, w.Token, floor)
+	}
 	if w.Scope != gateway.ScopeKey {
 		// Hierarchical keys are not built for shared mode: refused, never
 		// admitted on the key alone (config keeps such routes local).
@@ -322,7 +340,7 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 	}
 	deadline := time.Now().Add(drain)
 	key := lockKey(w.Resource)
-	l := f.lanes[uint64(key)%uint64(len(f.lanes))]
+	l := f.lane(key)
 	verified := false
 	backoff := 2 * time.Millisecond
 	for {
@@ -332,6 +350,12 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 		}
 		switch {
 		case m.permit != nil:
+			// The marker may be on a session opened just now to a promoted
+			// standby: the guard checked it before its first use.
+			if err := f.guard.Err(w.Resource); err != nil {
+				m.permit.Release()
+				return nil, err
+			}
 			return m.permit, nil
 		case m.exists && w.Token < m.highest:
 			return nil, fencegate.StaleError(w.Resource, w.Token, m.highest)
@@ -559,6 +583,9 @@ func (f *SharedFence) State(ctx context.Context, resource string) (fencegate.Fen
 // with a WAL flush; writes of older tokens are refused from then on, and
 // the first write of the new token drains those still in flight.
 func (f *SharedFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
+	if err := f.guard.Err(resource); err != nil {
+		return fencegate.FenceState{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	f.roundTrips.Add(1)
@@ -569,8 +596,7 @@ func (f *SharedFence) Advance(ctx context.Context, resource string, token int64,
 	if !raised {
 		return f.State(ctx, resource)
 	}
-	key := lockKey(resource)
-	f.lanes[uint64(key)%uint64(len(f.lanes))].superseded(key, st.Highest)
+	f.lane(lockKey(resource)).superseded(lockKey(resource), st.Highest)
 	st.Resource = resource
 	return st, nil
 }
@@ -583,5 +609,14 @@ func (f *SharedFence) Advance(ctx context.Context, resource string, token int64,
 // Correctness does not depend on it: every write re-reads the row.
 func (f *SharedFence) Raised(resource string, highest int64) {
 	key := lockKey(resource)
-	f.lanes[uint64(key)%uint64(len(f.lanes))].superseded(key, highest)
+	f.lane(key).superseded(key, highest)
+}
+
+// lane returns the marker session slot of key, nil if this fence has none
+// (MarkerConns < 0).
+func (f *SharedFence) lane(key int64) *lane {
+	if len(f.lanes) == 0 {
+		return nil
+	}
+	return f.lanes[uint64(key)%uint64(len(f.lanes))]
 }

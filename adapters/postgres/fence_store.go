@@ -51,6 +51,9 @@ func queueAdvance(b *pgx.Batch, resource string, token int64, owner string) {
 
 // LoadFence implements gateway.Store.
 func (s *Store) LoadFence(ctx context.Context, resource string) (fencegate.FenceState, error) {
+	if err := s.guard.Err(resource); err != nil {
+		return fencegate.FenceState{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	st, err := loadFence(ctx, s.Pool, resource)
@@ -77,11 +80,20 @@ func loadFence(ctx context.Context, pool *pgxpool.Pool, resource string) (fenceg
 // AdvanceFence implements gateway.Store: one round trip, committed with a
 // WAL flush before it returns.
 func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
+	if err := s.guard.Err(resource); err != nil {
+		return fencegate.FenceState{}, err
+	}
+	if floor := s.guard.Floor(); token <= floor {
+		return fencegate.FenceState{}, fencegate.StaleError(resource, token, floor)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	st, raised, err := advanceFence(ctx, s.Pool, resource, token, owner)
 	if err != nil {
 		return st, fmt.Errorf("advance fence %s to %d: %w", resource, token, err)
+	}
+	if err := s.guard.Err(resource); err != nil {
+		return fencegate.FenceState{}, err // on a connection to a store found gone back
 	}
 	if !raised {
 		// Already at token or above: report the record as stored.

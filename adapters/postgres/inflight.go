@@ -6,7 +6,10 @@ package postgres
 // marker sessions, in memory, without a round trip.
 func (f *SharedFence) InFlight(resource string) int {
 	key := lockKey(resource)
-	l := f.lanes[uint64(key)%uint64(len(f.lanes))]
+	l := f.lane(key)
+	if l == nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sess == nil {

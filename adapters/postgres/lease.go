@@ -147,6 +147,11 @@ func (ls *Leases) timeout(ctx context.Context) (context.Context, context.CancelF
 
 // Acquire implements coordinator.Backend.
 func (ls *Leases) Acquire(ctx context.Context, resource, owner string, ttl time.Duration) (coordinator.Lease, bool, error) {
+	g := ls.st.guard
+	if err := g.Err(resource); err != nil {
+		return coordinator.Lease{}, false, err
+	}
+	start := g.issueStart()
 	ctx, cancel := ls.timeout(ctx)
 	defer cancel()
 	// A held lease may be released between the failed takeover and the
@@ -167,6 +172,19 @@ func (ls *Leases) Acquire(ctx context.Context, resource, owner string, ttl time.
 		err := ls.st.Pool.QueryRow(ctx, sql, resource, owner, ttl.Microseconds()).
 			Scan(&l.Token, &l.ExpiresAt, &dbNow, &fresh)
 		if err == nil {
+			// The statement may have run on a connection opened just now
+			// to a promoted standby: the guard checked it before its first
+			// use, so look again before handing the token out.
+			if err := g.Err(resource); err != nil {
+				return coordinator.Lease{}, false, err
+			}
+			if fresh {
+				// The token is committed; one not above every token this
+				// process issued before means the store went back (I5).
+				if err := g.issued(start, l.Token, resource); err != nil {
+					return coordinator.Lease{}, false, err
+				}
+			}
 			l.Remaining = l.ExpiresAt.Sub(dbNow)
 			return l, fresh, nil
 		}

@@ -10,12 +10,15 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate"
@@ -26,6 +29,11 @@ type Store struct {
 	Pool *pgxpool.Pool
 	// Timeout bounds one statement and its lock waits.
 	Timeout time.Duration
+
+	guard     *Guard
+	watchStop chan struct{}
+	watchOnce sync.Once
+	watchWG   sync.WaitGroup
 }
 
 // Options tune Open.
@@ -34,6 +42,13 @@ type Options struct {
 	Timeout  time.Duration // statement and lock timeout; 0: 5s
 	// SkipMigrate leaves the schema as it is (fencegate migrate applies it).
 	SkipMigrate bool
+	// Logger receives the store guard's findings (guard.go). Nil:
+	// slog.Default().
+	Logger *slog.Logger
+	// AutoRecover makes the store guard run the recovery (Recover with
+	// its defaults) itself when it finds the store went back, instead of
+	// refusing until an operator does (store.postgres.on_regression).
+	AutoRecover bool
 }
 
 // Open connects to url and applies pending migrations. The database being
@@ -68,30 +83,106 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	// (I3, I5), whatever the database's default; the in-flight marker of
 	// the shared fence turns it off for itself with SET LOCAL.
 	rp["synchronous_commit"] = "on"
+	// Every connection, pooled or dedicated (marker sessions, LISTEN), is
+	// checked by the store guard before it is used: one that reached a
+	// promoted standby (a multi-host URL follows a promotion) lets no
+	// write through before the guard has looked at the new primary.
+	g := newGuard(opts.Logger)
+	prev := pc.ConnConfig.AfterConnect
+	pc.ConnConfig.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		if prev != nil {
+			if err := prev(ctx, c); err != nil {
+				return err
+			}
+		}
+		return g.check(ctx, c)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres pool: %w", err)
 	}
-	s := &Store{Pool: pool, Timeout: opts.Timeout}
+	s := &Store{Pool: pool, Timeout: opts.Timeout, guard: g, watchStop: make(chan struct{})}
+	g.recordFn = func(ctx context.Context, cause string) error {
+		_, err := s.Pool.Exec(ctx, metaSetSQL, "regressed", cause)
+		return err
+	}
+	if opts.AutoRecover {
+		g.autoRecover = func(ctx context.Context) error {
+			res, err := s.Recover(ctx, RecoverOptions{By: "fencegate (store.postgres.on_regression: recover)"})
+			if err == nil {
+				g.log.Warn("store recovered automatically (store.postgres.on_regression: recover)", "token_floor", res.TokenFloor, "leases_ended", res.LeasesEnded)
+				err = s.CheckStore(ctx)
+			}
+			return err
+		}
+	}
 	if !opts.SkipMigrate {
 		if err := s.Migrate(ctx); err != nil {
 			pool.Close()
 			return nil, err
 		}
 	}
+	g.armed.Store(true)
+	// The connections the migration opened were not checked; a database
+	// down now is checked on the first connection it accepts.
+	s.CheckStore(ctx)
 	return s, nil
+}
+
+// Guard returns the store guard (guard.go).
+func (s *Store) Guard() *Guard { return s.guard }
+
+// CheckStore runs the store guard's check now, on a pooled connection.
+func (s *Store) CheckStore(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	c, err := s.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	return s.guard.check(ctx, c.Conn().PgConn())
+}
+
+// Watch runs the store guard's check every interval until Close: it finds
+// a regression another process recorded, a recovery, and changes of the
+// primary's replication. A database that does not answer is not an error
+// here (the requests report it).
+func (s *Store) Watch(interval time.Duration) {
+	s.watchWG.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			s.CheckStore(context.Background())
+			select {
+			case <-s.watchStop:
+				return
+			case <-t.C:
+			}
+		}
+	})
 }
 
 // Close closes the pool.
 func (s *Store) Close() error {
+	s.watchOnce.Do(func() {
+		if s.watchStop != nil {
+			close(s.watchStop)
+		}
+	})
+	s.watchWG.Wait()
 	s.Pool.Close()
 	return nil
 }
 
-// Ping reports whether the database answers.
+// Ping reports whether the database answers and the store is served (not
+// found gone back).
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
+	if err := s.guard.Err(""); err != nil {
+		return err
+	}
 	return s.Pool.Ping(ctx)
 }
 

@@ -70,6 +70,12 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 			failed++
 		}
 	}
+	if ok, err := checkStoreReplication(ctx, cfg); ok {
+		checked++
+		if err != nil {
+			failed++
+		}
+	}
 	for _, rc := range cfg.Gateway.Routes {
 		if rc.S3 == nil {
 			continue
@@ -152,6 +158,50 @@ func probeWhere(route, flagValue, configured, flagName, field string) string {
 		fmt.Printf("route %s: skipped (no %s and no %s)\n", route, flagName, field)
 	}
 	return configured
+}
+
+// checkStoreReplication reports whether the PostgreSQL store's primary has
+// a synchronous standby and what that means for the fence (a failover to
+// an asynchronous standby may lose advances and issued tokens: the gateways
+// then refuse to serve until `fencegate fence recover`), and fails if the
+// store is found gone back now. ok is false when there is nothing to check.
+func checkStoreReplication(ctx context.Context, cfg *config.Config) (ok bool, err error) {
+	p := cfg.Store.Postgres
+	if p == nil {
+		return false, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := postgres.Open(cctx, p.URL, postgres.Options{MaxConns: 1, Timeout: p.Timeout, SkipMigrate: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		err = st.CheckStore(cctx)
+		defer st.Close()
+	}
+	if err != nil {
+		fmt.Printf("store.postgres replication: FAIL: %v\n", err)
+		return true, err
+	}
+	g := st.Guard()
+	if c := g.Regressed(); c != "" {
+		fmt.Printf("store.postgres replication: FAIL: the store went back (%s): gateways refuse fenced writes and token issuance until `fencegate fence recover` (docs/recovery.md)\n", c)
+		return true, fmt.Errorf("store went back")
+	}
+	r := g.Replication()
+	sync := "no synchronous standby"
+	if r.Synchronous() {
+		sync = fmt.Sprintf("synchronous_standby_names = '%s'", r.SynchronousStandbyNames)
+	}
+	seen := fmt.Sprintf("%d standby(s), %d streaming as sync", r.Standbys, r.SyncStandbys)
+	if r.SyncStandbys < 0 {
+		seen = fmt.Sprintf("%d standby(s); sync_state not visible to this role (grant pg_monitor)", r.Standbys)
+	}
+	word := "ok"
+	if !r.Synchronous() || r.SyncStandbys == 0 {
+		word = "warn"
+	}
+	fmt.Printf("store.postgres replication: %s: timeline %d, %s, %s: %s (docs/shared-fence.md)\n", word, r.Timeline, sync, seen, r.Meaning())
+	return true, nil
 }
 
 // nopETags satisfies s3.New for routes with precondition etag; doctor

@@ -57,7 +57,7 @@ func newFenceCmd() *cobra.Command {
 		}
 		cmds = append(cmds, wrap(cmd, c))
 	}
-	cmds = append(cmds, newListCmd("fences"), newFenceExportCmd(), newFenceImportCmd(), newFenceRebuildCmd(), newFenceSalvageCmd())
+	cmds = append(cmds, newListCmd("fences"), newFenceExportCmd(), newFenceImportCmd(), newFenceRebuildCmd(), newFenceRecoverCmd(), newFenceSalvageCmd())
 	return group(&cobra.Command{
 		Use:   "fence",
 		Short: "show, advance, reset, list, export, import or rebuild fences",
