@@ -23,8 +23,15 @@ func decode(t *testing.T, file, apiVersion, kind string, v any) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	decodeBytes(t, file, b, apiVersion, kind, v)
+}
+
+// decodeBytes decodes one YAML document strictly into v, checking
+// apiVersion and kind; name says where it came from.
+func decodeBytes(t *testing.T, name string, b []byte, apiVersion, kind string, v any) {
+	t.Helper()
 	if err := yaml.UnmarshalWithOptions(b, v, yaml.Strict()); err != nil {
-		t.Fatalf("%s: %v", file, yaml.FormatError(err, false, true))
+		t.Fatalf("%s: %v", name, yaml.FormatError(err, false, true))
 	}
 	var h struct {
 		APIVersion string `yaml:"apiVersion"`
@@ -32,7 +39,7 @@ func decode(t *testing.T, file, apiVersion, kind string, v any) {
 	}
 	yaml.Unmarshal(b, &h)
 	if h.APIVersion != apiVersion || h.Kind != kind {
-		t.Fatalf("%s: %s %s; want %s %s", file, h.APIVersion, h.Kind, apiVersion, kind)
+		t.Fatalf("%s: %s %s; want %s %s", name, h.APIVersion, h.Kind, apiVersion, kind)
 	}
 }
 
