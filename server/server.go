@@ -159,7 +159,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Store, error) {
 	switch {
 	case cfg.Store.Embedded != nil:
-		st, err := bolt.Open(cfg.Store.Embedded.Path, bolt.Options{})
+		st, err := bolt.Open(cfg.Store.Embedded.Path, bolt.Options{Logger: s.log.With("component", "store")})
 		if err != nil {
 			return nil, err
 		}
@@ -167,6 +167,7 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 		s.pinger = st
 		s.tel.StoreCommits(func() (uint64, uint64) { c := st.Stats(); return c.Commits, c.Changes })
 		s.tel.StoreSyncs(func() uint64 { return st.Stats().Syncs })
+		s.tel.StoreLog(func() (int, uint64, uint64) { c := st.Stats(); return c.LogState, c.LogErrors, c.CheckpointErrors })
 		return st, nil
 	default:
 		return s.openPostgres(ctx, cfg)

@@ -7,10 +7,12 @@
 package bolt
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -31,6 +33,7 @@ type Store struct {
 	pending pending     // logged advances not yet checkpointed into bbolt
 	known   *keyFilter  // the resources bbolt may have a record of (filter.go)
 	etags   etagCache
+	logger  *slog.Logger
 }
 
 // Options tune Open.
@@ -42,6 +45,15 @@ type Options struct {
 	// keeps in memory (etag.go); beyond it, an eighth of them are written to
 	// the file and forgotten. Zero means 65536.
 	ETagCache int
+	// Logger receives the advance log's failures and recoveries. Nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// SalvageLog opens a store whose advance log is damaged (Open fails
+	// with ErrLogDamaged otherwise): every valid record found is applied,
+	// and what was damaged is written to *SalvageLog. Acknowledged
+	// advances in the damaged parts are lost; docs/recovery.md says how
+	// to raise the fences again.
+	SalvageLog *SalvageReport
 }
 
 // File layout options. The map is reserved large enough that growing the
@@ -97,12 +109,12 @@ func Open(path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	nextSeq, nextLSN, err := replay(db, known, path)
+	nextSeq, nextLSN, err := replay(db, known, path, opts.SalvageLog)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, commit: newCommitter(db), known: known}
+	s := &Store{db: db, path: path, commit: newCommitter(db), known: known, logger: cmp.Or(opts.Logger, slog.Default())}
 	s.pending.m = make(map[string]pendingEntry)
 	s.log = newAdvanceLog(s, nextSeq, nextLSN)
 	s.etags.init(opts.ETagCache)
@@ -128,8 +140,12 @@ func (s *Store) Close() error {
 	return errors.Join(err, lerr, s.db.Close())
 }
 
-// Ping reports whether the file is usable.
+// Ping reports whether the store can take advances: the file is usable
+// and the advance log can append (see advanceLog.health).
 func (s *Store) Ping(ctx context.Context) error {
+	if err := s.log.health(ctx); err != nil {
+		return err
+	}
 	return s.db.View(func(tx *bbolt.Tx) error {
 		if tx.Bucket(bucketFences) == nil {
 			return errors.New("fences bucket missing")

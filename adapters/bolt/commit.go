@@ -159,15 +159,25 @@ type Stats struct {
 	// Checkpoints is the number of bbolt transactions that moved logged
 	// advances into bbolt.
 	Checkpoints uint64
+	// LogErrors counts the advance log's failed appends (segment creation,
+	// write, fdatasync); CheckpointErrors its failed checkpoints.
+	LogErrors, CheckpointErrors uint64
+	// LogState is 0 while the advance log appends, 1 while it fails for a
+	// cause that heals (no space to create a segment), 2 once it failed
+	// for good (a failed fdatasync: restart the process).
+	LogState int
 }
 
 // Stats returns the store's commit counters.
 func (s *Store) Stats() Stats {
 	c, l := s.commit, s.log
 	return Stats{
-		Commits:     c.commits.Load() + l.batches.Load(),
-		Changes:     c.changes.Load() + l.changes.Load(),
-		Syncs:       2*c.commits.Load() + l.syncs.Load(),
-		Checkpoints: l.checkpoints.Load(),
+		Commits:          c.commits.Load() + l.batches.Load(),
+		Changes:          c.changes.Load() + l.changes.Load(),
+		Syncs:            2*c.commits.Load() + l.syncs.Load(),
+		Checkpoints:      l.checkpoints.Load(),
+		LogErrors:        l.writeErrors.Load(),
+		CheckpointErrors: l.checkpointErrors.Load(),
+		LogState:         l.logState(),
 	}
 }

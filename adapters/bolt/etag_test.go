@@ -3,9 +3,9 @@ package bolt_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -13,25 +13,26 @@ import (
 	"github.com/fencegate/fencegate/adapters/bolt"
 )
 
-// crashCopy copies the store file as a kill -9 would leave it now: every
-// commit is on disk, nothing kept in memory is.
+// crashCopy copies the store file and its advance-log segments as a kill -9
+// would leave them now: every commit is on disk, nothing kept in memory is.
 func crashCopy(t *testing.T, path string) string {
 	t.Helper()
-	src, err := os.Open(path)
+	dir := t.TempDir()
+	segs, err := filepath.Glob(path + ".wal.*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer src.Close()
-	dst := filepath.Join(t.TempDir(), "crashed.db")
-	out, err := os.Create(dst)
-	if err != nil {
-		t.Fatal(err)
+	for _, p := range append(segs, path) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "crashed.db" + strings.TrimPrefix(p, path)
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer out.Close()
-	if _, err := io.Copy(out, src); err != nil {
-		t.Fatal(err)
-	}
-	return dst
+	return filepath.Join(dir, "crashed.db")
 }
 
 func lastETag(t *testing.T, st *bolt.Store, r string) string {

@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -26,8 +27,31 @@ import (
 // the log position they cover (metaWALLSN). Open replays what the file does
 // not cover yet. Every record is a raise-only max-merge, so replaying one
 // twice changes nothing.
+//
+// A crash can tear only the batch being written: the writer appends a
+// batch only after the previous one's fdatasync returned. Everything
+// before it was acknowledged and must be readable, so that a damaged
+// record is never taken for the end of the log (which would forget
+// acknowledged advances and let older tokens through). Three things make
+// acknowledged records detectably present:
+//   - every record carries prev, the last position acknowledged when its
+//     batch was written: a record whose prev is above what the replay has
+//     read proves that records before it are missing;
+//   - when the log goes idle after a batch, a mark record (no resource) is
+//     written and synced, so that the last batch is vouched for as well;
+//   - each segment starts with a checksummed header holding its size, and
+//     bbolt records which segments exist (metaWALSeg, metaWALKeep), so a
+//     truncated or deleted segment is caught too.
 
-var metaWALLSN = []byte("wal_lsn")
+var (
+	metaWALLSN = []byte("wal_lsn")
+	// metaWALSeg is the highest segment number created (recorded in bbolt
+	// after the segment file and its header are synced, before its first
+	// append); metaWALKeep the lowest that a replay still needs. Every
+	// segment in between must exist.
+	metaWALSeg  = []byte("wal_seg")
+	metaWALKeep = []byte("wal_keep")
+)
 
 const (
 	// segmentSize is a log segment's preallocated size: written with zeros
@@ -40,23 +64,43 @@ const (
 	checkpointEvery   = time.Second
 	// recHeader is a record's length and CRC-32C (Castagnoli) of the payload.
 	recHeader = 8
+	// segHeaderSize is a segment header's size: magic, sequence number,
+	// preallocated size, CRC-32C of those, padding.
+	segHeaderSize = 32
+	// markDelay is how long the log waits after a batch for another before
+	// it writes a mark vouching for it: a damaged record of the last batch
+	// is detected once its mark is synced.
+	markDelay = 2 * time.Millisecond
+	// maxRecord bounds a record's payload (a resource name of at most
+	// bbolt.MaxKeySize bytes and its owner) when the replay looks past a
+	// damaged record for later ones.
+	maxRecord = 1 << 20
 )
+
+// segMagic starts a segment written with a header and records that carry
+// prev. A segment without it was written by an earlier version: its
+// records start at offset 0 and have no prev.
+var segMagic = []byte("FGWAL\x00\x02\x00")
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// walRecord is one logged advance.
+// walRecord is one logged advance, or a mark (resource "").
 type walRecord struct {
 	lsn      uint64
+	prev     uint64 // the last position acknowledged when its batch was written
 	token    int64
 	at       int64 // Unix nanoseconds
 	resource string
 	owner    string
 }
 
+func (r walRecord) mark() bool { return r.resource == "" }
+
 func (r walRecord) appendTo(b []byte) []byte {
 	start := len(b)
 	b = append(b, make([]byte, recHeader)...)
 	b = binary.BigEndian.AppendUint64(b, r.lsn)
+	b = binary.BigEndian.AppendUint64(b, r.prev)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.token))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.at))
 	b = binary.AppendUvarint(b, uint64(len(r.resource)))
@@ -71,9 +115,26 @@ func (r walRecord) appendTo(b []byte) []byte {
 
 var errTorn = errors.New("torn or corrupt log record")
 
+// recordFormat is a segment's record layout: the current one, or an
+// earlier version's (no prev), read so that a log left by a crash of
+// that version is still replayed.
+type recordFormat int
+
+const (
+	formatCurrent recordFormat = iota
+	formatNoPrev
+)
+
+func (f recordFormat) fixed() int {
+	if f == formatNoPrev {
+		return 24
+	}
+	return 32
+}
+
 // decodeRecord reads the record at the start of b. It returns the record's
 // size, 0 at the end of the written part (a zero length), or errTorn.
-func decodeRecord(b []byte) (walRecord, int, error) {
+func decodeRecord(b []byte, f recordFormat) (walRecord, int, error) {
 	var r walRecord
 	if len(b) < recHeader {
 		return r, 0, nil
@@ -82,7 +143,7 @@ func decodeRecord(b []byte) (walRecord, int, error) {
 	if n == 0 {
 		return r, 0, nil
 	}
-	if n > len(b)-recHeader || n < 24 {
+	if n > len(b)-recHeader || n < f.fixed()+2 {
 		return r, 0, errTorn
 	}
 	p := b[recHeader : recHeader+n]
@@ -90,17 +151,48 @@ func decodeRecord(b []byte) (walRecord, int, error) {
 		return r, 0, errTorn
 	}
 	r.lsn = binary.BigEndian.Uint64(p)
-	r.token = int64(binary.BigEndian.Uint64(p[8:]))
-	r.at = int64(binary.BigEndian.Uint64(p[16:]))
-	p = p[24:]
+	p = p[8:]
+	if f == formatCurrent {
+		r.prev = binary.BigEndian.Uint64(p)
+		p = p[8:]
+	}
+	r.token = int64(binary.BigEndian.Uint64(p))
+	r.at = int64(binary.BigEndian.Uint64(p[8:]))
+	p = p[16:]
 	var ok bool
 	if r.resource, p, ok = readString(p); !ok {
 		return r, 0, errTorn
 	}
-	if r.owner, _, ok = readString(p); !ok {
+	if r.owner, p, ok = readString(p); !ok || len(p) != 0 {
 		return r, 0, errTorn
 	}
+	if f == formatNoPrev && r.resource == "" {
+		return r, 0, errTorn // that version wrote no marks
+	}
 	return r, recHeader + n, nil
+}
+
+// segmentHeader is the header of segment seq, preallocated to size bytes.
+func segmentHeader(seq uint64, size int64) []byte {
+	b := append([]byte(nil), segMagic...)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(size))
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+	return append(b, 0, 0, 0, 0)
+}
+
+// parseSegmentHeader reads a segment's header: its format, where its
+// records start and the size it was preallocated to (0 for the earlier
+// format, which recorded none). A file that starts with the magic but
+// whose header fails its checksum is damaged.
+func parseSegmentHeader(data []byte) (f recordFormat, start int, size int64, err error) {
+	if len(data) < len(segMagic) || string(data[:len(segMagic)]) != string(segMagic) {
+		return formatNoPrev, 0, 0, nil
+	}
+	if len(data) < segHeaderSize || crc32.Checksum(data[:24], crcTable) != binary.BigEndian.Uint32(data[24:]) {
+		return 0, 0, 0, errors.New("segment header fails its checksum")
+	}
+	return formatCurrent, segHeaderSize, int64(binary.BigEndian.Uint64(data[16:])), nil
 }
 
 func readString(p []byte) (string, []byte, bool) {
@@ -183,7 +275,15 @@ type advanceLog struct {
 	full     []*segment // older segments, not yet covered by a checkpoint
 	nextSeq  uint64
 	nextLSN  uint64
-	err      error // sticky: after a failed write or sync the log is unusable
+	acked    uint64 // the last position of the last batch synced
+	// err is sticky: after a failed fdatasync the log is unusable (what
+	// the kernel dropped from its cache is unknown, and a later sync may
+	// report success without it), the store fails its Ping and the
+	// process must restart. failing is an error that put nothing
+	// acknowledged at risk (no space to create a segment, a failed
+	// write): each batch tries again and the first to succeed clears it.
+	err     error
+	failing atomic.Pointer[error]
 	// Reused by every batch (under appendMu): the encoded records, the
 	// records logged, and the current and pending records of the batch's
 	// resources.
@@ -196,7 +296,10 @@ type advanceLog struct {
 	kick    chan struct{}
 	stopped chan struct{}
 
+	markTimer *time.Timer // owned by run
+
 	syncs, batches, changes, checkpoints atomic.Uint64
+	writeErrors, checkpointErrors        atomic.Uint64
 }
 
 // advance is one caller's queued advance.
@@ -206,6 +309,7 @@ type advance struct {
 	owner    string
 	result   fenceRecord
 	err      error // this advance's own failure (a corrupt record)
+	mark     bool  // a mark vouching for the batches before it
 	done     chan error
 }
 
@@ -237,40 +341,201 @@ func segmentPaths(base string) ([]string, []uint64, error) {
 	return paths, seqs, nil
 }
 
+// ErrLogDamaged reports an advance log that lost acknowledged records: a
+// damaged record followed by records that vouch for it, or a truncated or
+// missing segment. The store refuses to open on it (LogDamagedError says
+// where, and docs/recovery.md how to recover).
+var ErrLogDamaged = errors.New("advance log damaged")
+
+// LogDamagedError is ErrLogDamaged with the place and what is missing.
+type LogDamagedError struct {
+	Segment string // the segment file
+	Offset  int64  // where readable records end (-1: the whole file)
+	Reason  string
+}
+
+func (e *LogDamagedError) Error() string {
+	where := e.Segment
+	if e.Offset >= 0 {
+		where = fmt.Sprintf("%s at byte %d", e.Segment, e.Offset)
+	}
+	return fmt.Sprintf("%v: %s: %s. Refusing to open: replaying around it would forget acknowledged fence advances "+
+		"and let older tokens through. Restore the store file with its log segments from a backup, or run "+
+		"'fencegate fence salvage-log' and then raise the fences from the newest export ('fencegate fence import') "+
+		"or the objects' stamps ('fencegate fence rebuild'); see docs/recovery.md, \"A damaged advance log\"",
+		ErrLogDamaged, where, e.Reason)
+}
+
+func (e *LogDamagedError) Unwrap() error { return ErrLogDamaged }
+
+// SalvageReport says what a salvaging Open (Options.SalvageLog) found.
+type SalvageReport struct {
+	Records int      // valid records found and applied
+	Damage  []string // what was damaged, one line each
+}
+
+func readMeta(tx *bbolt.Tx, key []byte) uint64 {
+	if v := tx.Bucket(bucketMeta).Get(key); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func putMeta(tx *bbolt.Tx, key []byte, v uint64) error {
+	return tx.Bucket(bucketMeta).Put(key, binary.BigEndian.AppendUint64(nil, v))
+}
+
+// scanAfter looks in data from off on for a valid record above last (the
+// position the replay has read up to): one whose prev is above last proves
+// that acknowledged records are missing at off; ones whose prev is not are
+// the rest of the batch the crash tore, or of one whose write failed, and
+// are not acknowledged. It returns the highest prev found. It tries every
+// offset, since a damaged length hides where the next record starts.
+func scanAfter(data []byte, off int, f recordFormat, last uint64, each func(walRecord)) (maxPrev uint64) {
+	for i := off; i+recHeader <= len(data); i++ {
+		n := binary.BigEndian.Uint32(data[i:])
+		if n == 0 || n > maxRecord {
+			continue
+		}
+		r, size, err := decodeRecord(data[i:], f)
+		if err != nil || size == 0 || r.lsn <= last {
+			continue
+		}
+		maxPrev = max(maxPrev, r.prev)
+		if each != nil {
+			each(r)
+		}
+	}
+	return maxPrev
+}
+
 // replay applies the log's records that bbolt does not cover into bbolt,
 // in one transaction that also records the last position, and removes the
-// segment files. A torn record ends the last segment (its batch was never
-// acknowledged: its fdatasync had not returned); one in an older segment,
-// written before the last segment was created and synced, is corruption.
-func replay(db *bbolt.DB, known *keyFilter, base string) (nextSeq, nextLSN uint64, err error) {
+// segment files. Only the batch a crash tore may be unreadable; any other
+// damage refuses the open with a LogDamagedError. With salvage set, every
+// valid record found anywhere is applied instead (each is a raise-only
+// max-merge, so their order does not matter) and the damage is reported.
+func replay(db *bbolt.DB, known *keyFilter, base string, salvage *SalvageReport) (nextSeq, nextLSN uint64, err error) {
 	paths, seqs, err := segmentPaths(base)
 	if err != nil {
 		return 0, 0, err
 	}
+	var ckpt, segHigh, segKeep uint64
+	if err := db.View(func(tx *bbolt.Tx) error {
+		ckpt, segHigh, segKeep = checkpointed(tx), readMeta(tx, metaWALSeg), readMeta(tx, metaWALKeep)
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	damaged := func(e *LogDamagedError) error {
+		if salvage == nil {
+			return e
+		}
+		salvage.Damage = append(salvage.Damage, fmt.Sprintf("%s (%s)", e.Segment, e.Reason))
+		return nil
+	}
+	// Every segment bbolt knows was created and not yet covered must exist.
+	if segHigh > 0 {
+		have := make(map[uint64]bool, len(seqs))
+		for _, q := range seqs {
+			have[q] = true
+		}
+		for q := max(segKeep, 1); q <= segHigh; q++ {
+			if !have[q] {
+				e := &LogDamagedError{Segment: fmt.Sprintf("%s.wal.%d", base, q), Offset: -1, Reason: "the segment is missing"}
+				if err := damaged(e); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+	}
 	var recs []walRecord
-	var last uint64
+	// read is the last position read in order; every position at or below
+	// ckpt is in bbolt, so what the log must show reaches max(read, ckpt).
+	var read uint64
 	for i, p := range paths {
+		nextSeq = seqs[i] + 1
 		data, err := os.ReadFile(p)
 		if err != nil {
 			return 0, 0, err
 		}
-		for off := 0; ; {
-			r, n, err := decodeRecord(data[off:])
-			if err != nil && i < len(paths)-1 {
-				return 0, 0, fmt.Errorf("log segment %s at %d: %w", p, off, err)
+		f, off, size, herr := parseSegmentHeader(data)
+		// A segment whose creation bbolt recorded had its header synced
+		// before its first append; one above it was created by a process
+		// that crashed before appending to it, or by an earlier version.
+		recorded := seqs[i] <= segHigh
+		switch {
+		case herr != nil && !recorded:
+			continue
+		case recorded && (herr != nil || f != formatCurrent):
+			if herr == nil {
+				herr = errors.New("the segment header is missing (the file was truncated or overwritten)")
 			}
-			if n == 0 || err != nil || r.lsn <= last {
+			if err := damaged(&LogDamagedError{Segment: p, Offset: 0, Reason: herr.Error()}); err != nil {
+				return 0, 0, err
+			}
+			if salvage != nil {
+				scanAfter(data, 0, formatCurrent, ckpt, func(r walRecord) {
+					if !r.mark() {
+						recs = append(recs, r)
+					}
+				})
+			}
+			continue
+		case f == formatCurrent && int64(len(data)) < size:
+			if err := damaged(&LogDamagedError{Segment: p, Offset: int64(len(data)),
+				Reason: fmt.Sprintf("the segment is truncated (%d of %d bytes)", len(data), size)}); err != nil {
+				return 0, 0, err
+			}
+		}
+		for {
+			// A position at or below one read before is what a failed
+			// write left behind the batch that took its place: not read.
+			r, n, _ := decodeRecord(data[off:], f)
+			if n == 0 || r.lsn <= read {
 				break
 			}
-			last = r.lsn
-			recs = append(recs, r)
+			if r.prev > max(read, ckpt) {
+				e := &LogDamagedError{Segment: p, Offset: int64(off),
+					Reason: fmt.Sprintf("records up to log position %d were acknowledged, the log is readable up to %d", r.prev, max(read, ckpt))}
+				if err := damaged(e); err != nil {
+					return 0, 0, err
+				}
+			}
+			read = r.lsn
+			if !r.mark() {
+				recs = append(recs, r)
+			}
 			off += n
 		}
-		nextSeq = seqs[i] + 1
+		// Where the readable records of this segment end: only a torn batch
+		// may follow, with no record vouching for a position above last.
+		var each func(walRecord)
+		if salvage != nil {
+			each = func(r walRecord) {
+				if !r.mark() {
+					recs = append(recs, r)
+				}
+			}
+		}
+		last := max(read, ckpt)
+		if mp := scanAfter(data, off, f, last, each); mp > last {
+			e := &LogDamagedError{Segment: p, Offset: int64(off),
+				Reason: fmt.Sprintf("a damaged record, followed by records that show positions up to %d were acknowledged (readable up to %d)", mp, last)}
+			if err := damaged(e); err != nil {
+				return 0, 0, err
+			}
+		}
 	}
-	var ckpt uint64
+	last := max(read, ckpt)
+	if salvage != nil {
+		salvage.Records = len(recs)
+		for _, r := range recs {
+			last = max(last, r.lsn)
+		}
+	}
+	nextSeq = max(nextSeq, segHigh+1, 1)
 	err = db.Update(func(tx *bbolt.Tx) error {
-		ckpt = checkpointed(tx)
 		for _, rec := range recs {
 			if rec.lsn <= ckpt {
 				continue
@@ -280,15 +545,22 @@ func replay(db *bbolt.DB, known *keyFilter, base string) (nextSeq, nextLSN uint6
 				return err
 			}
 			e := pendingEntry{highest: rec.token, owner: rec.owner, at: time.Unix(0, rec.at).UTC(), lsn: rec.lsn}
-			if r = e.merge(r, ckpt); r.Highest == rec.token {
-				if err := putFence(tx, known, rec.resource, r); err != nil {
+			if m := e.merge(r, ckpt); m.Highest != r.Highest {
+				if err := putFence(tx, known, rec.resource, m); err != nil {
 					return err
 				}
 			}
 		}
+		// The segments are removed next: none is needed any more.
+		if err := putMeta(tx, metaWALKeep, nextSeq); err != nil {
+			return err
+		}
+		if err := putMeta(tx, metaWALSeg, nextSeq-1); err != nil {
+			return err
+		}
 		if last > ckpt {
 			ckpt = last
-			return tx.Bucket(bucketMeta).Put(metaWALLSN, binary.BigEndian.AppendUint64(nil, last))
+			return putMeta(tx, metaWALLSN, last)
 		}
 		return nil
 	})
@@ -300,11 +572,11 @@ func replay(db *bbolt.DB, known *keyFilter, base string) (nextSeq, nextLSN uint6
 			return 0, 0, err
 		}
 	}
-	return max(nextSeq, 1), ckpt + 1, nil
+	return nextSeq, ckpt + 1, nil
 }
 
 func newAdvanceLog(s *Store, nextSeq, nextLSN uint64) *advanceLog {
-	w := &advanceLog{s: s, base: s.path, done: make(chan struct{}), nextSeq: nextSeq, nextLSN: nextLSN,
+	w := &advanceLog{s: s, base: s.path, done: make(chan struct{}), nextSeq: nextSeq, nextLSN: nextLSN, acked: nextLSN - 1,
 		kick: make(chan struct{}, 1), stopped: make(chan struct{}),
 		cur: make(map[string]fenceRecord), inPending: make(map[string]pendingEntry)}
 	w.cond.L = &w.mu
@@ -354,21 +626,46 @@ func (w *advanceLog) run() {
 		if n == 0 {
 			return
 		}
-		err := w.write(batch)
+		logged, err := w.write(batch)
 		for i, a := range batch {
 			a.done <- cmp.Or(err, a.err) // a may be reused from here on
 			batch[i] = nil
 		}
+		if logged {
+			w.armMark()
+		}
 	}
 }
 
-// write logs the advances of batch that raise a fence, fdatasyncs once,
-// applies them to pending and sets every advance's result.
-func (w *advanceLog) write(batch []*advance) error {
+// armMark schedules a mark after markDelay: if no other batch comes by
+// then (whose records would vouch for this one), the mark does.
+func (w *advanceLog) armMark() {
+	if w.markTimer == nil {
+		w.markTimer = time.AfterFunc(markDelay, w.queueMark)
+		return
+	}
+	w.markTimer.Reset(markDelay)
+}
+
+func (w *advanceLog) queueMark() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || len(w.queue) > 0 {
+		return // the next batch vouches for the last one
+	}
+	a := &advance{mark: true, done: make(chan error, 1)}
+	w.queue = append(w.queue, a)
+	w.cond.Signal()
+}
+
+// write logs the advances of batch that raise a fence (and its marks),
+// fdatasyncs once, applies them to pending and sets every advance's
+// result. It reports whether it logged an advance.
+func (w *advanceLog) write(batch []*advance) (bool, error) {
 	w.appendMu.Lock()
 	defer w.appendMu.Unlock()
 	if w.err != nil {
-		return w.err
+		return false, w.err
 	}
 	s := w.s
 	// The current records: pending first, then bbolt (a checkpoint removes
@@ -379,28 +676,37 @@ func (w *advanceLog) write(batch []*advance) error {
 	clear(inPending)
 	s.pending.mu.RLock()
 	for _, a := range batch {
-		if e, ok := s.pending.m[a.resource]; ok {
+		if e, ok := s.pending.m[a.resource]; ok && !a.mark {
 			inPending[a.resource] = e
 		}
 	}
 	s.pending.mu.RUnlock()
 	read := false
 	for _, a := range batch {
-		if s.known.mayHave(a.resource) {
+		switch {
+		case a.mark:
+		case s.known.mayHave(a.resource):
 			read = true
-		} else {
+		default:
 			cur[a.resource] = inPending[a.resource].merge(fenceRecord{}, 0)
 		}
 	}
 	if read {
 		if err := s.db.View(w.readCurrent(batch)); err != nil {
-			return err
+			return false, err
 		}
 	}
 	now := time.Now().UTC()
 	buf := w.buf[:0]
 	logged := w.logged[:0]
+	advances := 0
 	for _, a := range batch {
+		rec := walRecord{lsn: w.nextLSN + uint64(len(logged)), prev: w.acked, at: now.UnixNano()}
+		if a.mark {
+			buf = rec.appendTo(buf)
+			logged = append(logged, rec)
+			continue
+		}
 		r, ok := cur[a.resource]
 		if !ok {
 			if a.err == nil {
@@ -411,30 +717,41 @@ func (w *advanceLog) write(batch []*advance) error {
 		if a.token > r.Highest {
 			r.Highest, r.Owner, r.UpdatedAt = a.token, a.owner, now
 			cur[a.resource] = r
-			rec := walRecord{lsn: w.nextLSN + uint64(len(logged)), token: a.token, at: now.UnixNano(), resource: a.resource, owner: a.owner}
+			rec.token, rec.resource, rec.owner = a.token, a.resource, a.owner
 			buf = rec.appendTo(buf)
 			logged = append(logged, rec)
+			advances++
 		}
 		a.result = r
 	}
 	w.buf, w.logged = buf, logged
 	if len(logged) == 0 {
-		return nil
+		return false, nil
 	}
-	if err := w.append(buf); err != nil {
-		w.err = fmt.Errorf("advance log: %w", err)
-		return w.err
-	}
+	// The positions are used up whether or not the append succeeds: after
+	// a failed write, what it left in the segment has positions below the
+	// next batch's, which the replay tells apart from acknowledged ones.
 	w.nextLSN += uint64(len(logged))
-	w.seg.last = logged[len(logged)-1].lsn
+	if err := w.append(buf); err != nil {
+		return false, w.fail(err)
+	}
+	w.ok()
+	w.acked = logged[len(logged)-1].lsn
+	w.seg.last = w.acked
 	w.syncs.Add(1)
 	w.batches.Add(1)
-	w.changes.Add(uint64(len(logged)))
+	w.changes.Add(uint64(advances))
+	if advances == 0 {
+		return false, nil
+	}
 	s.pending.mu.Lock()
 	if len(s.pending.m) == 0 {
 		s.pending.since = now
 	}
 	for _, rec := range logged {
+		if rec.mark() {
+			continue
+		}
 		e := s.pending.m[rec.resource]
 		if rec.token > e.highest {
 			e.highest, e.owner, e.at = rec.token, rec.owner, now
@@ -450,7 +767,80 @@ func (w *advanceLog) write(batch []*advance) error {
 		default:
 		}
 	}
-	return nil
+	return true, nil
+}
+
+// errSync marks an append error from fdatasync, after which the log is
+// unusable.
+type errSync struct{ err error }
+
+func (e errSync) Error() string { return "fdatasync: " + e.err.Error() }
+func (e errSync) Unwrap() error { return e.err }
+
+// fail records an append error: sticky for a failed fdatasync, until the
+// next successful batch for the others. Both are logged and counted.
+func (w *advanceLog) fail(err error) error {
+	w.writeErrors.Add(1)
+	var se errSync
+	if errors.As(err, &se) {
+		w.err = fmt.Errorf("advance log: %w (the log cannot be trusted after a failed sync: restart the process)", err)
+		w.s.logger.Error("advance log failed: refusing every new fence advance until restarted", "err", err)
+		return w.err
+	}
+	err = fmt.Errorf("advance log: %w", err)
+	if w.failing.Swap(&err) == nil {
+		w.s.logger.Error("advance log cannot append: new fence advances are refused until it can", "err", err)
+	}
+	return err
+}
+
+// ok clears a failure that put nothing at risk.
+func (w *advanceLog) ok() {
+	if w.failing.Swap(nil) != nil {
+		w.s.logger.Info("advance log appends again")
+	}
+}
+
+// health reports why the log cannot take advances, if it cannot. After a
+// failure that heals, it tries: a mark written and synced proves that the
+// log appends again (a replica taken out of service by its readiness
+// probe gets no advances that would show it).
+func (w *advanceLog) health(ctx context.Context) error {
+	w.appendMu.Lock()
+	err := w.err
+	w.appendMu.Unlock()
+	if err != nil || w.failing.Load() == nil {
+		return err
+	}
+	a := &advance{mark: true, done: make(chan error, 1)}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.queue = append(w.queue, a)
+	w.cond.Signal()
+	w.mu.Unlock()
+	select {
+	case err := <-a.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// logState is the advance log's state for the metrics: 0 appending, 1
+// failing until the cause goes away, 2 failed until restarted.
+func (w *advanceLog) logState() int {
+	w.appendMu.Lock()
+	defer w.appendMu.Unlock()
+	switch {
+	case w.err != nil:
+		return 2
+	case w.failing.Load() != nil:
+		return 1
+	}
+	return 0
 }
 
 // readCurrent reads into w.cur the bbolt records of the advances of batch
@@ -480,7 +870,7 @@ func (w *advanceLog) readCurrent(batch []*advance) func(tx *bbolt.Tx) error {
 // not fit) and fdatasyncs it.
 func (w *advanceLog) append(b []byte) error {
 	if w.seg == nil || w.seg.off+int64(len(b)) > w.seg.size {
-		seg, err := w.newSegment(max(segmentSize, int64(len(b))+recHeader))
+		seg, err := w.newSegment(max(segmentSize, segHeaderSize+int64(len(b))+recHeader))
 		if err != nil {
 			return err
 		}
@@ -493,39 +883,51 @@ func (w *advanceLog) append(b []byte) error {
 		return err
 	}
 	if err := fdatasync(w.seg.f); err != nil {
-		return err
+		return errSync{err}
 	}
 	w.seg.off += int64(len(b))
 	return nil
 }
 
-// newSegment creates a segment file of size zero bytes, synced, with its
-// directory entry synced.
-func (w *advanceLog) newSegment(size int64) (*segment, error) {
+// newSegment creates a segment file of size bytes, a header and zeros,
+// synced with its directory entry, and records in bbolt that it exists.
+// On failure nothing is left behind and its number is used again, so the
+// segments bbolt knows of stay contiguous.
+func (w *advanceLog) newSegment(size int64) (seg *segment, err error) {
 	seq := w.nextSeq
-	w.nextSeq++
 	p := fmt.Sprintf("%s.wal.%d", w.base, seq)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(p)
+		}
+	}()
 	zeros := make([]byte, 1<<20)
+	copy(zeros, segmentHeader(seq, size))
 	for off := int64(0); off < size; off += int64(len(zeros)) {
 		if _, err := f.Write(zeros[:min(int64(len(zeros)), size-off)]); err != nil {
-			f.Close()
 			return nil, err
+		}
+		if off == 0 {
+			clear(zeros[:segHeaderSize])
 		}
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
 		return nil, err
 	}
 	if err := syncDir(filepath.Dir(p)); err != nil {
-		f.Close()
 		return nil, err
 	}
-	w.syncs.Add(2)
-	return &segment{f: f, path: p, seq: seq, size: size}, nil
+	if err := w.s.db.Update(func(tx *bbolt.Tx) error { return putMeta(tx, metaWALSeg, seq) }); err != nil {
+		return nil, fmt.Errorf("record log segment: %w", err)
+	}
+	w.nextSeq++
+	w.syncs.Add(4)
+	return &segment{f: f, path: p, seq: seq, off: segHeaderSize, size: size}, nil
 }
 
 func syncDir(dir string) error {
@@ -555,7 +957,12 @@ func (w *advanceLog) checkpointer() {
 		case <-w.done:
 			return
 		}
-		w.checkpoint(nil) // an error leaves the records in the log: the next one retries
+		// An error leaves the records in the log (nothing acknowledged is at
+		// risk) and the next checkpoint retries; the log grows meanwhile.
+		if err := w.checkpoint(nil); err != nil {
+			w.checkpointErrors.Add(1)
+			w.s.logger.Error("advance log checkpoint failed; the advances stay in the log and the next checkpoint retries", "err", err)
+		}
 	}
 }
 
@@ -592,7 +999,18 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 			w.appendMu.Unlock()
 		}
 	}()
-	upto := w.nextLSN - 1
+	upto := w.acked
+	// The lowest segment a replay still needs after this checkpoint: the
+	// current one, and any older one with records above upto.
+	keepSeq := w.nextSeq
+	if w.seg != nil {
+		keepSeq = w.seg.seq
+	}
+	for _, seg := range w.full {
+		if seg.last > upto {
+			keepSeq = min(keepSeq, seg.seq)
+		}
+	}
 	s.pending.mu.RLock()
 	snap := make(map[string]pendingEntry, len(s.pending.m))
 	keys := make([]string, 0, len(s.pending.m))
@@ -636,7 +1054,12 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 				return nil
 			}
 			if upto > ckpt {
-				if err := tx.Bucket(bucketMeta).Put(metaWALLSN, binary.BigEndian.AppendUint64(nil, upto)); err != nil {
+				if err := putMeta(tx, metaWALLSN, upto); err != nil {
+					return err
+				}
+			}
+			if keepSeq > readMeta(tx, metaWALKeep) {
+				if err := putMeta(tx, metaWALKeep, keepSeq); err != nil {
 					return err
 				}
 			}
@@ -675,9 +1098,11 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		w.appendMu.Lock()
 		held = true
 	}
+	// Only segments below the lowest one still needed go: bbolt now says
+	// every one from keepSeq on exists.
 	keep := w.full[:0]
 	for _, seg := range w.full {
-		if seg.last <= upto {
+		if seg.seq < keepSeq {
 			seg.f.Close()
 			os.Remove(seg.path)
 			continue
@@ -696,6 +1121,9 @@ func (w *advanceLog) close() error {
 	w.mu.Unlock()
 	<-w.done
 	<-w.stopped
+	if w.markTimer != nil {
+		w.markTimer.Stop()
+	}
 	err := w.checkpoint(nil)
 	w.appendMu.Lock()
 	defer w.appendMu.Unlock()
@@ -703,9 +1131,15 @@ func (w *advanceLog) close() error {
 	if w.seg != nil {
 		segs = append(segs, w.seg)
 	}
+	remove := err == nil && w.err == nil
+	if remove && len(segs) > 0 {
+		// Everything is in bbolt: no segment is needed any more.
+		err = w.s.db.Update(func(tx *bbolt.Tx) error { return putMeta(tx, metaWALKeep, w.nextSeq) })
+		remove = err == nil
+	}
 	for _, seg := range segs {
 		seg.f.Close()
-		if err == nil && w.err == nil {
+		if remove {
 			os.Remove(seg.path)
 		}
 	}
@@ -713,4 +1147,5 @@ func (w *advanceLog) close() error {
 	return err
 }
 
-func fdatasync(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
+// fdatasync is a variable so that a test can make it fail as a disk does.
+var fdatasync = func(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }

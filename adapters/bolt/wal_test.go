@@ -118,16 +118,16 @@ func TestAdvanceLogReplayAfterCrash(t *testing.T) {
 	}
 }
 
-// writeSegment writes recs (lsn 1, 2, ...) as a log segment of path,
-// followed by tail.
+// writeSegment writes recs as log segment seq of path, followed by tail,
+// as the log writes one: a header, the records, zeros to its size.
 func writeSegment(t *testing.T, path string, seq uint64, recs []walRecord, tail []byte) {
 	t.Helper()
-	var b []byte
+	b := segmentHeader(seq, 64<<10)
 	for _, r := range recs {
 		b = r.appendTo(b)
 	}
 	b = append(b, tail...)
-	b = append(b, make([]byte, 4096)...)
+	b = append(b, make([]byte, 64<<10-len(b))...)
 	if err := os.WriteFile(fmt.Sprintf("%s.wal.%d", path, seq), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,8 @@ func TestAdvanceLogTornTail(t *testing.T) {
 		bad := walRecord{lsn: 1, token: 5, at: 1, resource: "a", owner: "o"}.appendTo(nil)
 		bad[len(bad)-1] ^= 0xff
 		writeSegment(t, path, 1, nil, bad)
-		writeSegment(t, path, 2, []walRecord{{lsn: 2, token: 5, at: 1, resource: "b", owner: "o"}}, nil)
+		// Written after lsn 1 was acknowledged.
+		writeSegment(t, path, 2, []walRecord{{lsn: 2, prev: 1, token: 5, at: 1, resource: "b", owner: "o"}}, nil)
 		if st, err := Open(path, Options{}); err == nil {
 			st.Close()
 			t.Fatal("Open accepted a corrupt record in an older log segment")

@@ -57,13 +57,14 @@ func newFenceCmd() *cobra.Command {
 		}
 		cmds = append(cmds, wrap(cmd, c))
 	}
-	cmds = append(cmds, newListCmd("fences"), newFenceExportCmd(), newFenceImportCmd(), newFenceRebuildCmd())
+	cmds = append(cmds, newListCmd("fences"), newFenceExportCmd(), newFenceImportCmd(), newFenceRebuildCmd(), newFenceSalvageCmd())
 	return group(&cobra.Command{
 		Use:   "fence",
 		Short: "show, advance, reset, list, export, import or rebuild fences",
 		Long: `Fence inspects and changes the fences: show, advance, reset and list go
-through a running gateway's admin API; export, import and rebuild open the
-store itself (stop the gateway first on the embedded store).
+through a running gateway's admin API; export, import, rebuild and
+salvage-log open the store itself (stop the gateway first on the embedded
+store).
 
 ` + fenceAdminHelp,
 		Example: `  fencegate fence show /orders/7
