@@ -400,7 +400,7 @@ func TestConsoleOperations(t *testing.T) {
 	if n := eval[int](t, ctx, `document.querySelectorAll("#fences .bad").length`); n != 0 {
 		t.Errorf("%d cells in red with nothing in flight", n)
 	}
-	shoot(t, ctx, "fences-awaiting.png")
+	shoot(t, ctx, "fences-holder.png")
 
 	// Refusals: every one shown, then filtered.
 	nav("/refusals")
