@@ -325,7 +325,6 @@ func TestConsoleOperations(t *testing.T) {
 		t.Errorf("stale log line owner %v; want worker-a, the refused sender", m["owner"])
 	}
 
-
 	ctx := browser(t, map[string]any{"Authorization": "Bearer " + consoleKey})
 	nav := func(path string) {
 		t.Helper()
