@@ -74,6 +74,10 @@ const (
 	// fence.max_advance allows, or a fence reset asks for a value below the
 	// highest token issued. 409.
 	CodeTokenOutOfRange = "token_out_of_range"
+	// CodeTokenSourceUnavailable: the lock service a route's tokens come
+	// from (etcd, ZooKeeper) cannot be asked whether a new token is one
+	// it issued; the write is refused, never forwarded unchecked. 503.
+	CodeTokenSourceUnavailable = "token_source_unavailable"
 	// CodeInternal: a failure inside fencegate with no better code. 500.
 	CodeInternal = "internal_error"
 )

@@ -105,6 +105,9 @@ type Route struct {
 	// reload that changes them is refused unless key_version changes too,
 	// because every resource would move to a fresh, empty fence. Default 0.
 	KeyVersion int `yaml:"key_version"`
+	// TokenSource, if set, is the lock service (etcd, ZooKeeper) whose
+	// tokens this route accepts and verifies (tokensource.go).
+	TokenSource *TokenSource `yaml:"token_source"`
 }
 
 // Match selects requests; every set field must match.
@@ -514,6 +517,7 @@ func (c *Config) Validate() Errors {
 	errs = append(errs, c.validateEdges()...)
 	errs = append(errs, c.validateListeners()...)
 	errs = append(errs, c.validateListenAddrs()...)
+	errs = append(errs, c.validateTokenSources()...)
 	if c.Store.Embedded != nil && c.Store.Postgres != nil {
 		add("store", "set either embedded or postgres, not both")
 	}

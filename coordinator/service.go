@@ -38,6 +38,11 @@ type Service struct {
 	// and the acquisition is answered 503: the worker retries and gets a
 	// newer token. Shared fence mode raises the fence here.
 	OnIssue func(ctx context.Context, resource string, token int64, owner string) error
+	// Foreign, if set, names the lock service outside fencegate whose
+	// tokens fence resource (a gateway route's token_source), "" if none.
+	// Such a lease is refused before a token is drawn: its token would be
+	// a second number sequence, unordered with the first, on one fence.
+	Foreign func(resource string) string
 	// Logger receives one line per store failure and debug lines per
 	// operation. Nil: slog.Default().
 	Logger *slog.Logger
@@ -176,6 +181,11 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Lease, error
 	}
 	if wait < 0 || wait > s.maxWait() {
 		return Lease{}, invalid("wait must be between 0 and %v, got %v", s.maxWait(), wait)
+	}
+	if s.Foreign != nil {
+		if src := s.Foreign(req.Resource); src != "" {
+			return Lease{}, invalid("%s takes its fencing tokens from %s (a route's token_source), not from this coordinator", req.Resource, src)
+		}
 	}
 	var deadline <-chan time.Time
 	if wait > 0 {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -29,6 +30,10 @@ type Gateway struct {
 	log         *slog.Logger
 	logContext  func(ctx context.Context) []slog.Attr
 	routes      atomic.Pointer[[]*Route]
+	// admitted counts the fenced writes admitted and not yet released;
+	// idle is signalled (without blocking) each time one is released.
+	admitted atomic.Int64
+	idle     chan struct{}
 	// Observer, if set, is told the outcome of every request (metrics,
 	// tracing). It must be set before serving.
 	Observer Observer
@@ -59,6 +64,7 @@ func New(fence Fence, opts Options) *Gateway {
 		tokenHeader: textproto.CanonicalMIMEHeaderKey(opts.TokenHeader),
 		log:         opts.Logger,
 		logContext:  opts.LogContext,
+		idle:        make(chan struct{}, 1),
 	}
 	g.SetRoutes(nil)
 	return g
@@ -91,6 +97,13 @@ type Outcome struct {
 	Wait     time.Duration // time spent in the fence (check, advance, drain)
 	Duration time.Duration // whole request
 	Err      error
+	// ClientGone is set for an admitted write whose client went away
+	// before its answer was delivered (Decision is then client_closed,
+	// or the code of a failure the forward met, such as upstream_timeout).
+	// The write still counted as in flight until the upstream was done
+	// with it: its answer read, its connection closed, or the route's
+	// timeout passed and the connection was torn down.
+	ClientGone bool
 }
 
 // Observer is told about every request. Implementations must be fast and
@@ -211,14 +224,31 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if small == nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		body = &sentBody{rc: r.Body, want: r.ContentLength}
 	}
-	ctx, abort := context.WithCancelCause(r.Context())
+	// An admitted write counts as in flight until the upstream is done with
+	// it, whatever its client does (I2): a client that hangs up once its
+	// request was handed over does not end the forward, which is bounded
+	// by the route's timeout and the fence's aborts instead. The client's
+	// context still ends a wait for the fence (nothing was forwarded) and
+	// a body the client stops sending (the upstream gets an incomplete
+	// request on a connection that is then closed).
+	ctx, abort := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	defer abort(nil)
 	fenceStart := time.Now()
 	var one [1]Permit
 	permits, err := g.admit(r.Context(), rt, keys, token, insp.Owner, body, abort, o, one[:0])
+	if len(permits) > 0 {
+		g.admitted.Add(1)
+	}
 	defer func() {
 		for _, p := range permits {
 			p.Release()
+		}
+		if len(permits) > 0 {
+			g.admitted.Add(-1)
+			select {
+			case g.idle <- struct{}{}:
+			default:
+			}
 		}
 	}()
 	o.Wait = time.Since(fenceStart)
@@ -286,6 +316,7 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, keys []string, token int
 	if body != nil {
 		sent = body.done.Load
 	}
+	ctx = withTokenVerifier(ctx, rt.Tokens)
 	for _, key := range keys {
 		p, err := g.fence.Admit(ctx, Write{
 			Resource: key, Token: token, Owner: owner,
@@ -331,7 +362,28 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		})
 		defer stop()
 	}
-	rw := &StatusWriter{ResponseWriter: w}
+	var rw *StatusWriter
+	if abortCtx != nil {
+		// An admitted write's answer is read to its end even when its
+		// client is gone: only then is the upstream known to be done
+		// with the write. (Both writers in one allocation.)
+		ws := &struct {
+			sw StatusWriter
+			cw clientWriter
+		}{}
+		ws.cw.ResponseWriter = w
+		ws.sw.ResponseWriter = &ws.cw
+		rw = &ws.sw
+		defer func() {
+			// Before cancel: ctx still tells a timeout or an abort
+			// (which cut the body's read) from a client gone.
+			if r.Context().Err() != nil || ws.cw.lost.Load() || clientStopped(ctx, body) {
+				g.clientGone(r, rt, o)
+			}
+		}()
+	} else {
+		rw = &StatusWriter{ResponseWriter: w}
+	}
 	err := rt.upstream.Forward(rw, out)
 	o.Status = rw.Status
 	if err == nil {
@@ -360,7 +412,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		ref = fencegate.BodyTooLarge(rt.maxBody)
 	case errors.Is(err, context.DeadlineExceeded):
 		ref = fencegate.UpstreamTimeout(rt.timeout)
-	case errors.Is(r.Context().Err(), context.Canceled):
+	case errors.Is(r.Context().Err(), context.Canceled), clientStopped(ctx, body):
 		// The client went away; nobody is listening for an answer.
 		o.Decision, o.Err = "client_closed", err
 		return nil
@@ -378,6 +430,62 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		return nil
 	}
 	return ref
+}
+
+// clientGone records an admitted write whose client went away before its
+// answer was delivered: its decision becomes client_closed and it is
+// logged, with what the upstream said. It runs when the forward has ended
+// (also when it ended in a panic), before the write's permits are
+// released.
+func (g *Gateway) clientGone(r *http.Request, rt *Route, o *Outcome) {
+	o.ClientGone = true
+	upstream := "answered"
+	if o.Status == 0 {
+		// The forward failed before an answer (the client stopped
+		// sending its body, or the route's timeout passed): the upstream
+		// connection was closed.
+		upstream = "connection_closed"
+	} else {
+		o.Decision = "client_closed"
+	}
+	attrs := []slog.Attr{
+		slog.String("route", rt.Name), slog.String("method", r.Method),
+		slog.String("resource", o.Resource), slog.String("owner", o.Owner),
+		slog.Int64("token", o.Token), slog.String("upstream", upstream),
+		slog.Int("upstream_status", o.Status),
+	}
+	if g.logContext != nil {
+		attrs = append(attrs, g.logContext(r.Context())...)
+	}
+	g.log.LogAttrs(r.Context(), slog.LevelWarn, "client_closed", attrs...)
+}
+
+// WaitWrites waits until no admitted write is in flight, or ctx ends. Each
+// admitted write ends within its route's timeout, whether or not its
+// client is still there; a gateway that stops serving waits for them
+// before it lets go of its fence, so that no write it forwarded can land
+// after a newer token was admitted elsewhere (or after a restart).
+func (g *Gateway) WaitWrites(ctx context.Context) error {
+	for g.admitted.Load() > 0 {
+		select {
+		case <-g.idle:
+		case <-ctx.Done():
+			return fmt.Errorf("%d admitted writes still in flight: %w", g.admitted.Load(), ctx.Err())
+		}
+	}
+	return nil
+}
+
+// AdmittedWrites is the number of fenced writes admitted and not yet
+// ended.
+func (g *Gateway) AdmittedWrites() int64 { return g.admitted.Load() }
+
+// clientStopped reports whether the forward of body under ctx failed
+// because the client stopped sending body (not the forward's timeout or
+// an abort, which cut the read themselves).
+func clientStopped(ctx context.Context, body io.ReadCloser) bool {
+	sb, ok := body.(*sentBody)
+	return ok && sb.failed.Load() && ctx.Err() == nil
 }
 
 // refuse answers a refusal in the route's dialect and logs it.
@@ -475,13 +583,21 @@ type sentBody struct {
 	want int64 // Content-Length, or -1
 	n    int64
 	done atomic.Bool
+	// failed is set when reading the client's body failed other than by
+	// the route's body limit: the client stopped sending it (went away,
+	// or the forward's own deadline cut the read).
+	failed atomic.Bool
 }
 
 func (b *sentBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.n += int64(n)
-	if err == io.EOF || (b.want > 0 && b.n >= b.want) {
+	var mbe *http.MaxBytesError
+	switch {
+	case err == io.EOF || (b.want > 0 && b.n >= b.want):
 		b.done.Store(true)
+	case err != nil && !errors.As(err, &mbe):
+		b.failed.Store(true)
 	}
 	return n, err
 }

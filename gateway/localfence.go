@@ -31,8 +31,11 @@ type LocalFence struct {
 	storeTimeout time.Duration
 	onDrain      func(ctx context.Context, resource string, waited time.Duration, err error)
 	verify       func(ctx context.Context, resource string, token int64) error
-	seed         maphash.Seed
-	shards       [64]fenceShard
+	// unsettled and unsettledWindow: see LocalFenceOptions.Unsettled.
+	unsettled       time.Time
+	unsettledWindow time.Duration
+	seed            maphash.Seed
+	shards          [64]fenceShard
 }
 
 // LocalFenceOptions tune a LocalFence. Zero values pick the defaults.
@@ -50,6 +53,18 @@ type LocalFenceOptions struct {
 	// any other error refuses it with fence_unavailable. Nil: every token
 	// is accepted.
 	Verify func(ctx context.Context, resource string, token int64) error
+	// Unsettled, if set, is when the writes that a previous process left
+	// in flight when it crashed have ended one way or another: the start
+	// of this process plus UnsettledWindow, the longest forward timeout.
+	// This process has no record of them, so until then a write is
+	// admitted at once only on a resource whose fence moved last more
+	// than UnsettledWindow before this process started (any write in
+	// flight there carried the same token); elsewhere a newer token could
+	// overtake an older write still on its way upstream, and the write
+	// waits until Unsettled. Zero: the previous process stopped with no
+	// write in flight (or there was none).
+	Unsettled       time.Time
+	UnsettledWindow time.Duration
 }
 
 // fenceShard is one 64th of the cache. It is laid out for the garbage
@@ -127,12 +142,14 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 		opts.StoreTimeout = fencegate.DefaultStoreTimeout
 	}
 	f := &LocalFence{
-		store:        store,
-		drainTimeout: opts.DrainTimeout,
-		storeTimeout: opts.StoreTimeout,
-		onDrain:      opts.OnDrain,
-		verify:       opts.Verify,
-		seed:         maphash.MakeSeed(),
+		store:           store,
+		drainTimeout:    opts.DrainTimeout,
+		storeTimeout:    opts.StoreTimeout,
+		onDrain:         opts.OnDrain,
+		verify:          opts.Verify,
+		unsettled:       opts.Unsettled,
+		unsettledWindow: opts.UnsettledWindow,
+		seed:            maphash.MakeSeed(),
 	}
 	per := (opts.MaxEntries + len(f.shards) - 1) / len(f.shards)
 	for i := range f.shards {
@@ -220,10 +237,39 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			}
 			continue
 		}
+		if until := f.unsettled; !until.IsZero() && e.updatedAt.After(until.Add(-2*f.unsettledWindow)) {
+			// The fence moved within the window before this process
+			// started, or since: a crashed predecessor's older write may
+			// still be on its way upstream.
+			if d := time.Until(until); d > 0 {
+				sh.mu.Unlock()
+				waitStart := time.Now()
+				err := sleep(ctx, d)
+				if f.onDrain != nil {
+					f.onDrain(ctx, w.Resource, time.Since(waitStart), err)
+				}
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
 		fl := &flight{sh: sh, e: i, token: w.Token, abort: w.Abort, bodySent: w.BodySent}
 		e.fly(fl)
 		sh.mu.Unlock()
 		return fl, nil
+	}
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -82,6 +82,10 @@ type Route struct {
 	// Auth, if set, authenticates every request and limits each identity
 	// to its resource prefixes. Set it before the route serves.
 	Auth Authenticator
+	// Tokens, if set, verifies the route's new tokens with the lock service
+	// that issued them (RouteVerify) instead of the fence's default
+	// verifier. Set it before the route serves.
+	Tokens TokenVerifier
 }
 
 // RouteOptions describe one route for NewRoute.

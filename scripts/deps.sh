@@ -35,9 +35,15 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 # its own site-packages.
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
 /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || missing+=(python3-boto3)
+# The lock services of the token_source tests: etcd (a three-member cluster,
+# internal/testenv/etcd.go), etcdctl (examples/etcdctl-worker.sh) and
+# ZooKeeper (internal/testenv/zookeeper.go, a Java server).
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, etcd-server, etcd-client, zookeeper)"
   exit 0
 fi
 

@@ -43,6 +43,11 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 	} else {
 		s.verifying = true
 	}
+	if cfg.Gateway != nil {
+		// Routes with a token_source verify their own tokens (the route's
+		// verifier travels in the write's context); the rest as above.
+		verify = gateway.RouteVerify(verify)
+	}
 	switch cfg.Fence.Mode {
 	case "shared":
 		st, ok := store.(*postgres.Store)
@@ -67,11 +72,18 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 		}
 		fence = sf
 	default:
-		fence = gateway.NewLocalFence(s.tel.Store(store), gateway.LocalFenceOptions{
+		opts := gateway.LocalFenceOptions{
 			MaxEntries: cfg.Fence.CacheEntries,
 			OnDrain:    s.tel.Drained,
 			Verify:     verify,
-		})
+		}
+		if s.unclean {
+			opts.UnsettledWindow = maxForwardTimeout(cfg)
+			opts.Unsettled = time.Now().Add(opts.UnsettledWindow)
+			s.log.Warn("the previous process stopped with writes possibly in flight (a crash): writes to fences that moved recently wait until those have ended",
+				"until", opts.Unsettled.UTC().Format(time.RFC3339), "window", opts.UnsettledWindow.String())
+		}
+		fence = gateway.NewLocalFence(s.tel.Store(store), opts)
 	}
 	s.fenceOnIssue(cfg, fence, s.tel.TraceFence(fence))
 	return fence, nil

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/h1"
 	httpup "github.com/fencegate/fencegate/adapters/http"
@@ -57,6 +58,14 @@ type Server struct {
 	verifying bool
 
 	consoleState consoleState // operator console (console.go)
+
+	tokenSources tokenSources // routes' lock services (tokensource.go)
+
+	// serving is the embedded store's record of a gateway serving from it
+	// (cleared at a shutdown with no write left in flight); unclean says
+	// the previous process ended without that (a crash).
+	serving interface{ EndServing(context.Context) error }
+	unclean bool
 
 	listeners []*listener
 }
@@ -135,6 +144,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 		if err != nil {
 			return nil, err
 		}
+		if err := s.attachTokenSources(cfg, routes); err != nil {
+			return nil, err
+		}
 		s.gw.SetRoutes(routes)
 		s.gw.Observer = s.tel
 		api := s.fenceAPI(cfg, store) // fenceapi.go
@@ -168,6 +180,13 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 		s.tel.StoreCommits(func() (uint64, uint64) { c := st.Stats(); return c.Commits, c.Changes })
 		s.tel.StoreSyncs(func() uint64 { return st.Stats().Syncs })
 		s.tel.StoreLog(func() (int, uint64, uint64) { c := st.Stats(); return c.LogState, c.LogErrors, c.CheckpointErrors })
+		if cfg.Gateway != nil {
+			unclean, err := st.BeginServing(ctx)
+			if err != nil {
+				return nil, err
+			}
+			s.serving, s.unclean = st, unclean
+		}
 		return st, nil
 	default:
 		return s.openPostgres(ctx, cfg)
@@ -238,6 +257,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "store unavailable (details in the log)", http.StatusServiceUnavailable)
 			return
 		}
+	}
+	if kind, err := s.pingTokenSources(r.Context()); err != nil {
+		s.log.Warn("readyz: token source unavailable", "source", kind, "err", err)
+		http.Error(w, "token source "+kind+" unavailable: new tokens of its routes are refused (details in the log)", http.StatusServiceUnavailable)
+		return
 	}
 	w.Write([]byte("ready\n"))
 }
@@ -354,6 +378,9 @@ func (s *Server) Reload(cfg *config.Config) (err error) {
 		if err != nil {
 			return err
 		}
+		if err := s.attachTokenSources(cfg, routes); err != nil {
+			return err
+		}
 		s.gw.SetRoutes(routes)
 		if cfg.Gateway.Listen != s.cfg.Gateway.Listen {
 			s.log.Warn("gateway.listen changed; restart to apply", "old", s.cfg.Gateway.Listen, "new", cfg.Gateway.Listen)
@@ -445,8 +472,42 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if err := s.waitWrites(); err != nil {
+		errs = append(errs, err)
+	} else if s.serving != nil {
+		// No write is left in flight: the next start needs no wait.
+		if err := s.serving.EndServing(context.Background()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	errs = append(errs, s.Close())
 	return errors.Join(errs...)
+}
+
+// waitWrites waits, before the fence is closed, for the writes the gateway
+// admitted and still forwards: those whose clients went away, and those
+// left when the shutdown timeout cut their connections. Each ends within
+// its route's timeout; until then the upstream may still apply it, and a
+// fence let go of earlier (a restart's empty in-flight state, a shared
+// replica's marker) could admit a newer token ahead of it.
+func (s *Server) waitWrites() error {
+	if s.gw == nil || s.gw.AdmittedWrites() == 0 {
+		return nil
+	}
+	var bound time.Duration
+	for _, rc := range s.cfg.Gateway.Routes {
+		bound = max(bound, rc.UpstreamTimeout())
+	}
+	bound += fencegate.DrainMargin
+	s.log.Info("waiting for admitted writes to end before closing the fence",
+		"writes", s.gw.AdmittedWrites(), "bound", bound.String())
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if err := s.gw.WaitWrites(ctx); err != nil {
+		s.log.Error("shutdown: admitted writes still in flight; they may land after a newer token's", "err", err)
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
 }
 
 // Close releases the store and other resources without waiting.

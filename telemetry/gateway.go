@@ -45,6 +45,9 @@ var _ gateway.Observer = (*Telemetry)(nil)
 func (t *Telemetry) Observe(ctx context.Context, o *gateway.Outcome) {
 	d := Decision(o.Decision)
 	m := t.Metrics
+	if o.ClientGone {
+		m.ClientClosed.WithLabelValues(o.Route).Inc()
+	}
 	switch {
 	case d == DecisionForwarded && o.Route != "":
 		// The hot path: the route's series, looked up once.

@@ -16,6 +16,7 @@ type Metrics struct {
 	// Gateway.
 	Requests      *prometheus.CounterVec   // route, decision
 	StaleRefusals *prometheus.CounterVec   // route
+	ClientClosed  *prometheus.CounterVec   // route
 	FenceCheck    *prometheus.HistogramVec // route
 	DrainWait     prometheus.Histogram
 	Upstream      *prometheus.HistogramVec // route, outcome
@@ -37,6 +38,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		StaleRefusals: counterVec("", "stale_refusals_total",
 			"Writes refused because their fencing token is older than the highest accepted for the resource.",
 			"route"),
+		ClientClosed: counterVec("", "client_closed_writes_total",
+			"Admitted writes whose client went away before their answer was delivered. Each still counted as in flight (held off newer tokens) until the upstream was done with it: its answer read, its connection closed, or the route's timeout passed.",
+			"route"),
 		FenceCheck: histogramVec("", "fence_check_duration_seconds",
 			"Time a fenced request spent in the fence: the check, a durable advance, and any drain wait.",
 			latencyBuckets, "route"),
@@ -57,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		Advances: counter("", "fence_advances_total",
 			"Durable advances of a resource's highest accepted token."),
 	}
-	reg.MustRegister(m.Requests, m.StaleRefusals, m.FenceCheck, m.DrainWait, m.Upstream,
+	reg.MustRegister(m.Requests, m.StaleRefusals, m.ClientClosed, m.FenceCheck, m.DrainWait, m.Upstream,
 		m.StoreDuration, m.StoreErrors, m.Advances,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "fencegate", Name: "fence_highest_token",

@@ -8,6 +8,7 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,6 +99,7 @@ type leanConn struct {
 	wdone  chan error // the body writer's result; nil: none running
 	idled  time.Time  // when it was last put in the pool
 	rleft  int64      // bytes br may still read from conn (connReader)
+	rec    *[]byte    // while an answer's head is read: the bytes read (connReader)
 }
 
 // defaultMaxHead is net/http's client limit on an answer's head, which
@@ -119,6 +122,9 @@ func (r connReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.c.conn.Read(p)
 	r.c.rleft -= int64(n)
+	if r.c.rec != nil {
+		*r.c.rec = append(*r.c.rec, p[:n]...)
+	}
 	return n, err
 }
 
@@ -192,7 +198,26 @@ func lean(req *http.Request) bool {
 }
 
 // RoundTrip implements http.RoundTripper.
+//
+// A request with a body sent over HTTP/1.1 goes with Connection: close and
+// its connection is not used again. Nothing in HTTP/1.1 tells a client
+// whether the upstream read a body it answered: one that answers without
+// reading it (Python's http.server, a handler that returns early) takes
+// the body's bytes for its next request, and that request's answer would
+// be read on the pooled connection as the answer to whatever request came
+// next, another worker's. Closing keeps every answer with its own request,
+// and an upstream that honours Connection: close never reads the body as a
+// request at all (fencegate doctor finds those that answer unread).
+// HTTP/2 frames bodies itself: requests Std may send over HTTP/2 (its
+// ForceAttemptHTTP2 set: an https upstream with upstream.tls) keep their
+// connections, and an https upstream that falls back to HTTP/1.1 there
+// does too.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if hasBody(req) && !req.Close && (req.URL.Scheme == "http" || !t.Std.ForceAttemptHTTP2) {
+		r := *req
+		r.Close = true
+		req = &r
+	}
 	if !lean(req) {
 		return t.Std.RoundTrip(req)
 	}
@@ -236,6 +261,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
+}
+
+// hasBody reports whether req sends body bytes.
+func hasBody(req *http.Request) bool {
+	return req.Body != nil && req.Body != http.NoBody
 }
 
 // errResponseStarted marks a failure after some of the answer was read.
@@ -520,10 +550,29 @@ func (b *readErrBody) WriteTo(w io.Writer) (int64, error) {
 // (ReverseProxy passes them on to its client: 103 Early Hints).
 func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response, error) {
 	trace := httptrace.ContextClientTrace(req.Context())
+	spell, _ := req.Context().Value(spellingKey{}).(*Spelling)
 	for interim := 0; interim < maxInterim; interim++ {
 		c.rleft = c.t.maxHead
+		var rec *[]byte
+		if spell != nil {
+			// The head's bytes as they come, for the names' spelling:
+			// those already buffered, then those read for it.
+			rec = heads.Get().(*[]byte)
+			b, _ := c.br.Peek(c.br.Buffered())
+			*rec = append((*rec)[:0], b...)
+			c.rec = rec
+		}
 		resp, err := http.ReadResponse(c.br, req)
 		c.rleft = math.MaxInt64
+		if rec != nil {
+			c.rec = nil
+			if err == nil && resp.StatusCode >= 200 {
+				spell.learn(*rec)
+			}
+			if cap(*rec) <= 64<<10 {
+				heads.Put(rec)
+			}
+		}
 		if err != nil {
 			if c.br.Buffered() > 0 || !isEOF(err) {
 				err = errors.Join(errResponseStarted, err)
@@ -531,6 +580,11 @@ func (c *leanConn) readAnswer(req *http.Request, expecting bool) (*http.Response
 			return nil, err
 		}
 		switch {
+		case resp.StatusCode < 100:
+			// ReadResponse takes any three digits; no such answer can be
+			// relayed (net/http's servers refuse to write it).
+			resp.Body.Close()
+			return nil, errors.Join(errResponseStarted, errors.New("upstream: malformed status "+strconv.Quote(resp.Status)))
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			resp.Body.Close()
 			return nil, errors.Join(errResponseStarted, errors.New("upstream: unexpected "+resp.Status))
@@ -678,3 +732,87 @@ func StreamBuffer() *[]byte { return streamBuffers.Get().(*[]byte) }
 
 // PutStreamBuffer returns a buffer of StreamBuffer to the pool.
 func PutStreamBuffer(b *[]byte) { streamBuffers.Put(b) }
+
+// Spelling is the header names of an upstream's final answer as the
+// upstream spelled them, where that differs from the canonical form
+// http.Header keys take. The answer's Header keeps canonical keys (the
+// gateway reads them with Get); a proxy writing the answer on takes the
+// names from here, so an answer reaches its client as the upstream sent it
+// (S3 clients such as boto3 keep x-amz-meta-* names as they come: a
+// canonicalized name changes the user metadata a worker reads). Transport
+// fills it for requests whose context carries it (WithSpelling); the
+// requests it hands to its Std transport are not recorded.
+type Spelling struct {
+	// names holds, for each canonical key some line of which was spelled
+	// otherwise, the spelling of each of its lines in order (one per value
+	// of the Header's key); nil: every name was canonical.
+	names map[string][]string
+}
+
+type spellingKey struct{}
+
+// WithSpelling returns ctx asking Transport to record the spelling of the
+// final answer's header names in s.
+func WithSpelling(ctx context.Context, s *Spelling) context.Context {
+	return context.WithValue(ctx, spellingKey{}, s)
+}
+
+// Names returns the name of each line of canonical header key k as the
+// upstream spelled it, in the order of the key's values; nil if every line
+// of k was spelled canonically (or s is nil).
+func (s *Spelling) Names(k string) []string {
+	if s == nil {
+		return nil
+	}
+	return s.names[k]
+}
+
+// heads recycles the buffers that record answer heads.
+var heads = sync.Pool{New: func() any { b := make([]byte, 0, ConnBufferSize); return &b }}
+
+// learn records the spelling of the field names in head, an answer's
+// status line and fields as received (ReadResponse parsed them: they are
+// well formed up to the empty line).
+func (s *Spelling) learn(head []byte) {
+	s.names = nil
+	_, head, _ = bytes.Cut(head, []byte("\n")) // the status line
+	type line struct{ canon, name string }
+	var lines []line // every field line, once a name is not canonical
+	odd := false
+	for len(head) > 0 {
+		var l []byte
+		l, head, _ = bytes.Cut(head, []byte("\n"))
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) == 0 {
+			break
+		}
+		if l[0] == ' ' || l[0] == '\t' {
+			continue // a folded line's continuation
+		}
+		name, _, ok := bytes.Cut(l, []byte(":"))
+		if !ok || !httpguts.ValidHeaderFieldName(string(name)) {
+			continue
+		}
+		k := textproto.CanonicalMIMEHeaderKey(string(name))
+		odd = odd || k != string(name)
+		lines = append(lines, line{k, string(name)})
+	}
+	if !odd {
+		return
+	}
+	var spelled map[string]bool
+	for _, l := range lines {
+		if l.canon != l.name {
+			if spelled == nil {
+				spelled = make(map[string]bool)
+			}
+			spelled[l.canon] = true
+		}
+	}
+	s.names = make(map[string][]string, len(spelled))
+	for _, l := range lines {
+		if spelled[l.canon] {
+			s.names[l.canon] = append(s.names[l.canon], l.name)
+		}
+	}
+}

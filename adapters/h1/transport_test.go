@@ -48,18 +48,38 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	w.Write(b)
 }
 
+// Requests without a body share one connection; one with a body is sent
+// with Connection: close and has a connection of its own, so an upstream
+// that answers without reading a body can never hand its next answer to
+// another request.
 func TestTransportReusesConnections(t *testing.T) {
-	srv, conns := leanServer(t, echo)
+	var closes atomic.Int64
+	srv, conns := leanServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Close {
+			closes.Add(1)
+		}
+		echo(w, r)
+	})
 	tr := newTransport()
 	defer tr.CloseIdleConnections()
 	for i := 0; i < 5; i++ {
+		req, _ := http.NewRequest("DELETE", srv.URL+"/b/k", nil)
+		if st, _ := do(t, tr, req); st != 200 {
+			t.Fatalf("status %d", st)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for requests without a body; want 1", n)
+	}
+	for i := 0; i < 3; i++ {
 		req, _ := http.NewRequest("PUT", srv.URL+"/b/k", strings.NewReader("hello"))
 		if st, body := do(t, tr, req); st != 200 || body != "hello" {
 			t.Fatalf("%d %q", st, body)
 		}
 	}
-	if n := conns.Load(); n != 1 {
-		t.Fatalf("%d connections; want 1", n)
+	// The first PUT takes the pooled connection, which then closes.
+	if n, c := conns.Load(), closes.Load(); n != 3 || c != 3 {
+		t.Fatalf("%d connections, %d requests with Connection: close; want 3 and 3 (none kept after a body)", n, c)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fencegate/fencegate/adapters/h1"
+
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -54,7 +56,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The one copy of r: its context carries the 1xx relay, and rewrite
 	// must keep Out's context.
-	out := r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
+	spell := new(h1.Spelling)
+	out := r.WithContext(h1.WithSpelling(httptrace.WithClientTrace(r.Context(), trace), spell))
 	out.Header = requestHeader(r.Header)
 	u := *r.URL
 	out.URL = &u
@@ -97,9 +100,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) error {
 		res.Body.Close()
 		return errUnrequestedSwitch
 	}
+	if res.StatusCode < 100 {
+		// http.ReadResponse takes any three digits; WriteHeader would
+		// panic on such a code.
+		res.Body.Close()
+		return errMalformedStatus
+	}
 
 	h := w.Header()
-	copyAnswerHeader(h, res.Header)
+	copyAnswerHeader(h, res.Header, spell)
 	announced := len(res.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)
@@ -148,7 +157,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) error {
 // every request (one element: an append copies it).
 var noUserAgent = []string{""}
 
-var errUnrequestedSwitch = errors.New("upstream switched protocols without an upgrade request")
+var (
+	errUnrequestedSwitch = errors.New("upstream switched protocols without an upgrade request")
+	errMalformedStatus   = errors.New("upstream answered with a status code below 100")
+)
 
 // hopHeader reports whether k is one of RFC 2616 §13.5.1's hop-by-hop
 // headers (or Proxy-Connection, which libcurl sends), dropped both ways
@@ -183,10 +195,11 @@ func requestHeader(in http.Header) http.Header {
 // hop-by-hop headers and those its Connection names. Those are the
 // answer's own: a header dst already holds (set by the gateway) stays,
 // whatever the upstream's Connection says, as with ReverseProxy. src's
-// keys are canonical (http.ReadResponse made them), so they are used as
-// they are, and src's value slices are taken over where dst has none (src
-// is not used after).
-func copyAnswerHeader(dst, src http.Header) {
+// keys are canonical (http.ReadResponse made them); each line goes to dst
+// as the upstream spelled its name (spell), but for the fields the server
+// writing the answer looks up by their canonical key (serverOwned). src's value slices
+// are taken over where dst has none (src is not used after).
+func copyAnswerHeader(dst, src http.Header, spell *h1.Spelling) {
 	dropConnectionNamed(src, src["Connection"])
 	for k, vv := range src {
 		if hopHeader(k) {
@@ -194,10 +207,32 @@ func copyAnswerHeader(dst, src http.Header) {
 		}
 		if prev, ok := dst[k]; ok {
 			dst[k] = append(prev, vv...)
-		} else {
+			continue
+		}
+		names := spell.Names(k)
+		if names == nil || len(names) != len(vv) || serverOwned(k) {
 			dst[k] = vv
+			continue
+		}
+		// Each line under its own spelling (VersityGW sends
+		// X-Amz-Request-Id and x-amz-request-id both).
+		for i, v := range vv {
+			dst[names[i]] = append(dst[names[i]], v)
 		}
 	}
+}
+
+// serverOwned reports whether net/http's server (and h1serve, which frames
+// answers as it does) reads k from an answer's header by its canonical key
+// to frame the answer, or adds it when that key is absent: under another
+// spelling it would be sent twice, or the framing would be wrong. These
+// keep the canonical spelling.
+func serverOwned(k string) bool {
+	switch k {
+	case "Content-Length", "Content-Type", "Content-Encoding", "Transfer-Encoding", "Date", "Trailer", "Connection":
+		return true
+	}
+	return false
 }
 
 // dropConnectionNamed deletes from h the headers the Connection values

@@ -35,9 +35,10 @@ func newDoctorCmd() *cobra.Command {
 		Short: "check that upstreams behave as the configuration needs",
 		Long: `Doctor checks that the upstreams behave as the configuration needs: that
 S3 stores and HTTP upstreams with precondition: etag honour If-Match and
-If-None-Match, racing writes included, and that a shared PostgreSQL store
-keeps a server session per connection (no pooler in transaction mode). It
-writes probe objects under --bucket / --path. Exit status: 0 every check
+If-None-Match, racing writes included, that HTTP upstreams read a write's
+body before its next request (or close the connection), and that a shared
+PostgreSQL store keeps a server session per connection (no pooler in
+transaction mode). It writes probe objects under --bucket / --path. Exit status: 0 every check
 passed, 1 a check failed, 2 usage (nothing to check).`,
 		Example: `  fencegate doctor -c fencegate.yaml --bucket probe-bucket
   fencegate doctor -c fencegate.yaml --path /probe/`,
@@ -45,7 +46,7 @@ passed, 1 a check failed, 2 usage (nothing to check).`,
 	}
 	configFlag(cmd.Flags(), &c.config)
 	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket for the probe object (default: each route's s3.check_bucket)")
-	cmd.Flags().StringVar(&c.path, "path", "", "path prefix for the probe object of HTTP routes with precondition: etag (default: each route's upstream.check_path)")
+	cmd.Flags().StringVar(&c.path, "path", "", "path prefix for the probe objects of HTTP routes (default: each route's upstream.check_path)")
 	return wrap(cmd, c)
 }
 
@@ -112,8 +113,10 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	}
 	hc, hf := doctorHTTPRoutes(ctx, cfg, c.path)
 	checked, failed = checked+hc, failed+hf
+	uc, uf := doctorUnreadBodies(ctx, cfg, c.path)
+	checked, failed = checked+uc, failed+uf
 	if checked == 0 {
-		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3), --path or set upstream.check_path (HTTP routes with precondition: etag)")
+		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3), --path or set upstream.check_path (HTTP routes)")
 	}
 	if failed > 0 {
 		return &doctorFailed{failed}

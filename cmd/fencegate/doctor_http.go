@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 
 	httpup "github.com/fencegate/fencegate/adapters/http"
+	tlsconf "github.com/fencegate/fencegate/adapters/tls"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
@@ -23,12 +25,8 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 		if rc.Upstream == nil || rc.Precondition != "etag" {
 			continue
 		}
-		p := path
+		p := probePath(rc, path, "")
 		if p == "" {
-			p = rc.Upstream.CheckPath
-		}
-		if p == "" {
-			fmt.Printf("route %s: skipped (no -path and no upstream.check_path)\n", rc.Name)
 			continue
 		}
 		checked++
@@ -46,4 +44,65 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PUT, racing writes included (path %s)\n", rc.Name, config.RedactURL(rc.Upstream.URL), p)
 	}
 	return checked, failed
+}
+
+// doctorUnreadBodies probes every plain HTTP route's upstream for answering
+// writes without reading their bodies (httpup.ProbeUnreadBody): a PUT of a
+// probe object under path (default: the route's upstream.check_path) whose
+// body is itself a request. It prints one line per route and returns how
+// many it checked and how many failed. An upstream that honours
+// Connection: close passes with a note: the gateway closes every
+// connection that carried a body, so its answers stay with their requests.
+func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (checked, failed int) {
+	if cfg.Gateway == nil {
+		return 0, 0
+	}
+	for _, rc := range cfg.Gateway.Routes {
+		if rc.Upstream == nil {
+			continue
+		}
+		p := probePath(rc, path, " unread-body probe")
+		if p == "" {
+			continue
+		}
+		checked++
+		var tc *tls.Config
+		var err error
+		if rc.Upstream.TLS != nil {
+			tc, err = tlsconf.UpstreamConfig(server.UpstreamTLSOptions(rc.Upstream.TLS))
+		}
+		var f httpup.UnreadBodyFinding
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
+			f, err = httpup.ProbeUnreadBody(cctx, rc.Upstream.URL, p, rc.Upstream.Headers, tc)
+			cancel()
+		}
+		up := config.RedactURL(rc.Upstream.URL)
+		switch {
+		case err != nil:
+			failed++
+			fmt.Printf("route %s: FAIL: unread-body probe (path %s): %v\n", rc.Name, p, err)
+		case f == httpup.BodyUnreadAlways:
+			failed++
+			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and then acts on the body as a request of its own, even with Connection: close: a worker's body can carry requests the fence never sees; fix the upstream (read or discard a body it does not want, or close the connection) (path %s)\n", rc.Name, up, p)
+		case f == httpup.BodyUnreadKeepAlive:
+			fmt.Printf("route %s: note: %s answers a write without reading its body and takes the body for its next request on a kept connection; it honours Connection: close, which the gateway sends with every request that has a body, so through the gateway answers stay with their requests, but clients that reach it directly can be desynchronized (path %s)\n", rc.Name, up, p)
+		default:
+			fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request (path %s)\n", rc.Name, up, p)
+		}
+	}
+	return checked, failed
+}
+
+// probePath is the path prefix of an HTTP route's probe objects: path, else
+// the route's upstream.check_path; "" (and a line saying the probe, what,
+// was skipped) if neither is set.
+func probePath(rc config.Route, path, what string) string {
+	if path == "" {
+		path = rc.Upstream.CheckPath
+	}
+	if path == "" {
+		fmt.Printf("route %s: skipped%s (no -path and no upstream.check_path)\n", rc.Name, what)
+	}
+	return path
 }

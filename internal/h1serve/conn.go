@@ -92,7 +92,7 @@ func (c *conn) serve() {
 		c.nc.SetReadDeadline(time.Now().Add(d))
 		headDeadline = true
 	}
-	for {
+	for served := false; ; served = true {
 		if c.br.Buffered() == 0 && !c.hasByte {
 			c.idle.Store(true)
 			if c.srv.shutdown.Load() {
@@ -108,15 +108,26 @@ func (c *conn) serve() {
 			}
 			c.idle.Store(false)
 		}
-		if c.lastMethod == http.MethodPost {
-			// RFC 9112 §2.2 tolerance for clients that end a POST body
-			// with an extra CRLF, as net/http has it.
-			peek, _ := c.br.Peek(min(4, c.br.Buffered()))
-			if n := leadingCRorLF(peek); n > 0 {
-				c.br.Discard(n)
-				if c.br.Buffered() == 0 {
-					continue // idle again
+		if served {
+			// net/http waits, under the idle timeout, for four bytes of
+			// the next request before it reads it, and closes without an
+			// answer if they do not come. The client-gone watch may hold
+			// the first of them.
+			if c.br.Buffered() < 4 {
+				if idleTimeout > 0 {
+					c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
 				}
+				if _, err := c.br.Peek(4); err != nil {
+					c.nc.Close()
+					return
+				}
+			}
+			if c.lastMethod == http.MethodPost {
+				// RFC 9112 §2.2 tolerance for clients that end a POST
+				// body with an extra CRLF, as net/http has it: among
+				// those four bytes.
+				peek, _ := c.br.Peek(4)
+				c.br.Discard(leadingCRorLF(peek))
 			}
 		}
 		head, err := c.readHead(headLimit, headDeadline)
@@ -149,12 +160,17 @@ func (c *conn) serve() {
 }
 
 // readHead returns the next request's head, waiting for more bytes under
-// the read-header timeout (from now, unless deadline says one is set); nil if it is not for the fast path (larger than
-// limit, or with bare LF line ends: net/http's to judge).
+// the read-header timeout (from now, unless deadline says one is set); nil
+// if it is not for the fast path (larger than limit, even when whole in
+// the buffer, or with bare LF line ends: net/http's to judge).
 func (c *conn) readHead(limit int, deadline bool) ([]byte, error) {
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
 		switch end := headEnd(buf); {
+		case end > limit:
+			// Larger than MaxHeaderBytes: net/http's to refuse (431) or
+			// to serve within its slack.
+			return nil, nil
 		case end > 0:
 			return buf[:end], nil
 		case end < 0:

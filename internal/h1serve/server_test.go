@@ -76,6 +76,11 @@ func handler(fast *atomic.Int64) http.Handler {
 			}
 			h.Set("X-Len", fmt.Sprint(len(b)))
 			w.Write(b)
+		case "/slow":
+			// Runs past the client-gone watch's delay.
+			io.ReadAll(r.Body)
+			time.Sleep(100 * time.Millisecond)
+			io.WriteString(w, "slow")
 		case "/noread":
 			io.WriteString(w, "ignored your body")
 		case "/short":
@@ -114,41 +119,7 @@ type answer struct {
 // exchange writes raw to addr, half-closes, and reads every answer.
 func exchange(t *testing.T, addr string, raw string, heads []string) []answer {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
-	c.(*net.TCPConn).CloseWrite()
-	br := bufio.NewReader(c)
-	var out []answer
-	for i := 0; ; i++ {
-		var req *http.Request
-		if i < len(heads) {
-			req = &http.Request{Method: heads[i]}
-		}
-		res, err := http.ReadResponse(br, req)
-		if err != nil {
-			if err != io.EOF {
-				out = append(out, answer{Err: "read: " + err.Error()})
-			}
-			return out
-		}
-		b, err := io.ReadAll(res.Body)
-		a := answer{Status: res.StatusCode, Header: res.Header, Body: string(b), Trailer: res.Trailer, ConnDone: res.Close}
-		if err != nil {
-			a.Err = "body: " + err.Error()
-		}
-		delete(a.Header, "Date")
-		out = append(out, a)
-		if err != nil {
-			return out
-		}
-	}
+	return exchangeSteps(t, addr, []string{raw}, 0, heads)
 }
 
 // TestMatchesNetHTTP sends the same raw requests to net/http's server and
