@@ -34,6 +34,9 @@ var knownMethods = map[string]bool{
 // gateway does not know, is a write.
 var readMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true}
 
+// ReadMethods lists readMethods, for those who show the rule (the console).
+func ReadMethods() []string { return []string{"GET", "HEAD", "OPTIONS", "TRACE"} }
+
 // KnownMethod reports whether m is a registered HTTP method (exact spelling).
 func KnownMethod(m string) bool { return knownMethods[m] }
 

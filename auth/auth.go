@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/fencegate/fencegate"
@@ -176,6 +177,15 @@ const maxPeek = 1 << 20
 // naming none is left to the API, which requires one. The identity is in
 // the request context (IdentityFrom). A nil a passes every request through.
 func Middleware(a *Authenticator, next http.Handler, open ...string) http.Handler {
+	return SessionMiddleware(a, nil, "", next, open...)
+}
+
+// SessionMiddleware is Middleware that also accepts s's session cookie on
+// GET and HEAD requests that send no Authorization (Sessions says why only
+// those). With login set, a browser's page request (GET, Accept: text/html)
+// without credentials is redirected there (with ?next=) instead of
+// answered 401.
+func SessionMiddleware(a *Authenticator, s *Sessions, login string, next http.Handler, open ...string) http.Handler {
 	if a == nil {
 		return next
 	}
@@ -186,8 +196,16 @@ func Middleware(a *Authenticator, next http.Handler, open ...string) http.Handle
 				return
 			}
 		}
-		id, err := a.Authenticate(r)
-		if err != nil {
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead
+		var id gateway.Identity
+		var err error
+		if sid, ok := s.identity(a, r); ok && read && r.Header.Get("Authorization") == "" {
+			id = sid
+		} else if id, err = a.Authenticate(r); err != nil {
+			if login != "" && read && r.Header.Get("Authorization") == "" && strings.Contains(r.Header.Get("Accept"), "text/html") {
+				http.Redirect(w, r, login+"?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate"`)
 			refusal(err).WriteJSON(w)
 			return

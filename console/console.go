@@ -22,6 +22,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -30,6 +31,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -81,22 +83,70 @@ type StatusProvider interface {
 	Status(ctx context.Context) Status
 }
 
+// Cluster lists the replicas that share this process's store (fence mode
+// shared), each as it last reported itself.
+type Cluster interface {
+	Replicas(ctx context.Context) ([]Replica, error)
+}
+
+// Replica is one gateway replica of a shared deployment.
+type Replica struct {
+	ID   string `json:"id"`
+	Name string `json:"name"` // host name (the pod's name in Kubernetes)
+	Self bool   `json:"self"` // the replica serving this page
+	// Up: it reported within the last few report intervals.
+	Up       bool      `json:"up"`
+	Started  time.Time `json:"started"`
+	Seen     time.Time `json:"seen"` // its last report
+	SeenAgo  string    `json:"seen_ago"`
+	InFlight int64     `json:"inflight_writes"`
+	// InFlightByRoute counts its writes in flight per route.
+	InFlightByRoute map[string]int64    `json:"inflight_by_route,omitempty"`
+	Refusals        uint64              `json:"refusals"` // since it started
+	Recent          []telemetry.Refusal `json:"recent_refusals"`
+}
+
+// SessionManager starts and ends browser sessions (auth.Sessions bound to
+// the listener's current keys).
+type SessionManager interface {
+	// Start returns the session cookie for key, or an error whose message
+	// may be shown (it names no key).
+	Start(key string) (*http.Cookie, error)
+	// End returns the cookie that ends r's session.
+	End(r *http.Request) *http.Cookie
+}
+
 // Route is one route as the console shows it. Upstream never carries
 // credentials.
 type Route struct {
-	Name          string   `json:"name"`
-	Host          string   `json:"host,omitempty"`
-	PathPrefix    string   `json:"path_prefix,omitempty"`
-	Methods       []string `json:"methods,omitempty"`
-	FencedMethods []string `json:"fenced_methods"`
-	FenceReads    bool     `json:"fence_reads,omitempty"`
-	Resource      string   `json:"resource"`
-	UpstreamKind  string   `json:"upstream_kind"` // http or s3
-	Upstream      string   `json:"upstream"`
-	Precondition  string   `json:"precondition,omitempty"`
-	Forwarded     uint64   `json:"forwarded"` // fenced writes forwarded since start
-	Refused       uint64   `json:"refused"`   // requests refused since start
-	InFlight      int64    `json:"inflight_writes"`
+	Name       string   `json:"name"`
+	Host       string   `json:"host,omitempty"`
+	PathPrefix string   `json:"path_prefix,omitempty"`
+	Methods    []string `json:"methods,omitempty"`
+	// FencedMethods are the methods the route fences: the configured
+	// fenced_methods, or ["*"] (every method) when the route keeps the
+	// default, with UnfencedMethods the reads it leaves out.
+	FencedMethods   []string       `json:"fenced_methods"`
+	UnfencedMethods []string       `json:"unfenced_methods,omitempty"`
+	FenceReads      bool           `json:"fence_reads,omitempty"`
+	Resource        string         `json:"resource"`
+	UpstreamKind    string         `json:"upstream_kind"` // http or s3
+	Upstream        string         `json:"upstream"`
+	Precondition    string         `json:"precondition,omitempty"`
+	Forwarded       uint64         `json:"forwarded"` // fenced writes forwarded since start
+	Refused         uint64         `json:"refused"`   // requests refused since start
+	InFlight        int64          `json:"inflight_writes"`
+	Health          UpstreamHealth `json:"upstream_health"`
+}
+
+// UpstreamHealth is how a route's upstream answered since start: what
+// on-call looks at first when writes fail.
+type UpstreamHealth struct {
+	Responses   uint64  `json:"responses"`    // requests the upstream answered (any status)
+	Unavailable uint64  `json:"unavailable"`  // 502 upstream_unavailable: no answer, connection failed
+	Timeouts    uint64  `json:"timeouts"`     // 504 upstream_timeout: no answer within upstream.timeout
+	MeanSeconds float64 `json:"mean_seconds"` // time to response headers, mean
+	P95Seconds  float64 `json:"p95_seconds"`  // and 95th percentile (histogram bucket bound)
 }
 
 // Status is the overview.
@@ -149,6 +199,16 @@ func leaseOf(l coordinator.Lease) Lease {
 type FenceRow struct {
 	fencegate.FenceState
 	InFlight int `json:"inflight_writes"`
+	// Holder is the owner of the resource's lease when one is held now
+	// (the coordinator on the same store), which may differ from Owner,
+	// the last writer.
+	Holder string `json:"holder,omitempty"`
+}
+
+// RefusalRow is a recorded refusal and who holds the resource's lease now.
+type RefusalRow struct {
+	telemetry.Refusal
+	Holder string `json:"holder,omitempty"`
 }
 
 // FencePage is the JSON answer of GET /v1/fences?prefix=&after=&limit=.
@@ -166,9 +226,9 @@ type LeasePage struct {
 
 // RefusalPage is the JSON answer of GET /v1/refusals.
 type RefusalPage struct {
-	Refusals []telemetry.Refusal `json:"refusals"`
-	Kept     int                 `json:"kept"`  // the buffer's size
-	Total    uint64              `json:"total"` // refusals since start
+	Refusals []RefusalRow `json:"refusals"`
+	Kept     int          `json:"kept"`  // the buffer's size
+	Total    uint64       `json:"total"` // refusals since start
 }
 
 // Paging limits: one page never holds more than MaxLimit records.
@@ -180,10 +240,15 @@ const (
 // Console serves the pages and the JSON API. Nil fields switch their part
 // off (the page says so; the JSON endpoint answers 404).
 type Console struct {
+	// Sessions, if set, lets a browser log in with an API key: GET and
+	// POST /login, POST /logout. The listener's auth must accept the
+	// session cookie on GET (auth.SessionMiddleware).
+	Sessions SessionManager
 	Fences   FenceLister     // nil: no gateway, no fences page
 	Fence    FenceReader     // the fence page's record; nil: no fence page
 	InFlight InFlightCounter // nil: no writes in flight shown (0)
 	Leases   LeaseLister     // nil: the coordinator does not share this store
+	Cluster  Cluster         // nil: one replica (no cluster page)
 	Refusals RefusalLog      // nil: nothing recorded
 	Routes   RouteInfo       // nil: no routes
 	Status   StatusProvider  // required
@@ -210,6 +275,12 @@ var funcs = template.FuncMap{
 	},
 	"join": strings.Join,
 	"dur":  func(d coordinator.Duration) string { return time.Duration(d).String() },
+	"ms": func(sec float64) string {
+		if sec < 0.01 {
+			return strconv.FormatFloat(sec*1000, 'f', 1, 64) + " ms"
+		}
+		return strconv.FormatFloat(sec*1000, 'f', 0, 64) + " ms"
+	},
 	"short": func(id string) string {
 		if len(id) > 16 {
 			return id[:16] + "…"
@@ -221,7 +292,7 @@ var funcs = template.FuncMap{
 	},
 }
 
-var pageNames = []string{"overview", "routes", "fences", "fence", "leases", "refusals"}
+var pageNames = []string{"overview", "routes", "fences", "fence", "leases", "refusals", "login", "cluster"}
 
 // Register adds the pages and the JSON endpoints (except GET /v1/fences,
 // which the fence API serves: see FenceList) to mux.
@@ -247,10 +318,19 @@ func (c *Console) Register(mux *http.ServeMux) error {
 	h("GET /fence", c.fencePage)
 	h("GET /leases", c.leasesPage)
 	h("GET /refusals", c.refusalsPage)
+	if c.Sessions != nil {
+		h("GET /login", c.loginPage)
+		h("POST /login", c.login)
+		h("POST /logout", c.logout)
+	}
 	h("GET /v1/leases", c.leasesJSON)
 	h("GET /v1/refusals", c.refusalsJSON)
 	h("GET /v1/routes", c.routesJSON)
 	h("GET /v1/status", c.statusJSON)
+	if c.Cluster != nil {
+		h("GET /cluster", c.clusterPage)
+		h("GET /v1/cluster", c.clusterJSON)
+	}
 	return nil
 }
 
@@ -269,7 +349,11 @@ func secure(h http.Handler) http.Handler {
 		hd.Set("Content-Security-Policy", csp)
 		hd.Set("X-Content-Type-Options", "nosniff")
 		hd.Set("X-Frame-Options", "DENY")
-		hd.Set("Referrer-Policy", "no-referrer")
+		// same-origin, not no-referrer: under no-referrer browsers send
+		// "Origin: null" with the login form's post, which the admin
+		// listener must refuse as cross-site. Links to other origins (the
+		// Jaeger UI) still carry no admin URL.
+		hd.Set("Referrer-Policy", "same-origin")
 		hd.Set("Cache-Control", "no-store")
 		h.ServeHTTP(w, r)
 	})
@@ -319,7 +403,7 @@ func (c *Console) fenceListing() listing[FenceRow] {
 			states, err := c.Fences.ListFences(ctx, q.Prefix, q.After, q.Limit)
 			rows := make([]FenceRow, len(states))
 			for i, st := range states {
-				rows[i] = FenceRow{FenceState: st, InFlight: c.inFlight(st.Resource)}
+				rows[i] = FenceRow{FenceState: st, InFlight: c.inFlight(st.Resource), Holder: c.holder(ctx, st.Resource)}
 			}
 			return rows, err
 		}
@@ -405,11 +489,47 @@ func (c *Console) inFlight(resource string) int {
 	return c.InFlight.InFlight(resource)
 }
 
-func (c *Console) recent() []telemetry.Refusal {
+// holder is the owner of resource's lease if one is held now.
+func (c *Console) holder(ctx context.Context, resource string) string {
+	lr, ok := c.Leases.(leaseReader)
+	if !ok || resource == "" {
+		return ""
+	}
+	l, err := lr.Lease(ctx, resource)
+	if err != nil || !l.Held() {
+		return ""
+	}
+	return l.Owner
+}
+
+// refusalFilter is what the refusals page and GET /v1/refusals keep:
+// rows whose code, route and owner equal the query's (empty: any).
+type refusalFilter struct{ Code, Route, Owner string }
+
+func (f refusalFilter) keep(r telemetry.Refusal) bool {
+	return (f.Code == "" || r.Code == f.Code) && (f.Route == "" || r.Route == f.Route) && (f.Owner == "" || r.Owner == f.Owner)
+}
+
+// recent returns the recorded refusals f keeps, newest first, with the
+// current holder of each resource's lease (looked up once per resource).
+func (c *Console) recent(ctx context.Context, f refusalFilter) []RefusalRow {
 	if c.Refusals == nil {
 		return nil
 	}
-	return c.Refusals.Recent()
+	holders := map[string]string{}
+	var out []RefusalRow
+	for _, r := range c.Refusals.Recent() {
+		if !f.keep(r) {
+			continue
+		}
+		h, ok := holders[r.Resource]
+		if !ok {
+			h = c.holder(ctx, r.Resource)
+			holders[r.Resource] = h
+		}
+		out = append(out, RefusalRow{Refusal: r, Holder: h})
+	}
+	return out
 }
 
 func (c *Console) refusalCap() int {
@@ -451,10 +571,15 @@ func (c *Console) leasesJSON(w http.ResponseWriter, r *http.Request) {
 	serveJSON(c, c.leaseListing(), w, r)
 }
 
+func filterOf(r *http.Request) refusalFilter {
+	q := r.URL.Query()
+	return refusalFilter{Code: q.Get("code"), Route: q.Get("route"), Owner: q.Get("owner")}
+}
+
 func (c *Console) refusalsJSON(w http.ResponseWriter, r *http.Request) {
-	p := RefusalPage{Refusals: c.recent(), Kept: c.refusalCap()}
+	p := RefusalPage{Refusals: c.recent(r.Context(), filterOf(r)), Kept: c.refusalCap()}
 	if p.Refusals == nil {
-		p.Refusals = []telemetry.Refusal{}
+		p.Refusals = []RefusalRow{}
 	}
 	if c.Refusals != nil {
 		p.Total = c.Refusals.Total()
@@ -516,21 +641,29 @@ type page struct {
 	Title      string
 	Nav        []navItem
 	Data       any
-	Refusals   []telemetry.Refusal
+	Refusals   []RefusalRow
 	RefusalCap int
 	Jaeger     string
+	// User is the owner of the browser session the page is shown to
+	// (the header offers to log out); empty for a bearer key or no auth.
+	User string
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name, title string, status int, p page) {
 	p.Title = title
 	p.Jaeger = c.JaegerUI
+	if id, ok := auth.IdentityFrom(r.Context()); ok && id.Credential == auth.SessionCookie {
+		p.User = id.Owner
+	}
 	for _, n := range []navItem{{"Overview", "/", false}, {"Routes", "/routes", false}, {"Fences", "/fences", false},
-		{"Leases", "/leases", false}, {"Refusals", "/refusals", false}} {
-		if (n.Href == "/fences" && c.Fences == nil) || (n.Href == "/leases" && c.Leases == nil) {
+		{"Leases", "/leases", false}, {"Refusals", "/refusals", false}, {"Cluster", "/cluster", false}} {
+		if (n.Href == "/fences" && c.Fences == nil) || (n.Href == "/leases" && c.Leases == nil) || (n.Href == "/cluster" && c.Cluster == nil) {
 			continue
 		}
 		n.Active = n.Href == r.URL.Path || (n.Href == "/fences" && r.URL.Path == "/fence")
-		p.Nav = append(p.Nav, n)
+		if name != "login" {
+			p.Nav = append(p.Nav, n)
+		}
 	}
 	var b strings.Builder
 	if err := c.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
@@ -592,8 +725,8 @@ func (c *Console) fencePage(w http.ResponseWriter, r *http.Request) {
 			v.Lease = &lv
 		}
 	}
-	var mine []telemetry.Refusal
-	for _, rf := range c.recent() {
+	var mine []RefusalRow
+	for _, rf := range c.recent(r.Context(), refusalFilter{}) {
 		if rf.Resource == res || slices.Contains(strings.Split(rf.Resource, ","), res) {
 			mine = append(mine, rf)
 		}
@@ -601,6 +734,164 @@ func (c *Console) fencePage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "fence", "Fence", http.StatusOK, page{Data: v, Refusals: mine, RefusalCap: c.refusalCap()})
 }
 
+// refusalsView is the refusals page's filter form: the query, and the
+// codes, routes and owners to choose from.
+type refusalsView struct {
+	refusalFilter
+	Codes, Routes, Owners []string
+}
+
 func (c *Console) refusalsPage(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, "refusals", "Recent refusals", http.StatusOK, page{Refusals: c.recent(), RefusalCap: c.refusalCap()})
+	f := filterOf(r)
+	all := c.recent(r.Context(), refusalFilter{})
+	v := refusalsView{refusalFilter: f}
+	for _, rf := range all {
+		for _, x := range []struct {
+			list *[]string
+			v    string
+		}{{&v.Codes, rf.Code}, {&v.Routes, rf.Route}, {&v.Owners, rf.Owner}} {
+			if x.v != "" && !slices.Contains(*x.list, x.v) {
+				*x.list = append(*x.list, x.v)
+			}
+		}
+	}
+	for _, l := range [][]string{v.Codes, v.Routes, v.Owners} {
+		slices.Sort(l)
+	}
+	rows := all
+	if f != (refusalFilter{}) {
+		rows = nil
+		for _, rf := range all {
+			if f.keep(rf.Refusal) {
+				rows = append(rows, rf)
+			}
+		}
+	}
+	c.render(w, r, "refusals", "Recent refusals", http.StatusOK, page{Data: v, Refusals: rows, RefusalCap: c.refusalCap()})
+}
+
+// Login.
+
+// loginView is the login page's data.
+type loginView struct {
+	Next  string
+	Error string
+	// Insecure: the page came over plain HTTP to a host that is not
+	// loopback, where the browser drops the Secure session cookie.
+	Insecure bool
+}
+
+// safeNext is where a login sends the browser: a path on this listener,
+// never another site (//host, /\host, a scheme).
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.ContainsAny(next, "\r\n") {
+		return "/"
+	}
+	return next
+}
+
+func insecure(r *http.Request) bool {
+	if r.TLS != nil {
+		return false
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return false
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip == nil || !ip.IsLoopback()
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, "login", "Log in", http.StatusOK, page{Data: loginView{Next: safeNext(r.URL.Query().Get("next")), Insecure: insecure(r)}})
+}
+
+// login starts a session for the key the form posts and sends the browser
+// on to the page it came for. The admin listener's guard has refused the
+// post if another site's page sent it (Origin, Sec-Fetch-Site).
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "unreadable form", http.StatusBadRequest)
+		return
+	}
+	next := safeNext(r.PostForm.Get("next"))
+	cookie, err := c.Sessions.Start(r.PostForm.Get("key"))
+	if err != nil {
+		msg := "unknown or revoked API key"
+		var e *fencegate.Error
+		if errors.As(err, &e) {
+			msg = e.Message
+		}
+		c.logger().LogAttrs(r.Context(), slog.LevelInfo, "console_login_refused", slog.String("remote", r.RemoteAddr))
+		c.render(w, r, "login", "Log in", http.StatusUnauthorized, page{Data: loginView{Next: next, Error: msg, Insecure: insecure(r)}})
+		return
+	}
+	http.SetCookie(w, cookie)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, c.Sessions.End(r))
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// Cluster view.
+
+// ClusterPage is the JSON answer of GET /v1/cluster: the replicas, and the
+// refusals they recently made, newest first, each naming its replica.
+type ClusterPage struct {
+	Replicas []Replica        `json:"replicas"`
+	Refusals []ClusterRefusal `json:"refusals"`
+	Up       int              `json:"up"`
+}
+
+// ClusterRefusal is a refusal and the replica that made it.
+type ClusterRefusal struct {
+	telemetry.Refusal
+	Replica   string `json:"replica"`
+	ReplicaID string `json:"replica_id"`
+}
+
+func (c *Console) cluster(ctx context.Context) (ClusterPage, error) {
+	rs, err := c.Cluster.Replicas(ctx)
+	if err != nil {
+		return ClusterPage{}, err
+	}
+	p := ClusterPage{Replicas: rs, Refusals: []ClusterRefusal{}}
+	if p.Replicas == nil {
+		p.Replicas = []Replica{}
+	}
+	for _, r := range rs {
+		if r.Up {
+			p.Up++
+		}
+		for _, rf := range r.Recent {
+			p.Refusals = append(p.Refusals, ClusterRefusal{Refusal: rf, Replica: r.Name, ReplicaID: r.ID})
+		}
+	}
+	slices.SortStableFunc(p.Refusals, func(a, b ClusterRefusal) int { return b.Time.Compare(a.Time) })
+	return p, nil
+}
+
+func (c *Console) clusterJSON(w http.ResponseWriter, r *http.Request) {
+	p, err := c.cluster(r.Context())
+	if err != nil {
+		c.storeError(w, r, "list replicas", err)
+		return
+	}
+	writeJSON(w, p)
+}
+
+func (c *Console) clusterPage(w http.ResponseWriter, r *http.Request) {
+	p, err := c.cluster(r.Context())
+	if err != nil {
+		c.logger().Warn("console_store_error", "op", "list replicas", "err", err.Error())
+		http.Error(w, "the store cannot be read now", http.StatusServiceUnavailable)
+		return
+	}
+	c.render(w, r, "cluster", "Cluster", http.StatusOK, page{Data: p, Jaeger: c.JaegerUI})
 }

@@ -66,3 +66,42 @@ func TestEscaping(t *testing.T) {
 		}
 	}
 }
+
+type fakeInFlight map[string]int
+
+func (f fakeInFlight) InFlight(resource string) int { return f[resource] }
+
+// TestDrainedState: a fence not yet marked drained reads "draining" in red
+// only while writes to it are in flight; with none it is awaiting its first
+// write (a fence raised by a lease or by hand, or one whose drain another
+// replica will do), which is no alarm.
+func TestDrainedState(t *testing.T) {
+	fences := fakeFences{
+		{Resource: "/a", Highest: 5, Ready: true},
+		{Resource: "/b", Highest: 6, Ready: false},
+		{Resource: "/c", Highest: 7, Ready: false},
+	}
+	c := &Console{Fences: fences, Fence: fences, InFlight: fakeInFlight{"/c": 1}, Status: fakeStatus{}}
+	mux := http.NewServeMux()
+	if err := c.Register(mux); err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest("GET", "/fences", nil))
+	b := w.Body.String()
+	for res, want := range map[string]string{
+		"/a": `<td class="drained">yes</td>`,
+		"/b": `<td class="drained"><span class="muted">awaiting first write</span></td>`,
+		"/c": `<td class="drained"><span class="bad">draining</span></td>`,
+	} {
+		i := strings.Index(b, "<code>"+res+"</code>")
+		if i < 0 {
+			t.Fatalf("no row for %s in\n%s", res, b)
+		}
+		row := b[i:]
+		row = row[:strings.Index(row, "</tr>")]
+		if !strings.Contains(row, want) {
+			t.Errorf("row of %s: %s; want %s", res, row, want)
+		}
+	}
+}

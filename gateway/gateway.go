@@ -545,12 +545,26 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 	case e.Status >= 500:
 		level = slog.LevelError
 	}
-	attrs := []slog.Attr{
-		slog.String("route", e.Route), slog.String("method", r.Method),
-		slog.String("resource", o.Resource), slog.String("owner", o.Owner),
-		slog.Int64("token", o.Token), slog.Int64("highest", e.Highest),
-		slog.Int("status", e.Status),
+	// What is not known is left out rather than logged as "" or 0, which
+	// reads as a value (owner "" as an anonymous writer, highest 0 as an
+	// empty fence): owner is the authenticated sender, absent when the
+	// route asks for no credentials; token is absent when the request
+	// carried none that parsed; resource and highest when the refusal came
+	// before the fence was read.
+	attrs := []slog.Attr{slog.String("route", e.Route), slog.String("method", r.Method)}
+	if o.Resource != "" {
+		attrs = append(attrs, slog.String("resource", o.Resource))
 	}
+	if o.Owner != "" {
+		attrs = append(attrs, slog.String("owner", o.Owner))
+	}
+	if o.Token > 0 {
+		attrs = append(attrs, slog.Int64("token", o.Token))
+	}
+	if e.Highest > 0 {
+		attrs = append(attrs, slog.Int64("highest", e.Highest))
+	}
+	attrs = append(attrs, slog.Int("status", e.Status))
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("err", e.Err.Error()))
 	}

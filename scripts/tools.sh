@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned test servers (versitygw, toxiproxy, pebble, fake-gcs-server,
-# jaeger, benchstat)
+# jaeger, benchstat), helm (for the chart's tests)
 # and the linters (staticcheck, govulncheck) from the tools module into
 # .cache/bin/. A binary is rebuilt only when it is
 # missing or when the go.mod/go.sum pinning it (or the Go version) changed; the
@@ -25,6 +25,8 @@ tools=(
   "pebble|tools|github.com/letsencrypt/pebble/v2/cmd/pebble"
   "benchstat|tools|golang.org/x/perf/cmd/benchstat"
   "fake-gcs-server|tools/fakegcs|github.com/fsouza/fake-gcs-server"
+  # Its own module: helm needs newer k8s.io modules than jaeger's.
+  "helm|tools/helm|helm.sh/helm/v4/cmd/helm"
   "jaeger|tools|github.com/jaegertracing/jaeger/cmd/jaeger"
 )
 

@@ -73,8 +73,9 @@ func (s *Server) guardAPI(name, listen string, g config.APIGuard, h http.Handler
 				"cross-site request refused (%s): the %s API takes no requests from web pages", reason, name).WriteJSON(w)
 			return
 		}
-		switch r.Method {
-		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		switch {
+		case r.Method == http.MethodGet, r.Method == http.MethodHead, r.Method == http.MethodOptions:
+		case name == "admin" && consoleForm(r):
 		default:
 			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 				e := fencegate.Errorf(http.StatusUnsupportedMediaType, fencegate.CodeInvalidRequest,
@@ -88,6 +89,16 @@ func (s *Server) guardAPI(name, listen string, g config.APIGuard, h http.Handler
 }
 
 // crossSite says why r comes from another site's page, or "".
+// consoleForm reports whether r is the console's login or logout form
+// post, the admin listener's only requests that are not JSON: a browser
+// sends a form. The cross-site checks above apply to them as to the rest;
+// neither acts on a fence or a lease.
+func consoleForm(r *http.Request) bool {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return r.Method == http.MethodPost && (r.URL.Path == "/login" || r.URL.Path == "/logout") &&
+		mt == "application/x-www-form-urlencoded"
+}
+
 func crossSite(r *http.Request) string {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "cross-site", "same-site":

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/config"
@@ -35,6 +36,7 @@ func (s *Server) setupConsole(cfg *config.Config, opts Options) error {
 	cs.started = time.Now()
 	cs.recent = telemetry.NewRefusals(cfg.Admin.RecentRefusals)
 	c := &console.Console{
+		Sessions: consoleSessions{s},
 		Refusals: cs.recent,
 		Routes:   consoleRoutes{s},
 		Status:   consoleStatus{s, opts.ConfigFile},
@@ -64,6 +66,11 @@ func (s *Server) setupConsole(cfg *config.Config, opts Options) error {
 		case *postgres.Store:
 			c.Leases = postgres.NewLeases(st)
 		}
+	}
+	if st, ok := s.store.(*postgres.Store); ok && cfg.Fence.Mode == "shared" {
+		r := newReplicas(s, st, opts.ReplicaReportInterval)
+		s.closers = append(s.closers, r)
+		c.Cluster = r
 	}
 	cs.console = c
 	s.tel.InitLabels(routeNames(cfg))
@@ -143,6 +150,7 @@ func (cr consoleRoutes) Routes() []console.Route {
 		return nil
 	}
 	counts := s.tel.Metrics.RequestCounts()
+	latency := s.tel.Metrics.UpstreamLatencies()
 	inflight := map[string]int64{}
 	if s.gw != nil {
 		for _, rt := range s.gw.Routes() {
@@ -157,6 +165,18 @@ func (cr consoleRoutes) Routes() []console.Route {
 			Resource: rc.Resource, Precondition: rc.Precondition,
 			Forwarded: counts[rc.Name].Forwarded, Refused: counts[rc.Name].Refused,
 			InFlight: inflight[rc.Name],
+			Health: console.UpstreamHealth{
+				Responses: latency[rc.Name].Count, Unavailable: counts[rc.Name].UpstreamUnavailable,
+				Timeouts: counts[rc.Name].UpstreamTimeouts, MeanSeconds: latency[rc.Name].Mean, P95Seconds: latency[rc.Name].P95,
+			},
+		}
+		// The default (no fenced_methods) fences every method but the
+		// reads: say so rather than show an empty list.
+		if len(r.FencedMethods) == 0 {
+			r.FencedMethods = []string{"*"}
+			if !rc.FenceReads {
+				r.UnfencedMethods = fencegate.ReadMethods()
+			}
 		}
 		switch {
 		case rc.Upstream != nil:
@@ -229,3 +249,14 @@ func pgLocation(dsn string) string {
 	}
 	return host + "/" + db
 }
+
+// consoleSessions binds the admin listener's browser sessions to its
+// current keys (a reload that removes a key ends its sessions).
+type consoleSessions struct{ s *Server }
+
+func (cs consoleSessions) Start(key string) (*http.Cookie, error) {
+	c, _, err := cs.s.sessions.Start(cs.s.edges.apiAuth["admin"].Load(), key)
+	return c, err
+}
+
+func (cs consoleSessions) End(r *http.Request) *http.Cookie { return cs.s.sessions.End(r) }

@@ -218,11 +218,12 @@ func TestConsoleJSON(t *testing.T) {
 }
 
 // TestConsoleAuth: with admin auth configured, every page and endpoint of
-// the console answers 401 without credentials, in the browser too.
+// the console answers 401 without credentials (the stylesheet and the
+// login form excepted), and a browser gets the login form.
 func TestConsoleAuth(t *testing.T) {
 	e := startConsole(t)
 	for _, p := range []string{"/", "/routes", "/fences", "/fence?resource=/orders/1", "/leases", "/refusals",
-		"/console/static/style.css", "/v1/fences", "/v1/leases", "/v1/refusals", "/v1/routes", "/v1/status"} {
+		"/v1/fences", "/v1/leases", "/v1/refusals", "/v1/routes", "/v1/status"} {
 		if r := do(t, &http.Client{}, "GET", e.admin+p, nil, nil); r.Status != 401 {
 			t.Errorf("GET %s without credentials = %d; want 401", p, r.Status)
 		}
@@ -235,8 +236,8 @@ func TestConsoleAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Status != 401 {
-		t.Errorf("browser without credentials: %d; want 401", resp.Status)
+	if resp.Status != 200 || !strings.HasSuffix(resp.URL, "/login?next=%2Ffences") {
+		t.Errorf("browser without credentials: %d at %s; want the login form", resp.Status, resp.URL)
 	}
 	body := eval[string](t, ctx, `document.body.textContent`)
 	if strings.Contains(body, "/bulk/") || strings.Contains(body, "/orders/1") {

@@ -106,6 +106,14 @@ func (s *Server) protect(name string, h http.Handler) http.Handler {
 	if name == "admin" {
 		h = scopedAdmin(h)
 	}
+	if name == "admin" {
+		// The console's login form and its stylesheet are open; a session
+		// cookie opens the console's pages and JSON (GET only).
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			auth.SessionMiddleware(p.Load(), s.sessions, "/login", h, "/healthz", "/readyz",
+				"/login", "/logout", "/console/static/style.css", "/console/static/console.js").ServeHTTP(w, r)
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth.Middleware(p.Load(), h, "/healthz", "/readyz").ServeHTTP(w, r)
 	})

@@ -24,6 +24,7 @@ import (
 	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/gateway"
@@ -45,6 +46,9 @@ type Server struct {
 	admin   *http.ServeMux
 	store   gateway.Store // for S3 routes' ETag bookkeeping (s3.go)
 	edges   edgeState     // TLS and API authentication (edges.go)
+	// sessions are the console's browser logins (console.go); a restart
+	// ends them.
+	sessions *auth.Sessions
 
 	tel *telemetry.Telemetry // metrics and tracing (telemetry.go)
 
@@ -93,6 +97,10 @@ type Options struct {
 	// Build is the binary's version (build_info, the console). Zero: the Go
 	// build information only (telemetry.ReadBuildInfo without -ldflags).
 	Build telemetry.BuildInfo
+	// ReplicaReportInterval is how often a replica in fence mode shared
+	// reports itself for the console's cluster view. Zero:
+	// DefaultReplicaReportInterval.
+	ReplicaReportInterval time.Duration
 }
 
 // New builds the process from cfg: it opens the store (refusing to start if
@@ -102,7 +110,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 	if log == nil {
 		log = NewLogger(os.Stderr, cfg.Log)
 	}
-	s := &Server{log: log, cfg: cfg, admin: http.NewServeMux()}
+	s := &Server{log: log, cfg: cfg, admin: http.NewServeMux(), sessions: auth.NewSessions()}
 	defer func() {
 		if err != nil {
 			s.Close()

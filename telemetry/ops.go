@@ -159,6 +159,12 @@ func (m *Metrics) RequestCounts() map[string]RouteCounts {
 		case Refused(decision) && decision != "unknown":
 			c.Refused += n
 		}
+		switch decision {
+		case fencegate.CodeUpstreamUnavailable:
+			c.UpstreamUnavailable += n
+		case fencegate.CodeUpstreamTimeout:
+			c.UpstreamTimeouts += n
+		}
 		out[route] = c
 	}
 	return out
@@ -167,4 +173,56 @@ func (m *Metrics) RequestCounts() map[string]RouteCounts {
 // RouteCounts are one route's totals since start.
 type RouteCounts struct {
 	Forwarded, Refused uint64
+	// The upstream's failures: 502 upstream_unavailable (no answer) and
+	// 504 upstream_timeout (none within the route's timeout).
+	UpstreamUnavailable, UpstreamTimeouts uint64
+}
+
+// UpstreamLatency is one route's upstream_duration_seconds for answered
+// requests (outcome response) since start.
+type UpstreamLatency struct {
+	Count uint64
+	Mean  float64 // seconds
+	P95   float64 // seconds: the upper bound of the bucket holding the 95th percentile
+}
+
+// UpstreamLatencies reads upstream_duration_seconds{outcome="response"}
+// per route (a scrape of one metric, like RequestCounts).
+func (m *Metrics) UpstreamLatencies() map[string]UpstreamLatency {
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		m.Upstream.Collect(ch)
+		close(ch)
+	}()
+	out := map[string]UpstreamLatency{}
+	for pm := range ch {
+		var d dto.Metric
+		if pm.Write(&d) != nil {
+			continue
+		}
+		var route, outcome string
+		for _, l := range d.GetLabel() {
+			switch l.GetName() {
+			case "route":
+				route = l.GetValue()
+			case "outcome":
+				outcome = l.GetValue()
+			}
+		}
+		h := d.GetHistogram()
+		if outcome != "response" || h.GetSampleCount() == 0 {
+			continue
+		}
+		l := UpstreamLatency{Count: h.GetSampleCount(), Mean: h.GetSampleSum() / float64(h.GetSampleCount())}
+		rank := 0.95 * float64(l.Count)
+		l.P95 = h.GetSampleSum() / float64(l.Count) // above the last bucket: the mean is all that is known
+		for _, b := range h.GetBucket() {
+			if float64(b.GetCumulativeCount()) >= rank {
+				l.P95 = b.GetUpperBound()
+				break
+			}
+		}
+		out[route] = l
+	}
+	return out
 }

@@ -331,6 +331,16 @@ func newHelpCmd() *cobra.Command {
 // flagError turns pflag's errors into usage errors that say what would be
 // valid: the flag a typo meant, the form of a duration.
 func flagError(cmd *cobra.Command, err error) error {
+	// `fencegate serv -c x`: cobra found no command "serv", so the root
+	// parsed the flags meant for it and failed on -c. The misspelt command
+	// is what to report.
+	if cmd.HasSubCommands() {
+		if args := cmd.Flags().Args(); len(args) > 0 {
+			if c, _, ferr := cmd.Find(args[:1]); ferr != nil || c == cmd {
+				return unknownCommand(cmd, args[0])
+			}
+		}
+	}
 	msg := err.Error()
 	var ne *pflag.NotExistError
 	var ie *pflag.InvalidValueError

@@ -153,6 +153,8 @@ func TestUsageErrorsGolden(t *testing.T) {
 	}{
 		{"no-command", nil, exitUsage},
 		{"typo-command", []string{"leese"}, exitUsage},
+		{"typo-command-with-flag", []string{"serv", "-c", "x.yaml"}, exitUsage},
+		{"serve-no-config", []string{"serve"}, exitUsage},
 		{"typo-subcommand", []string{"lease", "aquire", "/orders/7"}, exitUsage},
 		{"unknown-subcommand", []string{"fence", "frobnicate"}, exitUsage},
 		{"missing-subcommand", []string{"lease"}, exitUsage},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -40,6 +41,9 @@ previous configuration serving.`,
 
 func (c *serveCmd) Run(ctx context.Context, args []string) error {
 	cfg, err := config.Load(c.config)
+	if errors.Is(err, fs.ErrNotExist) {
+		return usagef("%v: give the configuration file with -c FILE (e.g. fencegate serve -c configs/quickstart.yaml)", err)
+	}
 	if err != nil {
 		return err
 	}

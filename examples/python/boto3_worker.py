@@ -6,6 +6,10 @@ the coordinator's HTTP API, or uses FENCING_TOKEN from `fencegate lease
 run`, and uploads the object through the gateway with the token in the
 Fencing-Token header (added before signing, so the signature covers it).
 
+While it holds the lease it renews it every third of the TTL and checks,
+before the upload, that the lease is still its own (Renewer, as in
+requests_worker.py).
+
 A stale refusal (409, S3 error code stale_fencing_token) means a newer
 owner exists: the upload had no effect, and the worker stops. It must not
 retry with the same token (and boto3 must not retry it either: 409 is not
@@ -20,6 +24,8 @@ retried).
 import os
 import socket
 import sys
+import threading
+import time
 
 import boto3
 import requests
@@ -30,6 +36,7 @@ COORDINATOR = os.environ.get("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081")
 GATEWAY = os.environ.get("FENCEGATE_URL", "http://127.0.0.1:8080")
 OWNER = os.environ.get("FENCEGATE_OWNER", "boto3-%s-%d" % (socket.gethostname(), os.getpid()))
 EXIT_STALE = 3
+TTL_SECONDS = 30
 
 
 def coordinator(path, **body):
@@ -39,13 +46,53 @@ def coordinator(path, **body):
     return r.json()
 
 
+class Renewer(threading.Thread):
+    """Renews the lease every TTL/3 until stopped. lost is set (and renewal
+    ends) when the coordinator answers lease_lost, or when the TTL passed
+    since the last renewal that succeeded: the lease must then be treated as
+    gone, whatever the worker is doing."""
+
+    def __init__(self, resource, token):
+        super().__init__(daemon=True)
+        self.resource, self.token = resource, token
+        self.done = threading.Event()
+        self.lost = None
+        self.expires = time.monotonic() + TTL_SECONDS
+
+    def run(self):
+        while not self.done.wait(TTL_SECONDS / 3):
+            try:
+                r = requests.post(COORDINATOR + "/v1/leases/renew", timeout=TTL_SECONDS / 3,
+                                  json={"resource": self.resource, "owner": OWNER, "token": self.token,
+                                        "ttl": "%ds" % TTL_SECONDS})
+            except requests.RequestException:
+                r = None
+            if r is not None and r.status_code == 200:
+                self.expires = time.monotonic() + TTL_SECONDS
+            elif r is not None and r.status_code == 409:
+                self.lost = "lease lost: " + r.text.strip()
+                return
+            if time.monotonic() >= self.expires:
+                self.lost = "lease expired: it could not be renewed in time"
+                return
+
+    def check(self):
+        """Raises SystemExit if the lease is gone: call before each write."""
+        if self.lost is None and time.monotonic() >= self.expires:
+            self.lost = "lease expired: it could not be renewed in time"
+        if self.lost is not None:
+            raise SystemExit("%s; stopping" % self.lost)
+
+
 def main(bucket, key, value):
     resource = bucket + "/" + key
     token = os.environ.get("FENCING_TOKEN")
-    lease = None
+    lease = renewer = None
     if not token:
-        lease = coordinator("/v1/leases/acquire", resource=resource, owner=OWNER, ttl="30s", wait="10s")
+        lease = coordinator("/v1/leases/acquire", resource=resource, owner=OWNER, ttl="%ds" % TTL_SECONDS, wait="10s")
         token = str(lease["token"])
+        renewer = Renewer(resource, lease["token"])
+        renewer.start()
     s3 = boto3.client("s3", endpoint_url=GATEWAY, region_name="us-east-1",
                       config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
 
@@ -54,6 +101,8 @@ def main(bucket, key, value):
 
     s3.meta.events.register("before-sign.s3.*", add_token)
     try:
+        if renewer is not None:
+            renewer.check()
         s3.put_object(Bucket=bucket, Key=key, Body=value.encode())
         print("written %s with token %s" % (resource, token))
         return 0
@@ -65,6 +114,9 @@ def main(bucket, key, value):
             return EXIT_STALE
         raise
     finally:
+        if renewer is not None:
+            renewer.done.set()
+            renewer.join()
         if lease is not None:
             coordinator("/v1/leases/release", resource=resource, owner=OWNER, token=lease["token"])
 

@@ -3,11 +3,13 @@ package main
 import (
 	"archive/tar"
 	"bufio"
+	"debug/elf"
 	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -87,7 +89,7 @@ func untar(t *testing.T, archive string) string {
 }
 
 // dockerfile reads the instructions of deploy/Dockerfile's final stage
-// that the image must share (USER, ENTRYPOINT, CMD, EXPOSE).
+// that the image must share (USER, ENTRYPOINT, CMD, EXPOSE, WORKDIR, ENV).
 func dockerfile(t *testing.T) map[string]string {
 	t.Helper()
 	f, err := os.Open("../../deploy/Dockerfile")
@@ -103,7 +105,7 @@ func dockerfile(t *testing.T) map[string]string {
 		switch word {
 		case "FROM":
 			clear(got) // only the last stage counts
-		case "USER", "ENTRYPOINT", "CMD", "EXPOSE":
+		case "USER", "ENTRYPOINT", "CMD", "EXPOSE", "WORKDIR", "ENV":
 			got[word] = strings.TrimSpace(rest)
 		}
 	}
@@ -119,39 +121,67 @@ func jsonArray(t *testing.T, s string) []string {
 	return a
 }
 
+// archs are the architectures scripts/image.sh builds.
+var archs = []string{"amd64", "arm64"}
+
 func TestImage(t *testing.T) {
 	archive, version, commit := image(t)
-	idx, err := layout.ImageIndexFromPath(untar(t, archive))
+	top, err := layout.ImageIndexFromPath(untar(t, archive))
 	if err != nil {
 		t.Fatal(err)
+	}
+	tm, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tm.Manifests) != 1 {
+		t.Fatalf("%d entries in index.json; want 1, the multi-architecture index", len(tm.Manifests))
+	}
+	desc := tm.Manifests[0]
+	if desc.MediaType != types.OCIImageIndex || desc.Annotations["org.opencontainers.image.ref.name"] != version {
+		t.Fatalf("entry %s annotations %v; want an OCI image index named %s (the version is the tag)", desc.MediaType, desc.Annotations, version)
+	}
+	idx, err := top.ImageIndex(desc.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Digests, sizes and diff ids agree with the blobs, for every image.
+	if err := validate.Index(idx); err != nil {
+		t.Fatalf("validate: %v", err)
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(im.Manifests) != 1 {
-		t.Fatalf("%d manifests; want 1", len(im.Manifests))
+	var got []string
+	for _, m := range im.Manifests {
+		if m.Platform == nil || m.Platform.OS != "linux" || m.MediaType != types.OCIManifestSchema1 {
+			t.Fatalf("manifest %s platform %v; want an OCI manifest for linux", m.MediaType, m.Platform)
+		}
+		got = append(got, m.Platform.Architecture)
+		t.Run(m.Platform.Architecture, func(t *testing.T) {
+			img, err := idx.Image(m.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkImage(t, img, m.Platform.Architecture, version, commit)
+		})
 	}
-	desc := im.Manifests[0]
-	if desc.MediaType != types.OCIManifestSchema1 || desc.Annotations["org.opencontainers.image.ref.name"] != version {
-		t.Fatalf("manifest %s annotations %v; want an OCI manifest named %s", desc.MediaType, desc.Annotations, version)
+	if !slices.Equal(got, archs) {
+		t.Errorf("architectures %v; want %v", got, archs)
 	}
-	img, err := idx.Image(desc.Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Digests, sizes and diff ids agree with the blobs.
-	if err := validate.Image(img); err != nil {
-		t.Fatalf("validate: %v", err)
-	}
+}
 
+// checkImage checks one architecture's image against deploy/Dockerfile,
+// and runs its binary when the host can.
+func checkImage(t *testing.T, img v1.Image, arch, version, commit string) {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := cf.Config
-	if cf.OS != "linux" || c.User == "" || strings.HasPrefix(c.User, "0") || strings.HasPrefix(c.User, "root") {
-		t.Fatalf("os %q user %q; want linux and a non-root user", cf.OS, c.User)
+	if cf.OS != "linux" || cf.Architecture != arch || c.User == "" || strings.HasPrefix(c.User, "0") || strings.HasPrefix(c.User, "root") {
+		t.Fatalf("os %q arch %q user %q; want linux/%s and a non-root user", cf.OS, cf.Architecture, c.User, arch)
 	}
 	df := dockerfile(t)
 	if c.User != df["USER"] {
@@ -162,6 +192,12 @@ func TestImage(t *testing.T) {
 	}
 	if want := jsonArray(t, df["CMD"]); !slices.Equal(c.Cmd, want) {
 		t.Errorf("cmd %q; Dockerfile %q", c.Cmd, want)
+	}
+	if c.WorkingDir != df["WORKDIR"] {
+		t.Errorf("working directory %q; Dockerfile WORKDIR %q", c.WorkingDir, df["WORKDIR"])
+	}
+	if want := strings.Fields(df["ENV"]); !slices.Equal(c.Env, want) {
+		t.Errorf("env %q; Dockerfile ENV %q", c.Env, want)
 	}
 	for _, p := range strings.Fields(df["EXPOSE"]) {
 		if _, ok := c.ExposedPorts[p+"/tcp"]; !ok {
@@ -180,12 +216,45 @@ func TestImage(t *testing.T) {
 	}
 
 	bin := contents(t, img)
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatalf("binary of linux/%s: %v", arch, err)
+	}
+	machine := ef.Machine
+	ef.Close()
+	if want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]; machine != want {
+		t.Fatalf("binary of linux/%s is for %s", arch, machine)
+	}
+	if arch != runtime.GOARCH {
+		return // cannot run here
+	}
 	out, err := exec.Command(bin, "version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("fencegate version from the image: %v\n%s", err, out)
 	}
 	if want := "fencegate " + version + " (commit " + commit; !strings.HasPrefix(string(out), want) {
 		t.Fatalf("fencegate version from the image: %q; want prefix %q", out, want)
+	}
+}
+
+// TestDockerfileFiles: deploy/Dockerfile builds the same files as this
+// builder: the same /etc/passwd and /etc/group, on an empty base.
+func TestDockerfileFiles(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := string(b)
+	for _, want := range []string{
+		"FROM scratch",
+		"printf '" + strings.ReplaceAll(passwd, "\n", `\n`) + "'",
+		"printf '" + strings.ReplaceAll(group, "\n", `\n`) + "'",
+		"/" + certsPath,
+		"/" + binaryPath,
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("deploy/Dockerfile lacks %q", want)
+		}
 	}
 }
 

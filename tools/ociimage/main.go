@@ -1,13 +1,14 @@
 // Command ociimage builds fencegate's container image without a container
-// engine: the static binary, an /etc/passwd entry for the unprivileged user
-// and the build host's CA certificates as one layer on an empty (scratch)
-// base, with the configuration deploy/Dockerfile gives its image (user,
-// entrypoint, command, ports, OCI labels). The result is an OCI image
-// layout packed in a tar file, which `docker load`, `podman load` and
-// `skopeo copy oci-archive:...` read. scripts/image.sh runs it; the test in
-// this directory checks what it wrote.
+// engine: for each architecture, the static binary, an /etc/passwd entry for
+// the unprivileged user and the build host's CA certificates as one layer on
+// an empty (scratch) base, with the configuration deploy/Dockerfile gives
+// its image (user, entrypoint, command, ports, environment, OCI labels). The
+// images go into one multi-architecture image index named by the version.
+// The result is an OCI image layout packed in a tar file, which
+// `skopeo copy --all oci-archive:...`, `podman load` and `docker load` read.
+// scripts/image.sh runs it; the test in this directory checks what it wrote.
 //
-//	ociimage -binary FILE -version V -commit SHA -out IMAGE.tar
+//	ociimage -binary amd64=FILE -binary arm64=FILE -version V -commit SHA -out IMAGE.tar
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -39,24 +41,43 @@ const (
 	binaryPath = "usr/local/bin/fencegate"
 	homeDir    = "home/nonroot"
 	certsPath  = "etc/ssl/certs/ca-certificates.crt"
+	// deploy/Dockerfile writes the same two files (its test checks).
+	passwd = "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"
+	group  = "root:x:0:\nnonroot:x:65532:\n"
 )
 
 var (
 	entrypoint   = []string{"/usr/local/bin/fencegate"}
 	cmd          = []string{"serve", "-c", "/etc/fencegate/fencegate.yaml"}
 	exposedPorts = []string{"8080/tcp", "8081/tcp", "9090/tcp"}
+	env          = []string{"PATH=/usr/local/bin", "SSL_CERT_FILE=/" + certsPath}
 )
 
+// binaries is the repeated -binary flag: [ARCH=]FILE.
+type binaries []struct{ arch, file string }
+
+func (b *binaries) String() string { return fmt.Sprint(*b) }
+
+func (b *binaries) Set(v string) error {
+	arch, file, ok := strings.Cut(v, "=")
+	if !ok {
+		arch, file = "", v
+	}
+	*b = append(*b, struct{ arch, file string }{arch, file})
+	return nil
+}
+
 func main() {
-	binary := flag.String("binary", "", "static fencegate `binary` for linux")
+	var bins binaries
+	flag.Var(&bins, "binary", "static fencegate binary for linux, as `ARCH=FILE` (repeat for each architecture; FILE alone: -arch)")
 	version := flag.String("version", "dev", "version for the labels")
 	commit := flag.String("commit", "unknown", "VCS revision for the labels")
 	certs := flag.String("certs", "/etc/ssl/certs/ca-certificates.crt", "CA bundle to include; skipped when absent")
-	arch := flag.String("arch", runtime.GOARCH, "GOARCH the binary was built for")
+	arch := flag.String("arch", runtime.GOARCH, "GOARCH of a -binary given without ARCH=")
 	created := flag.Int64("created", 0, "image creation time, Unix seconds (default: SOURCE_DATE_EPOCH or 0), for reproducible images")
 	out := flag.String("out", "", "OCI archive (tar) to write")
 	flag.Parse()
-	if *binary == "" || *out == "" || flag.NArg() != 0 {
+	if len(bins) == 0 || *out == "" || flag.NArg() != 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -70,10 +91,17 @@ func main() {
 			ts = n
 		}
 	}
-	if err := build(*binary, *certs, *version, *commit, *arch, time.Unix(ts, 0).UTC(), *out); err != nil {
+	var archs []string
+	for i := range bins {
+		if bins[i].arch == "" {
+			bins[i].arch = *arch
+		}
+		archs = append(archs, bins[i].arch)
+	}
+	if err := build(bins, *certs, *version, *commit, time.Unix(ts, 0).UTC(), *out); err != nil {
 		fail(err)
 	}
-	fmt.Printf("ociimage: wrote %s (fencegate %s, commit %s, %s)\n", *out, *version, *commit, *arch)
+	fmt.Printf("ociimage: wrote %s (fencegate %s, commit %s, linux/%s)\n", *out, *version, *commit, strings.Join(archs, ", linux/"))
 }
 
 func fail(err error) {
@@ -106,9 +134,9 @@ func rootfs(binary, certs string, mtime time.Time) ([]byte, error) {
 	steps := []func() error{
 		func() error { return dir("etc", 0o755, 0) },
 		func() error {
-			return file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"))
+			return file("etc/passwd", 0o644, []byte(passwd))
 		},
-		func() error { return file("etc/group", 0o644, []byte("root:x:0:\nnonroot:x:65532:\n")) },
+		func() error { return file("etc/group", 0o644, []byte(group)) },
 		func() error { return dir("home", 0o755, 0) },
 		func() error { return dir(homeDir, 0o700, uid) },
 		func() error { return dir("tmp", 0o1777, 0) },
@@ -134,25 +162,55 @@ func rootfs(binary, certs string, mtime time.Time) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func build(binary, certs, version, commit, arch string, created time.Time, out string) error {
-	layerTar, err := rootfs(binary, certs, created)
+// build writes the image index of bins, one image per architecture.
+func build(bins binaries, certs, version, commit string, created time.Time, out string) error {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, b := range bins {
+		img, err := archImage(b.file, certs, version, commit, b.arch, created)
+		if err != nil {
+			return fmt.Errorf("linux/%s: %w", b.arch, err)
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img,
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: b.arch}}})
+	}
+	dir, err := os.MkdirTemp("", "ociimage-")
 	if err != nil {
 		return err
+	}
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
+		"org.opencontainers.image.ref.name": version,
+		"io.containerd.image.name":          "fencegate:" + version,
+	})); err != nil {
+		return err
+	}
+	return tarDir(dir, out, created)
+}
+
+// archImage is the image of one architecture's binary.
+func archImage(binary, certs, version, commit, arch string, created time.Time) (v1.Image, error) {
+	layerTar, err := rootfs(binary, certs, created)
+	if err != nil {
+		return nil, err
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	}, tarball.WithMediaType(types.OCILayer))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.AppendLayers(base, layer)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	cf.Architecture = arch
@@ -176,34 +234,11 @@ func build(binary, certs, version, commit, arch string, created time.Time, out s
 		Entrypoint:   entrypoint,
 		Cmd:          cmd,
 		WorkingDir:   "/" + homeDir,
-		Env:          []string{"PATH=/usr/local/bin", "SSL_CERT_FILE=/" + certsPath},
+		Env:          env,
 		ExposedPorts: ports,
 		Labels:       labels,
 	}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return err
-	}
-
-	dir, err := os.MkdirTemp("", "ociimage-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	ref := "fencegate:" + version
-	if err := p.AppendImage(img,
-		layout.WithAnnotations(map[string]string{
-			"org.opencontainers.image.ref.name": version,
-			"io.containerd.image.name":          ref,
-		}),
-		layout.WithPlatform(v1.Platform{OS: "linux", Architecture: arch})); err != nil {
-		return err
-	}
-	return tarDir(dir, out, created)
+	return mutate.ConfigFile(img, cf)
 }
 
 // tarDir packs the layout directory into out (written atomically).
