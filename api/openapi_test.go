@@ -233,9 +233,16 @@ func TestOpenAPIAgainstServer(t *testing.T) {
 			token = l.Token
 		}
 	}
+	// Served only by configurations this server does not have: the login
+	// form and session with API keys (auth), the cluster view in fence
+	// mode shared. TestOpenAPIDocumentsEveryEndpoint sees them served, and
+	// the console's browser tests (server.TestConsoleLogin,
+	// TestConsoleCluster) exercise them.
+	elsewhere := map[string]bool{"admin GET /login": true, "admin POST /login": true, "admin POST /logout": true,
+		"admin GET /cluster": true, "admin GET /v1/cluster": true}
 	for l, ops := range documented {
 		for op := range ops {
-			if !exercised[l][op] {
+			if !exercised[l][op] && !elsewhere[l+" "+op] {
 				t.Errorf("%s %s is documented but no case answers it with 200: is it real?", l, op)
 			}
 		}

@@ -576,7 +576,7 @@ func (c *Config) Validate() Errors {
 		if c.Store.Postgres == nil {
 			add("fence.mode", "shared needs store.postgres (several gateways share one database)")
 		}
-		for i, r := range c.Gateway.Routes {
+		for i, r := range c.gatewayRoutes() {
 			if r.Hierarchical != nil && *r.Hierarchical {
 				add(fmt.Sprintf("gateway.routes[%d].hierarchical", i), "needs fence mode local (the shared fence has no hierarchical keys yet)")
 			}
@@ -806,4 +806,13 @@ func (r *Route) validateMethods(f string) Errors {
 		}
 	}
 	return errs
+}
+
+// gatewayRoutes is the gateway's routes, none without a gateway section (a
+// coordinator-only process).
+func (c *Config) gatewayRoutes() []Route {
+	if c.Gateway == nil {
+		return nil
+	}
+	return c.Gateway.Routes
 }

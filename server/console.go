@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/url"
@@ -183,6 +184,8 @@ func (cr consoleRoutes) Routes() []console.Route {
 			r.UpstreamKind, r.Upstream = "http", config.RedactURL(rc.Upstream.URL)
 		case rc.S3 != nil:
 			r.UpstreamKind, r.Upstream = "s3", config.RedactURL(rc.S3.Endpoint)
+		case rc.GCS != nil:
+			r.UpstreamKind, r.Upstream = "gcs", config.RedactURL(cmp.Or(rc.GCS.Endpoint, "https://storage.googleapis.com"))
 		}
 		out = append(out, r)
 	}
