@@ -169,20 +169,33 @@ func TestEnvErrorsNameTheReference(t *testing.T) {
 	}
 }
 
-// TestReadmeExampleValidates: the README's full example, whose comments
-// hold ${DATABASE_URL}, parses with nothing set.
+// TestReadmeExampleValidates: the full example of docs/configuration.md,
+// whose comments hold ${DATABASE_URL}, and the README's short one parse
+// with nothing set.
 func TestReadmeExampleValidates(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(readme)
-	i := strings.Index(s, "### Configuration")
-	start := strings.Index(s[i:], "```yaml\n") + i + len("```yaml\n")
-	end := strings.Index(s[start:], "```") + start
-	os.Unsetenv("DATABASE_URL")
-	if _, err := Parse("README.md", []byte(s[start:end])); err != nil {
-		t.Fatalf("README example: %v", err)
+	for _, ex := range []struct{ file, heading string }{
+		{"../docs/configuration.md", "\n## Configuration\n"},
+		{"../README.md", "\n## Configuration\n"},
+	} {
+		b, err := os.ReadFile(ex.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		i := strings.Index(s, ex.heading)
+		if i < 0 {
+			t.Fatalf("%s has no %q section", ex.file, strings.TrimSpace(ex.heading))
+		}
+		open := strings.Index(s[i:], "```yaml\n")
+		if open < 0 {
+			t.Fatalf("%s: no yaml example under %q", ex.file, strings.TrimSpace(ex.heading))
+		}
+		start := i + open + len("```yaml\n")
+		end := strings.Index(s[start:], "```") + start
+		os.Unsetenv("DATABASE_URL")
+		if _, err := Parse(ex.file, []byte(s[start:end])); err != nil {
+			t.Fatalf("%s example: %v", ex.file, err)
+		}
 	}
 }
 

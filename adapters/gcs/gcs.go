@@ -125,7 +125,10 @@ func Credentials(ctx context.Context, file string, noAuth bool) (oauth2.TokenSou
 		if err != nil {
 			return nil, fmt.Errorf("gcs.credentials_file: %w", err)
 		}
-		c, err := google.CredentialsFromJSON(ctx, b, Scope)
+		// The type is checked: a key file must be a service account's, not
+		// any credential configuration (which could name another identity
+		// provider or a file to read).
+		c, err := google.CredentialsFromJSONWithType(ctx, b, google.ServiceAccount, Scope)
 		if err != nil {
 			// The error may quote the file; it names no secret of it.
 			return nil, fmt.Errorf("gcs.credentials_file: not a usable service account key: %w", err)
