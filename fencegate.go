@@ -219,13 +219,85 @@ func Internal(err error) *Error {
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error", Err: err}
 }
 
-// AsError returns err's *Error, or Internal(err).
+// AsError returns the refusal err stands for (Refusal), or Internal(err).
 func AsError(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := Refusal(err); ok {
 		return e
 	}
 	return Internal(err)
+}
+
+// Domain errors a store or a fence reports in its own terms. Refusal (and
+// so AsError, which the gateway and the admin API answer with) turns each
+// into the status, code and message a client gets: a store never chooses
+// an HTTP status.
+
+// ErrResetNotPositive: a fence reset asked for a token of zero or below.
+var ErrResetNotPositive = errors.New("reset needs a positive token")
+
+// ResetBelowIssuedError: a fence reset asked for To, below Issued, the
+// highest token the coordinator issued for Resource (docs/design.md I7).
+type ResetBelowIssuedError struct {
+	Resource   string
+	To, Issued int64
+}
+
+func (e *ResetBelowIssuedError) Error() string {
+	return fmt.Sprintf("the coordinator issued token %d for %s: a fence is never reset below the highest token issued (asked %d)",
+		e.Issued, e.Resource, e.To)
+}
+
+// ForwardTimeoutError: a shared fence cut a write's forward that outlasted
+// its forward timeout, the wait a drain allows a lost session's writes.
+type ForwardTimeoutError struct {
+	Timeout time.Duration
+}
+
+func (e *ForwardTimeoutError) Error() string {
+	return fmt.Sprintf("the forward exceeded the shared fence's forward timeout (%s) and was cut", e.Timeout)
+}
+
+// SessionLostError: the database session holding the marker of a write in
+// flight on Resource was lost, so its forward was cut; unlike a refusal
+// before the forward, the upstream may already have applied it.
+type SessionLostError struct {
+	Resource string
+	Err      error
+}
+
+func (e *SessionLostError) Error() string { return "marker session lost: " + e.Err.Error() }
+func (e *SessionLostError) Unwrap() error { return e.Err }
+
+// Refusal returns the refusal err stands for: err's own *Error, or the
+// answer to one of the domain errors above; false for any other error.
+func Refusal(err error) (*Error, bool) {
+	var (
+		e  *Error
+		rb *ResetBelowIssuedError
+		ft *ForwardTimeoutError
+		sl *SessionLostError
+	)
+	switch {
+	case errors.As(err, &e):
+		return e, true
+	case errors.Is(err, ErrResetNotPositive):
+		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "%s", ErrResetNotPositive), true
+	case errors.As(err, &rb):
+		return &Error{Status: http.StatusConflict, Code: CodeTokenOutOfRange, Message: rb.Error(),
+			Resource: rb.Resource, Token: rb.To}, true
+	case errors.As(err, &ft):
+		return Errorf(http.StatusGatewayTimeout, CodeUpstreamTimeout, "%s", ft), true
+	case errors.As(err, &sl):
+		return &Error{
+			Status:     http.StatusServiceUnavailable,
+			Code:       CodeFenceUnavailable,
+			Message:    "the database session guarding this write for " + sl.Resource + " was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
+			Resource:   sl.Resource,
+			RetryAfter: time.Second,
+			Err:        sl,
+		}, true
+	}
+	return nil, false
 }
 
 // MissingToken: a fenced write without the token header. 428.

@@ -2,10 +2,14 @@ package fencegate
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"testing"
+	"time"
 )
 
 func TestParseToken(t *testing.T) {
@@ -115,4 +119,64 @@ func TestErrorJSON(t *testing.T) {
 	if w.Code != 503 || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("unavailable: status %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
 	}
+}
+
+// TestRefusalOfDomainErrors: the domain errors the stores and fences
+// report are answered exactly as the refusals they stand for were built
+// in the stores: same status, headers and body, byte for byte, also when
+// wrapped.
+func TestRefusalOfDomainErrors(t *testing.T) {
+	lost := errors.New("conn closed")
+	for _, tc := range []struct {
+		err  error
+		want *Error
+	}{
+		{ErrResetNotPositive, Errorf(http.StatusBadRequest, CodeInvalidRequest, "reset needs a positive token")},
+		{&ResetBelowIssuedError{Resource: "/r", To: 4, Issued: 7}, &Error{
+			Status: http.StatusConflict, Code: CodeTokenOutOfRange,
+			Message:  "the coordinator issued token 7 for /r: a fence is never reset below the highest token issued (asked 4)",
+			Resource: "/r", Token: 4,
+		}},
+		{&ForwardTimeoutError{Timeout: 1500 * time.Millisecond}, Errorf(http.StatusGatewayTimeout, CodeUpstreamTimeout,
+			"the forward exceeded the shared fence's forward timeout (%s) and was cut", 1500*time.Millisecond)},
+		{&SessionLostError{Resource: "/d", Err: lost}, &Error{
+			Status:     http.StatusServiceUnavailable,
+			Code:       CodeFenceUnavailable,
+			Message:    "the database session guarding this write for /d was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
+			Resource:   "/d",
+			RetryAfter: time.Second,
+		}},
+	} {
+		for _, err := range []error{tc.err, fmt.Errorf("wrapped: %w", tc.err)} {
+			got, ok := Refusal(err)
+			if !ok {
+				t.Errorf("Refusal(%v) found no refusal", err)
+				continue
+			}
+			g, w := httptest.NewRecorder(), httptest.NewRecorder()
+			got.WriteJSON(g)
+			tc.want.WriteJSON(w)
+			if g.Code != w.Code || !reflect.DeepEqual(g.Header(), w.Header()) || g.Body.String() != w.Body.String() {
+				t.Errorf("answer to %v:\n%d %v %s\nwant\n%d %v %s", err, g.Code, g.Header(), g.Body, w.Code, w.Header(), w.Body)
+			}
+			if !reflect.DeepEqual(AsError(err), got) {
+				t.Errorf("AsError(%v) = %+v; want %+v", err, AsError(err), got)
+			}
+		}
+	}
+	if !errors.Is(mustRefusal(t, &SessionLostError{Resource: "/d", Err: lost}), lost) {
+		t.Error("the refusal of a lost session does not keep its cause for the log")
+	}
+	if _, ok := Refusal(errors.New("disk full")); ok {
+		t.Error("Refusal found a refusal in an error that is none")
+	}
+}
+
+func mustRefusal(t *testing.T, err error) *Error {
+	t.Helper()
+	e, ok := Refusal(err)
+	if !ok {
+		t.Fatalf("Refusal(%v) found no refusal", err)
+	}
+	return e
 }

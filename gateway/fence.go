@@ -33,9 +33,10 @@ type Write struct {
 	// decides the answer: ErrSuperseded when a newer token advanced while
 	// this write's request body had not been fully sent upstream (an
 	// incomplete request is never applied, so aborting it is safe and
-	// spares the newer writer the wait; answered as stale), or a
-	// *fencegate.Error the client is answered with (a shared fence that lost
-	// the database session guarding the write, or its forward timeout).
+	// spares the newer writer the wait; answered as stale), or an error
+	// whose fencegate.Refusal the client is answered with (a shared fence
+	// that lost the database session guarding the write, or its forward
+	// timeout).
 	Abort func(cause error)
 	// DrainTimeout bounds the wait for older in-flight writes (the route's
 	// drain_timeout); zero means the fence's default.

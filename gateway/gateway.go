@@ -430,17 +430,24 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 	}
 	var ref *fencegate.Error
 	var mbe *http.MaxBytesError
+	var cause error
+	if abortCtx != nil {
+		cause = context.Cause(abortCtx)
+	}
+	causeRef, causeRefuses := fencegate.Refusal(cause)
 	switch {
-	case abortCtx != nil && errors.Is(context.Cause(abortCtx), ErrSuperseded):
+	case errors.Is(cause, ErrSuperseded):
 		// A newer token advanced while this body was still being sent; the
 		// upstream saw an incomplete request, which it does not apply.
 		st, _ := g.fence.State(context.WithoutCancel(r.Context()), o.Resource)
 		ref = fencegate.StaleError(o.Resource, o.Token, st.Highest)
 		ref.Message += " (superseded while the request body was being sent; the upstream did not receive it whole)"
-	case abortCtx != nil && errors.As(context.Cause(abortCtx), &ref):
+	case causeRefuses:
 		// The fence cut the forward for a reason of its own (a shared
-		// fence lost the database session guarding it); its error says
-		// what the client is told.
+		// fence lost the database session guarding it, or its forward
+		// timeout passed); the refusal it stands for is what the client is
+		// told.
+		ref = causeRef
 	case errors.As(err, &mbe):
 		ref = fencegate.BodyTooLarge(rt.maxBody)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -53,7 +53,7 @@ func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc
 	close(done)
 	sh.mu.Unlock()
 	if err != nil {
-		if _, ok := err.(*fencegate.Error); ok {
+		if _, ok := fencegate.Refusal(err); ok {
 			return fencegate.FenceState{}, err
 		}
 		return fencegate.FenceState{}, fencegate.Unavailable(resource, fmt.Errorf("reset fence: %w", err))

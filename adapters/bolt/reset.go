@@ -3,7 +3,6 @@ package bolt
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -18,13 +17,14 @@ import (
 // same transaction, so every later lease is above it. One bbolt transaction
 // reads the lease record, raises the counter and writes the fence: no lease
 // can be issued in between. A fence already at or below `to` is left as it
-// is. Refusals are *fencegate.Error (token_out_of_range).
+// is. Refusals are fencegate.ErrResetNotPositive and
+// *fencegate.ResetBelowIssuedError.
 func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error) {
 	if err := ctx.Err(); err != nil {
 		return fencegate.FenceState{}, err
 	}
 	if to <= 0 {
-		return fencegate.FenceState{}, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reset needs a positive token")
+		return fencegate.FenceState{}, fencegate.ErrResetNotPositive
 	}
 	var (
 		r       fenceRecord
@@ -43,7 +43,7 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 			return err
 		}
 		if to < lr.Token {
-			refused = resetRefused(resource, to, lr.Token)
+			refused = &fencegate.ResetBelowIssuedError{Resource: resource, To: to, Issued: lr.Token}
 			return nil
 		}
 		if err := raiseCounter(tx, to); err != nil {
@@ -62,13 +62,4 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 		return fencegate.FenceState{}, refused
 	}
 	return r.state(resource), nil
-}
-
-func resetRefused(resource string, to, issued int64) *fencegate.Error {
-	return &fencegate.Error{
-		Status: http.StatusConflict, Code: fencegate.CodeTokenOutOfRange,
-		Message: fmt.Sprintf("the coordinator issued token %d for %s: a fence is never reset below the highest token issued (asked %d)",
-			issued, resource, to),
-		Resource: resource, Token: to,
-	}
 }

@@ -69,8 +69,8 @@ func TestResetFence(t *testing.T) {
 	if _, err := st.AdvanceFence(ctx, "/r", 5000, "typo"); err != nil {
 		t.Fatal(err)
 	}
-	var fe *fencegate.Error
-	if _, err := st.ResetFence(ctx, "/r", l.Token-1, "ops"); !errors.As(err, &fe) || fe.Code != fencegate.CodeTokenOutOfRange {
+	var rb *fencegate.ResetBelowIssuedError
+	if _, err := st.ResetFence(ctx, "/r", l.Token-1, "ops"); !errors.As(err, &rb) || rb.To != l.Token-1 || rb.Issued != l.Token {
 		t.Fatalf("reset below the issued token: %v", err)
 	}
 	fs, err := st.ResetFence(ctx, "/r", l.Token+10, "ops")

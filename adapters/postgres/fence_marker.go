@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -552,8 +551,7 @@ func (s *session) apply(ops []*op) {
 				// session gone waits that long (docs/design.md §4).
 				abort, timeout := o.w.Abort, f.forwardTimeout
 				p.timer = time.AfterFunc(timeout-time.Since(o.start), func() {
-					abort(fencegate.Errorf(http.StatusGatewayTimeout, fencegate.CodeUpstreamTimeout,
-						"the forward exceeded the shared fence's forward timeout (%s) and was cut", timeout))
+					abort(&fencegate.ForwardTimeoutError{Timeout: timeout})
 				})
 			}
 			o.m.permit = p
@@ -606,7 +604,7 @@ func (s *session) lose(err error, ops []*op) {
 	l.mu.Unlock()
 	f.log.Warn("marker session to the database lost; aborting its writes in flight", "session", s.id, "writes", n, "err", err)
 	for _, p := range aborts {
-		p.abort(lostInFlight(p.resource, err))
+		p.abort(&fencegate.SessionLostError{Resource: p.resource, Err: err})
 	}
 	for _, o := range ops {
 		if o.done != nil {
@@ -636,20 +634,6 @@ func (s *session) close(idle bool) {
 		}
 	}
 	s.conn.Close(ctx)
-}
-
-// lostInFlight is the answer to a write whose forward was cut because the
-// session holding its marker was lost: unlike a refusal before the forward,
-// the upstream may already have applied it.
-func lostInFlight(resource string, err error) *fencegate.Error {
-	return &fencegate.Error{
-		Status:     http.StatusServiceUnavailable,
-		Code:       fencegate.CodeFenceUnavailable,
-		Message:    "the database session guarding this write for " + resource + " was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
-		Resource:   resource,
-		RetryAfter: time.Second,
-		Err:        fmt.Errorf("marker session lost: %w", err),
-	}
 }
 
 // sharedPermit is a write in flight: it holds its entry's marker.

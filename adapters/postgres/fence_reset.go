@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/fencegate/fencegate"
 	"github.com/jackc/pgx/v5"
@@ -35,7 +34,7 @@ RETURNING highest, ready, owner, etag, updated_at`
 // it is. Committed with a WAL flush before it returns.
 func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error) {
 	if to <= 0 {
-		return fencegate.FenceState{}, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reset needs a positive token")
+		return fencegate.FenceState{}, fencegate.ErrResetNotPositive
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
@@ -52,12 +51,7 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 			return err
 		}
 		if to < issued {
-			return &fencegate.Error{
-				Status: http.StatusConflict, Code: fencegate.CodeTokenOutOfRange,
-				Message: fmt.Sprintf("the coordinator issued token %d for %s: a fence is never reset below the highest token issued (asked %d)",
-					issued, resource, to),
-				Resource: resource, Token: to,
-			}
+			return &fencegate.ResetBelowIssuedError{Resource: resource, To: to, Issued: issued}
 		}
 		if _, err := tx.Exec(ctx, raiseSequenceSQL, to); err != nil {
 			return err
@@ -76,9 +70,9 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 		}
 		return err
 	})
-	var fe *fencegate.Error
-	if errors.As(err, &fe) {
-		return fencegate.FenceState{}, fe
+	var rb *fencegate.ResetBelowIssuedError
+	if errors.As(err, &rb) {
+		return fencegate.FenceState{}, rb
 	}
 	if err != nil {
 		return fencegate.FenceState{}, fmt.Errorf("reset fence %s to %d: %w", resource, to, err)

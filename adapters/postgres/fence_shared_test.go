@@ -97,8 +97,7 @@ func TestFenceContract(t *testing.T) {
 }
 
 func code(err error) string {
-	var fe *fencegate.Error
-	if errors.As(err, &fe) {
+	if fe, ok := fencegate.Refusal(err); ok {
 		return fe.Code
 	}
 	if err == nil {

@@ -55,8 +55,8 @@ func TestRaiseTokensAndResetRacingAcquires(t *testing.T) {
 	if _, err := st.AdvanceFence(ctx, "/after", l.Token+500, "typo"); err != nil {
 		t.Fatal(err)
 	}
-	var fe *fencegate.Error
-	if _, err := st.ResetFence(ctx, "/after", l.Token-1, "ops"); !errors.As(err, &fe) || fe.Code != fencegate.CodeTokenOutOfRange {
+	var rb *fencegate.ResetBelowIssuedError
+	if _, err := st.ResetFence(ctx, "/after", l.Token-1, "ops"); !errors.As(err, &rb) || rb.To != l.Token-1 || rb.Issued != l.Token {
 		t.Fatalf("reset below the issued token: %v", err)
 	}
 	fs, err := st.ResetFence(ctx, "/after", l.Token, "ops")

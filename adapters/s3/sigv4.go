@@ -20,9 +20,11 @@ import (
 // sent (S3 does not normalise or double-encode it), the payload hash is the
 // x-amz-content-sha256 header (UNSIGNED-PAYLOAD for presigned URLs).
 //
-// Re-signing upstream uses aws-sdk-go-v2's signer; verification is written
-// out here because it must check exactly the headers the worker chose to
-// sign, which the SDK's signer (signing whatever is present) cannot do.
+// Re-signing upstream is upstreamSigner's (sign.go), which signs as
+// aws-sdk-go-v2's v4.Signer does (TestUpstreamSignerMatchesSDK compares
+// them). Verification is written out apart from it because it must check
+// exactly the headers the worker chose to sign, which a signer (signing
+// every header present but a fixed few) cannot do.
 
 const (
 	algorithm       = "AWS4-HMAC-SHA256"
