@@ -166,10 +166,14 @@ func TestAdvanceLogTornTail(t *testing.T) {
 			if a, b := highest(t, st, "a"), highest(t, st, "b"); a != 5 || b != 4 {
 				t.Fatalf("a=%d b=%d; want 5 and 4 (the torn record dropped)", a, b)
 			}
-			// New advances continue after the replayed ones.
+			// New advances continue after the replayed ones (the torn
+			// record's position is not reused); an idle mark may follow.
 			advanceTo(t, st, "c", 1)
-			if st.log.nextLSN != 4 {
-				t.Fatalf("next lsn %d; want 4", st.log.nextLSN)
+			st.log.appendMu.Lock()
+			next := st.log.nextLSN
+			st.log.appendMu.Unlock()
+			if next < 4 {
+				t.Fatalf("next lsn %d; want 4 or more", next)
 			}
 		})
 	}
