@@ -114,8 +114,9 @@ type Route struct {
 	DestinationMethods []string `yaml:"destination_methods"`
 	// Hierarchical makes the route's resource keys a hierarchy separated
 	// by '/': a write is refused when a key above or below it holds a newer
-	// token (gateway.Scope). Nil: on where the route fences COPY or MOVE
-	// and its key comes from the path, in fence mode local.
+	// token (gateway.Scope). Nil: on where the route names COPY or MOVE in
+	// match.methods or fenced_methods and its key comes from the path, in
+	// fence mode local (and on S3 routes, for bucket writes).
 	Hierarchical *bool `yaml:"hierarchical"`
 	// TokenSource, if set, is the lock service (etcd, ZooKeeper) whose
 	// tokens this route accepts and verifies (tokensource.go).

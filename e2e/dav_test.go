@@ -25,8 +25,12 @@ func davServers(t *testing.T) []davServer {
 	}
 }
 
+// davFenced is a WebDAV route's fenced_methods: naming COPY and MOVE makes
+// the route hierarchical and fences their Destination by default.
+const davFenced = "      fenced_methods: [PUT, POST, DELETE, PATCH, COPY, MOVE, MKCOL, PROPPATCH, LOCK, UNLOCK]\n"
+
 func davRouteYAML(s davServer, precondition string) string {
-	r := httpRouteYAML("dav", "", s.url, precondition, "10s")
+	r := httpRouteYAML("dav", "", s.url, precondition, "10s") + davFenced
 	if s.preserveHost {
 		r = strings.Replace(r, "timeout: 10s}", "timeout: 10s, preserve_host: true}", 1)
 	}

@@ -34,7 +34,7 @@ func TestLitmus(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			a := testenv.Apache(t)
-			p := startFencegate(t, httpGatewayYAML(httpRouteYAML("dav", "", a.URL, pre, "10s")))
+			p := startFencegate(t, httpGatewayYAML(httpRouteYAML("dav", "", a.URL, pre, "10s")+davFenced))
 			var token atomic.Int64
 			token.Store(100)
 			hop := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {

@@ -167,8 +167,9 @@ type RouteOptions struct {
 	DestinationMethods []string
 	// Hierarchical makes the route's keys a hierarchy (Scope): a write is
 	// checked against the keys above it and below it. Nil: on where the
-	// route fences COPY or MOVE (WebDAV) and its keys come from the path,
-	// or where the upstream names collections (Collections).
+	// route names COPY or MOVE (WebDAV) in Methods or FencedMethods and
+	// its keys come from the path, or where the upstream names
+	// collections (Collections).
 	Hierarchical *bool
 	// Collections: the upstream names the collection of each request
 	// (Inspection.Collection; S3: the bucket). On a hierarchical route an
@@ -252,7 +253,14 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 			rt.dest[m] = true
 		}
 	}
-	rt.hier = dav || c.Collections
+	// Hierarchical by default only where the route declares WebDAV's
+	// namespace methods (in match.methods or fenced_methods): the default
+	// fenced methods include COPY and MOVE too, but on a plain REST route
+	// a write to a collection key (POST /orders under its own lease)
+	// must not refuse every member's older lease.
+	declared := slices.Contains(c.Methods, "COPY") || slices.Contains(c.Methods, "MOVE") ||
+		slices.Contains(c.FencedMethods, "COPY") || slices.Contains(c.FencedMethods, "MOVE")
+	rt.hier = (dav && declared) || c.Collections
 	rt.collections = c.Collections
 	if c.Hierarchical != nil {
 		rt.hier = *c.Hierarchical
