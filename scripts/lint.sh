@@ -81,6 +81,17 @@ vulncheck() {
     (cd tools && go run ./vulnreport ${GOVULNCHECK_WARN_STDLIB:+-warn-stdlib})
 }
 
+# toolchain: the GOTOOLCHAIN that .ci/run and scripts/test.sh name is
+# go.mod's go line (the other scripts read it from go.mod, scripts/goenv.sh).
+toolchain() {
+  local want f
+  want=go$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
+  for f in .ci/run scripts/test.sh; do
+    grep -q "GOTOOLCHAIN=$want\b" "$f" || { echo "$f does not name GOTOOLCHAIN=$want (go.mod's go line)" >&2; return 1; }
+  done
+}
+
+step toolchain toolchain
 step gofmt gofmt_clean
 step vet vet
 step staticcheck staticcheck
