@@ -81,6 +81,19 @@ const (
 	ScopeMember
 )
 
+// TreeFence is implemented by fences that decide a write's ScopeMember
+// admissions together with its own key's (the shared fence, which reads
+// the collections above a key only once the write's own in-flight marker
+// is held: docs/design.md §4). The gateway then hands AdmitTree each key
+// the request writes, with the keys above it that it would otherwise admit
+// with ScopeMember; the one permit covers them all.
+type TreeFence interface {
+	// AdmitTree admits w (ScopeKey or ScopeTree) on w.Resource and, with
+	// ScopeMember, on each key in above (keys above w.Resource, in key
+	// order).
+	AdmitTree(ctx context.Context, w Write, above []string) (Permit, error)
+}
+
 // MemberStore is implemented by stores that can report the highest token
 // recorded for the keys below a collection; a LocalFence needs it for
 // ScopeTree writes (it asks once per key while the key is cached).

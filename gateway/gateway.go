@@ -349,14 +349,26 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []stri
 	}
 	ctx = withTokenVerifier(ctx, rt.Tokens)
 	var buf [8]admission
-	for _, a := range rt.admissions(host, keys, coll, buf[:0]) {
-		p, err := g.fence.Admit(ctx, Write{
+	adms := rt.admissions(host, keys, coll, buf[:0])
+	tf, _ := g.fence.(TreeFence)
+	for i, a := range adms {
+		w := Write{
 			Resource: a.key, Token: token, Owner: owner,
 			DrainTimeout: rt.drainTimeout,
 			Abort:        abort,
 			BodySent:     sent,
 			Scope:        a.scope,
-		})
+		}
+		var p Permit
+		var err error
+		switch above, ok := treeAbove(adms, i); {
+		case tf == nil || a.scope == ScopeMember && ok:
+			p, err = g.fence.Admit(ctx, w)
+		case ok:
+			p, err = tf.AdmitTree(ctx, w, above)
+		default:
+			continue // a ScopeMember admission made with a key below it
+		}
 		if err != nil {
 			o.Resource = a.key
 			return permits, err
@@ -364,6 +376,30 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []stri
 		permits = append(permits, p)
 	}
 	return permits, nil
+}
+
+// treeAbove returns, for a TreeFence, the keys among adms that are above
+// adms[i] and admitted ScopeMember, and true; false if adms[i] is itself a
+// ScopeMember admission of a key above another of adms (admitted with that
+// one). A ScopeMember admission above none of them is returned alone,
+// and true: it is admitted on its own.
+func treeAbove(adms []admission, i int) ([]string, bool) {
+	a := adms[i]
+	if a.scope == ScopeMember {
+		for _, b := range adms {
+			if b.scope != ScopeMember && strings.HasPrefix(b.key, resource.MemberPrefix(a.key)) {
+				return nil, false
+			}
+		}
+		return nil, true
+	}
+	var above []string
+	for _, b := range adms {
+		if b.scope == ScopeMember && strings.HasPrefix(a.key, resource.MemberPrefix(b.key)) {
+			above = append(above, b.key)
+		}
+	}
+	return above, true
 }
 
 // forward hands the request to the route's upstream, under abortCtx (a

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/fencegate/fencegate"
@@ -35,9 +34,6 @@ func (s *Store) HighestBelow(ctx context.Context, prefix string) (int64, error) 
 	}
 	return highest, nil
 }
-
-// errNoScopes refuses a hierarchical write (gateway.Scope) in shared mode.
-var errNoScopes = errors.New("hierarchical routes need fence mode local")
 
 var _ precondition.Forgetter = (*Store)(nil)
 

@@ -319,26 +319,42 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 	if drain <= 0 {
 		drain = f.drainTimeout
 	}
+	if err := f.admissible(w); err != nil {
+		return nil, err
+	}
+	switch w.Scope {
+	case gateway.ScopeTree:
+		return f.AdmitTree(ctx, w, nil)
+	case gateway.ScopeMember:
+		// Decided only with the member's own marker held (AdmitTree).
+		return nil, fencegate.Unavailable(w.Resource, errMemberAlone)
+	}
+	return f.admitKey(ctx, w, time.Now().Add(drain), drain)
+}
+
+// admissible refuses every write while the fence cannot decide any.
+func (f *SharedFence) admissible(w gateway.Write) error {
 	if f.poolMode.Load() {
-		return nil, fencegate.Unavailable(w.Resource, ErrPoolMode)
+		return fencegate.Unavailable(w.Resource, ErrPoolMode)
 	}
 	if len(f.lanes) == 0 {
-		return nil, fencegate.Unavailable(w.Resource, errNoMarkers)
+		return fencegate.Unavailable(w.Resource, errNoMarkers)
 	}
 	if err := f.guard.Err(w.Resource); err != nil {
-		return nil, err
+		return err
 	}
 	if floor := f.guard.Floor(); w.Token <= floor {
 		// Issued before the store's last recovery (Store.Recover): worthless
 		// whatever this store's fence row says.
-		return nil, fencegate.StaleError(w.Resource, w.Token, floor)
+		return fencegate.StaleError(w.Resource, w.Token, floor)
 	}
-	if w.Scope != gateway.ScopeKey {
-		// Hierarchical keys are not built for shared mode: refused, never
-		// admitted on the key alone (config keeps such routes local).
-		return nil, fencegate.Unavailable(w.Resource, errNoScopes)
-	}
-	deadline := time.Now().Add(drain)
+	return nil
+}
+
+// admitKey admits w on its own key (§4's protocol); a ScopeTree write's
+// advance and drain also wait for its members (treeDrain). The caller
+// checked the pool mode, the lanes and the guard.
+func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, deadline time.Time, drain time.Duration) (gateway.Permit, error) {
 	key := lockKey(w.Resource)
 	l := f.lane(key)
 	verified := false
@@ -374,7 +390,13 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 				}
 				verified = true
 			}
-			st, err := f.advanceAndDrain(ctx, w, key, time.Until(deadline))
+			var st drainState
+			var err error
+			if w.Scope == gateway.ScopeTree {
+				st, err = f.treeDrain(ctx, w, w.Resource, w.Token, true, time.Until(deadline))
+			} else {
+				st, err = f.advanceAndDrain(ctx, w, key, time.Until(deadline))
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -383,7 +405,13 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 				return nil, err
 			}
 		case !m.ready:
-			st, err := f.drainOlder(ctx, w, key, time.Until(deadline))
+			var st drainState
+			var err error
+			if w.Scope == gateway.ScopeTree {
+				st, err = f.treeDrain(ctx, w, w.Resource, w.Token, false, time.Until(deadline))
+			} else {
+				st, err = f.drainOlder(ctx, w, key, time.Until(deadline))
+			}
 			if err != nil {
 				return nil, err
 			}

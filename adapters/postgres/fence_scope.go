@@ -1,0 +1,365 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/resource"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Hierarchical keys in shared mode (gateway.Scope): the protocol and its
+// correctness argument are in docs/design.md §4, "Hierarchical keys in
+// shared mode". In short: a write holds only its own key's marker; with
+// it held, it reads its own row and the rows of the collections above it
+// (one query) and is decided on them; a member write newer than a
+// collection's below level raises that level durably and waits for the
+// collection's own writes in flight; a collection write's advance waits
+// for every member's marker (treeDrain).
+
+var _ gateway.TreeFence = (*SharedFence)(nil)
+
+// errMemberAlone refuses a ScopeMember admission made on its own: the
+// shared fence decides it with the member's marker held (AdmitTree).
+var errMemberAlone = errors.New("a write below a collection is admitted together with its own key (gateway.TreeFence)")
+
+const (
+	// scopeReadSQL reads, after the write's own marker is held, the fence
+	// and below rows of its key and of the collections above it. A key
+	// without a fence row stands at 0, ready; without a below row, its
+	// level is 0, ready, not known.
+	scopeReadSQL = `SELECT k.resource, coalesce(f.highest, 0), coalesce(f.ready, true),
+       coalesce(b.below, 0), coalesce(b.ready, true), coalesce(b.known, false)
+  FROM unnest($1::text[]) AS k(resource)
+  LEFT JOIN fence f ON f.resource = k.resource
+  LEFT JOIN fence_below b ON b.resource = k.resource`
+
+	// membersSQL lists the fences below a collection ($1, $2 as in
+	// highestBelowSQL).
+	membersSQL = `SELECT resource, highest FROM fence
+ WHERE resource COLLATE "C" >= $1 AND resource COLLATE "C" < $2`
+
+	// waitMarkersSQL waits until no marker is held on any of the keys
+	// (migration 100), holding none of them afterwards.
+	waitMarkersSQL = `SELECT fence_wait_markers($1::bigint[])`
+	// scopeLockSQL waits for every write of one key in flight; held to
+	// the end of the drain's transaction.
+	scopeLockSQL = `SELECT pg_advisory_xact_lock($1)`
+	// scopeBoundSQL: how long until every marker session found gone has
+	// passed its forward timeout (drainBoundSQL, for any row).
+	scopeBoundSQL = `SELECT coalesce(extract(epoch FROM max(dead_at + forward_timeout) - clock_timestamp()), 0)::float8
+  FROM fence_session WHERE dead_at IS NOT NULL`
+	// belowKnownSQL records a collection's members' highest token, read
+	// by a tree drain, in its below level.
+	belowKnownSQL = `INSERT INTO fence_below AS b (resource, below, known) VALUES ($1, $2, true)
+ON CONFLICT (resource) DO UPDATE SET below = greatest(b.below, EXCLUDED.below), known = true
+ WHERE NOT b.known OR b.below < EXCLUDED.below`
+	// belowRaiseSQL raises a collection's below level to a member's token;
+	// not ready until the collection's own writes in flight have ended.
+	belowRaiseSQL = `INSERT INTO fence_below AS b (resource, below, ready) VALUES ($1, $2, false)
+ON CONFLICT (resource) DO UPDATE SET below = EXCLUDED.below, ready = false
+ WHERE b.below < EXCLUDED.below`
+	belowReadySQL = `UPDATE fence_below SET ready = true
+ WHERE resource = $1 AND below = $2 AND NOT ready
+   AND NOT EXISTS (SELECT 1 FROM fence_session WHERE dead_at + forward_timeout > clock_timestamp())`
+)
+
+// scopeRow is what scopeReadSQL read of one key.
+type scopeRow struct {
+	highest    int64
+	ready      bool
+	below      int64
+	belowReady bool
+	known      bool
+}
+
+// AdmitTree implements gateway.TreeFence: w on its own key (ScopeKey or
+// ScopeTree) and ScopeMember on each collection in above (keys above
+// w.Resource). The permit holds w's own marker only.
+func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []string) (gateway.Permit, error) {
+	drain := w.DrainTimeout
+	if drain <= 0 {
+		drain = f.drainTimeout
+	}
+	if err := f.admissible(w); err != nil {
+		return nil, err
+	}
+	if w.Scope == gateway.ScopeMember {
+		return nil, fencegate.Unavailable(w.Resource, errMemberAlone)
+	}
+	deadline := time.Now().Add(drain)
+	keys := append([]string{w.Resource}, above...)
+	for {
+		p, err := f.admitKey(ctx, w, deadline, drain)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := f.readScope(ctx, w.Resource, keys)
+		if err != nil {
+			p.Release()
+			return nil, err
+		}
+		acts, ref := decideScope(w, above, rows)
+		if ref != nil {
+			p.Release()
+			if own := rows[w.Resource]; w.Scope == gateway.ScopeTree && w.Token < own.below {
+				// Close this replica's marker of the key to writers of
+				// the token: they are refused on their reads anyway, and
+				// a member's wait on the key must not starve.
+				key := lockKey(w.Resource)
+				f.lane(key).superseded(key, own.below)
+			}
+			return nil, ref
+		}
+		if len(acts) == 0 {
+			return p, nil
+		}
+		// Every wait below is made with no marker of this write held: a
+		// collection's drain waits for its members' markers, this one's
+		// among them.
+		p.Release()
+		for _, a := range acts {
+			var st drainState
+			if a.tree {
+				st, err = f.treeDrain(ctx, w, a.key, a.token, false, time.Until(deadline))
+			} else {
+				st, err = f.belowDrain(ctx, w, a.key, a.token, a.raise, time.Until(deadline))
+			}
+			if err != nil {
+				return nil, err
+			}
+			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
+				return nil, err
+			}
+		}
+		if time.Until(deadline) <= 0 {
+			return nil, draining(w, drain, nil)
+		}
+	}
+}
+
+// scopeAction is a wait a write needs before it is decided again.
+type scopeAction struct {
+	key   string
+	token int64
+	tree  bool // treeDrain of key at token; else belowDrain (raise: first raise below to token)
+	raise bool
+}
+
+// decideScope decides w on the rows read with its marker held: a refusal,
+// the waits it needs first, or neither (admitted).
+func decideScope(w gateway.Write, above []string, rows map[string]scopeRow) ([]scopeAction, error) {
+	var acts []scopeAction
+	if w.Scope == gateway.ScopeTree {
+		own := rows[w.Resource]
+		if w.Token < own.below {
+			ref := fencegate.StaleError(w.Resource, w.Token, own.below)
+			ref.Message += " (for a key below it)"
+			return nil, ref
+		}
+		if !own.known {
+			// Member rows written before this key was checked as a
+			// collection: read them (and wait for their writes) once.
+			acts = append(acts, scopeAction{key: w.Resource, token: w.Token, tree: true})
+		}
+	}
+	for _, a := range above {
+		r := rows[a]
+		switch {
+		case w.Token < r.highest:
+			ref := fencegate.StaleError(a, w.Token, r.highest)
+			ref.Message += " (a collection above the key written)"
+			return nil, ref
+		case w.Token == r.highest:
+			if !r.ready {
+				acts = append(acts, scopeAction{key: a, token: w.Token, tree: true})
+			}
+		case w.Token > r.below:
+			acts = append(acts, scopeAction{key: a, token: w.Token, raise: true})
+		case !r.belowReady:
+			acts = append(acts, scopeAction{key: a, token: r.below})
+		}
+	}
+	return acts, nil
+}
+
+// readScope reads the rows of keys (after the write's marker is held).
+func (f *SharedFence) readScope(ctx context.Context, res string, keys []string) (map[string]scopeRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	conn, err := f.acquire(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	f.roundTrips.Add(1)
+	f.waited.Add(1)
+	rs, err := conn.Query(ctx, scopeReadSQL, keys)
+	if err != nil {
+		return nil, fencegate.Unavailable(res, fmt.Errorf("read the fences around the key: %w", err))
+	}
+	rows := make(map[string]scopeRow, len(keys))
+	for rs.Next() {
+		var k string
+		var r scopeRow
+		if err := rs.Scan(&k, &r.highest, &r.ready, &r.below, &r.belowReady, &r.known); err != nil {
+			rs.Close()
+			return nil, fencegate.Unavailable(res, fmt.Errorf("read the fences around the key: %w", err))
+		}
+		rows[k] = r
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fencegate.Unavailable(res, fmt.Errorf("read the fences around the key: %w", err))
+	}
+	return rows, nil
+}
+
+// treeDrain is the advance (if advance) and drain of a collection write:
+// with the advance committed, it reads the members' rows, waits for each
+// member's marker, then for coll's own older writes, and records coll ready
+// at token and its members' highest token in its below level (known).
+func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll string, token int64, advance bool, drain time.Duration) (st drainState, err error) {
+	st.Highest = token
+	if drain <= 0 {
+		return st, draining(w, drain, nil)
+	}
+	conn, err := f.acquire(ctx, coll)
+	if err != nil {
+		return st, err
+	}
+	defer f.finish(conn)
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout+drain)
+	defer cancel()
+
+	prefix := resource.MemberPrefix(coll)
+	end, err := prefixEnd(prefix)
+	if err != nil {
+		return st, fencegate.Unavailable(coll, err)
+	}
+	b := &pgx.Batch{}
+	if advance {
+		queueAdvance(b, coll, token, w.Owner)
+	}
+	b.Queue(membersSQL, prefix, end)
+	f.roundTrips.Add(1)
+	f.waited.Add(1)
+	br := conn.SendBatch(ctx, b)
+	if advance {
+		if _, _, err := readAdvance(br); err != nil {
+			br.Close()
+			return st, fencegate.Unavailable(coll, fmt.Errorf("advance fence to %d: %w", token, err))
+		}
+	}
+	var members []int64
+	var highest int64
+	rs, err := br.Query()
+	if err == nil {
+		for rs.Next() {
+			var r string
+			var h int64
+			if err = rs.Scan(&r, &h); err != nil {
+				break
+			}
+			members = append(members, lockKey(r))
+			highest = max(highest, h)
+		}
+		rs.Close()
+		if err == nil {
+			err = rs.Err()
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return st, fencegate.Unavailable(coll, fmt.Errorf("read the fences below: %w", err))
+	}
+
+	b = &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
+	b.Queue(waitMarkersSQL, members)
+	b.Queue(scopeLockSQL, lockKey(coll))
+	b.Queue(sessionNoticeSQL)
+	b.Queue(scopeBoundSQL)
+	b.Queue(drainReadySQL, coll, token)
+	b.Queue(belowKnownSQL, coll, highest)
+	b.Queue("COMMIT")
+	return f.runScope(ctx, conn, w, coll, b, st, drain)
+}
+
+// belowDrain raises coll's below level to token first (if raise,
+// committed with a WAL flush), then waits for coll's own writes in flight
+// and records the level ready.
+func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, coll string, token int64, raise bool, drain time.Duration) (st drainState, err error) {
+	st.Highest = token
+	if drain <= 0 {
+		return st, draining(w, drain, nil)
+	}
+	conn, err := f.acquire(ctx, coll)
+	if err != nil {
+		return st, err
+	}
+	defer f.finish(conn)
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout+drain)
+	defer cancel()
+	b := &pgx.Batch{}
+	if raise {
+		b.Queue("BEGIN")
+		b.Queue(durableSQL)
+		b.Queue(belowRaiseSQL, coll, token)
+		b.Queue("COMMIT")
+	}
+	b.Queue("BEGIN")
+	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
+	b.Queue(scopeLockSQL, lockKey(coll))
+	b.Queue(sessionNoticeSQL)
+	b.Queue(scopeBoundSQL)
+	b.Queue(belowReadySQL, coll, token)
+	b.Queue("COMMIT")
+	return f.runScope(ctx, conn, w, coll, b, st, drain)
+}
+
+// runScope sends a drain's batch and reads its results: waits past the
+// drain timeout (or a deadlock PostgreSQL broke) refuse the write with
+// fence_draining, other failures with fence_unavailable. A connection
+// whose batch failed is closed, not pooled: fence_wait_markers takes
+// session-level locks, which a rollback would not release.
+func (f *SharedFence) runScope(ctx context.Context, conn *pgxpool.Conn, w gateway.Write, coll string, b *pgx.Batch,
+	st drainState, drain time.Duration) (drainState, error) {
+	f.roundTrips.Add(1)
+	f.waited.Add(1)
+	br := conn.Conn().SendBatch(ctx, b)
+	var err error
+	for _, q := range b.QueuedQueries {
+		if q.SQL == scopeBoundSQL {
+			var secs float64
+			if err = br.QueryRow().Scan(&secs); err == nil && secs > 0 {
+				st.bound = time.Duration(secs * float64(time.Second))
+			}
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		return st, nil
+	}
+	conn.Conn().Close(context.WithoutCancel(ctx))
+	var pe *pgconn.PgError
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014" || pe.Code == "40P01") {
+		return st, draining(w, drain, err)
+	}
+	return st, fencegate.Unavailable(coll, err)
+}
