@@ -40,6 +40,19 @@ const (
   LEFT JOIN fence f ON f.resource = k.resource
   LEFT JOIN fence_below b ON b.resource = k.resource`
 
+	// treeAdvanceSQL is advanceSQL for a collection write: no advance
+	// while a member write newer than the token was admitted below it (a
+	// refused write leaves the collection's fence as it was).
+	treeAdvanceSQL = `INSERT INTO fence AS f (resource, highest, ready, owner)
+SELECT $1, $2, true, $3
+ WHERE NOT EXISTS (SELECT 1 FROM fence_below WHERE resource = $1 AND below > $2)
+   AND NOT EXISTS (SELECT 1 FROM fence WHERE resource COLLATE "C" >= $4 AND resource COLLATE "C" < $5 AND highest > $2)
+ON CONFLICT (resource) DO UPDATE
+   SET highest = EXCLUDED.highest, ready = false, owner = EXCLUDED.owner, updated_at = clock_timestamp()
+ WHERE f.highest < EXCLUDED.highest
+RETURNING highest, ready, owner, etag, updated_at`
+	belowSQL = `SELECT coalesce((SELECT below FROM fence_below WHERE resource = $1), 0)`
+
 	// membersSQL lists the fences below a collection ($1, $2 as in
 	// highestBelowSQL).
 	membersSQL = `SELECT resource, highest FROM fence
@@ -244,21 +257,30 @@ func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll strin
 	}
 	b := &pgx.Batch{}
 	if advance {
-		queueAdvance(b, coll, token, w.Owner)
+		b.Queue("BEGIN")
+		b.Queue(durableSQL)
+		b.Queue(treeAdvanceSQL, coll, token, w.Owner, prefix, end)
+		b.Queue("COMMIT")
 	}
+	b.Queue(belowSQL, coll)
 	b.Queue(membersSQL, prefix, end)
 	f.roundTrips.Add(1)
 	f.waited.Add(1)
 	br := conn.SendBatch(ctx, b)
+	raised := true
 	if advance {
-		if _, _, err := readAdvance(br); err != nil {
+		if _, raised, err = readAdvance(br); err != nil {
 			br.Close()
 			return st, fencegate.Unavailable(coll, fmt.Errorf("advance fence to %d: %w", token, err))
 		}
 	}
-	var members []int64
-	var highest int64
-	rs, err := br.Query()
+	members := []int64{}
+	var highest, below int64
+	err = br.QueryRow().Scan(&below)
+	var rs pgx.Rows
+	if err == nil {
+		rs, err = br.Query()
+	}
 	if err == nil {
 		for rs.Next() {
 			var r string
@@ -279,6 +301,11 @@ func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll strin
 	}
 	if err != nil {
 		return st, fencegate.Unavailable(coll, fmt.Errorf("read the fences below: %w", err))
+	}
+	if newer := max(below, highest); !raised && newer > token {
+		ref := fencegate.StaleError(coll, token, newer)
+		ref.Message += " (for a key below it)"
+		return st, ref
 	}
 
 	b = &pgx.Batch{}

@@ -34,7 +34,7 @@ DECLARE
     k bigint;
     n integer := 0;
 BEGIN
-    FOREACH k IN ARRAY keys LOOP
+    FOREACH k IN ARRAY coalesce(keys, ARRAY[]::bigint[]) LOOP
         PERFORM pg_advisory_lock(k);
         PERFORM pg_advisory_unlock(k);
         n := n + 1;

@@ -1,0 +1,196 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/resource"
+)
+
+// admitTree admits a write of key as a hierarchical {path} route does
+// through a gateway.TreeFence: ScopeTree on the key, ScopeMember on every
+// key above it.
+func admitTree(f *SharedFence, key string, tok int64) (gateway.Permit, error) {
+	return f.AdmitTree(context.Background(), gateway.Write{Resource: key, Token: tok, Scope: gateway.ScopeTree}, resource.Parents(key))
+}
+
+func refusalCode(err error) string {
+	if ref := fencegate.AsError(err); ref != nil {
+		return ref.Code
+	}
+	return ""
+}
+
+// TestSharedHierarchicalFence: across two replicas, a collection write is
+// refused after a newer member write (also one written before the key was
+// ever checked as a collection: the scan), a member write after a newer
+// collection write, at any depth; siblings of other owners and the
+// collection's own token stay free.
+func TestSharedHierarchicalFence(t *testing.T) {
+	fs, st := replicas(t, 2, SharedFenceOptions{DrainTimeout: 2 * time.Second, ForwardTimeout: 2 * time.Second})
+	r1, r2 := fs[0], fs[1]
+	p, err := admitTree(r1, "/dav/coll/m", 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	p, err = admitTree(r2, "/dav/coll/other", 3)
+	if err != nil {
+		t.Fatalf("sibling with an older token: %v", err)
+	}
+	p.Release()
+	for _, key := range []string{"/dav/coll", "/dav"} {
+		if _, err := admitTree(r2, key, 3); refusalCode(err) != fencegate.CodeStaleToken {
+			t.Fatalf("collection %s with token 3 after member 9 on the other replica: %v; want stale", key, err)
+		}
+		if _, err := admitTree(r2, key, 8); refusalCode(err) != fencegate.CodeStaleToken {
+			t.Fatalf("collection %s with token 8 after member 9: %v; want stale", key, err)
+		}
+	}
+
+	// A member row written with no hierarchy (another route, or before
+	// the upgrade): the collection's first write reads it.
+	if _, err := st.AdvanceFence(context.Background(), "/old/c/m", 9, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admitTree(r2, "/old/c", 3); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("collection with token 3 above a member row at 9 written without hierarchy: %v; want stale", err)
+	}
+
+	p, err = admitTree(r1, "/dav/coll", 10)
+	if err != nil {
+		t.Fatalf("collection with token 10: %v", err)
+	}
+	p.Release()
+	if _, err := admitTree(r2, "/dav/coll/m", 9); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("member with token 9 after collection 10: %v; want stale", err)
+	}
+	if _, err := admitTree(r2, "/dav/coll/new/deep", 9); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("new deep member with token 9 after collection 10: %v; want stale", err)
+	}
+	// Above the collection, an older sibling tree stays free.
+	p, err = admitTree(r2, "/dav/else", 4)
+	if err != nil {
+		t.Fatalf("sibling tree with token 4: %v", err)
+	}
+	p.Release()
+	p, err = admitTree(r2, "/dav/coll/m", 10)
+	if err != nil {
+		t.Fatalf("member with the collection's token: %v", err)
+	}
+	p.Release()
+	// The repeated token on a hierarchical key: two round trips (the
+	// marker, the read of the rows around it), no scan, no wait.
+	rt := r2.WaitedRoundTrips()
+	p, err = admitTree(r2, "/dav/coll/m", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	if got := r2.WaitedRoundTrips() - rt; got != 2 {
+		t.Fatalf("a repeated token's hierarchical write waited for %d round trips; want 2", got)
+	}
+}
+
+// TestSharedHierarchicalDrain proves I2 across levels and replicas: a
+// newer collection write waits for an older member write in flight on the
+// other replica, and a newer member write for an older collection write.
+func TestSharedHierarchicalDrain(t *testing.T) {
+	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 300 * time.Millisecond, ForwardTimeout: 2 * time.Second})
+	r1, r2 := fs[0], fs[1]
+	member, err := admitTree(r1, "/c/m", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admitTree(r2, "/c", 6); refusalCode(err) != fencegate.CodeFenceDraining {
+		t.Fatalf("collection 6 while member 5 in flight on the other replica: %v; want fence_draining", err)
+	}
+	member.Release()
+	coll, err := admitTree(r2, "/c", 7)
+	if err != nil {
+		t.Fatalf("collection 7 after the member landed: %v", err)
+	}
+	if _, err := admitTree(r1, "/c/m", 6); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("member 6 after collection 7: %v; want stale", err)
+	}
+	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r1, "/c/m", 8) }, coll, "member 8 while collection 7 is in flight")
+
+	// A newer collection write waits for a slow member write in flight.
+	member, err = admitTree(r1, "/c/deep/m", 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r2, "/c", 10) }, member, "collection 10 while member 9 is in flight")
+}
+
+// awaitAdmitted starts admit, checks that it is not admitted while held is
+// in flight, releases held, and checks that it is admitted then.
+func awaitAdmitted(t *testing.T, admit func() (gateway.Permit, error), held gateway.Permit, what string) {
+	t.Helper()
+	type result struct {
+		p   gateway.Permit
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := admit()
+		done <- result{p, err}
+	}()
+	select {
+	case r := <-done:
+		if r.p != nil {
+			r.p.Release()
+		}
+		t.Fatalf("%s: decided before it landed (%v)", what, r.err)
+	case <-time.After(150 * time.Millisecond):
+	}
+	held.Release()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("%s, after it landed: %v", what, r.err)
+	}
+	r.p.Release()
+}
+
+// TestSharedBucketScopes: an S3 route's scopes (an object write ScopeKey on
+// its key and ScopeMember on the bucket's, a bucket write ScopeTree on the
+// bucket's) across replicas; a ScopeMember admission alone is refused.
+func TestSharedBucketScopes(t *testing.T) {
+	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: time.Second, ForwardTimeout: 2 * time.Second})
+	ctx := context.Background()
+	object := func(f *SharedFence, key string, tok int64) error {
+		p, err := f.AdmitTree(ctx, gateway.Write{Resource: "b/" + key, Token: tok}, []string{"b"})
+		if err == nil {
+			p.Release()
+		}
+		return err
+	}
+	bucket := func(f *SharedFence, tok int64) error {
+		p, err := f.Admit(ctx, gateway.Write{Resource: "b", Token: tok, Scope: gateway.ScopeTree})
+		if err == nil {
+			p.Release()
+		}
+		return err
+	}
+	if err := object(fs[0], "k", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := bucket(fs[1], 8); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("bucket write 8 after object write 9: %v; want stale", err)
+	}
+	if err := bucket(fs[1], 12); err != nil {
+		t.Fatalf("bucket write 12: %v", err)
+	}
+	if err := object(fs[0], "other", 11); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("object write 11 after bucket write 12: %v; want stale", err)
+	}
+	if err := object(fs[0], "k", 12); err != nil {
+		t.Fatalf("object write with the bucket's token: %v", err)
+	}
+	if _, err := fs[0].Admit(ctx, gateway.Write{Resource: "b", Token: 13, Scope: gateway.ScopeMember}); refusalCode(err) != fencegate.CodeFenceUnavailable {
+		t.Fatalf("ScopeMember alone: %v; want fence_unavailable", err)
+	}
+}
