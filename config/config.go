@@ -115,8 +115,8 @@ type Route struct {
 	// Hierarchical makes the route's resource keys a hierarchy separated
 	// by '/': a write is refused when a key above or below it holds a newer
 	// token (gateway.Scope). Nil: on where the route names COPY or MOVE in
-	// match.methods or fenced_methods and its key comes from the path, in
-	// fence mode local (and on S3 routes, for bucket writes).
+	// match.methods or fenced_methods and its key comes from the path (and
+	// on S3 routes, for bucket writes), in either fence mode.
 	Hierarchical *bool `yaml:"hierarchical"`
 	// TokenSource, if set, is the lock service (etcd, ZooKeeper) whose
 	// tokens this route accepts and verifies (tokensource.go).
@@ -576,11 +576,6 @@ func (c *Config) Validate() Errors {
 	case "shared":
 		if c.Store.Postgres == nil {
 			add("fence.mode", "shared needs store.postgres (several gateways share one database)")
-		}
-		for i, r := range c.gatewayRoutes() {
-			if r.Hierarchical != nil && *r.Hierarchical {
-				add(fmt.Sprintf("gateway.routes[%d].hierarchical", i), "needs fence mode local (the shared fence has no hierarchical keys yet)")
-			}
 		}
 		if n := c.Fence.MarkerConns; n < 1 || n > 64 {
 			add("fence.marker_conns", "must be between 1 and 64, not %d", n)

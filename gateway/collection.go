@@ -24,7 +24,7 @@ func (rt *Route) collectionKey(rv requestVars, vars map[string]string) (string, 
 	}
 	if !rt.hier || !rt.collections {
 		// The collection's fence would not see its members' tokens.
-		return "", fencegate.InvalidResource("a write of the whole collection %q needs a hierarchical route (hierarchical: true, fence mode local), "+
+		return "", fencegate.InvalidResource("a write of the whole collection %q needs a hierarchical route (hierarchical: true), "+
 			"where it is checked against the fences of the objects below it", k)
 	}
 	return k, nil

@@ -240,10 +240,6 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			}
 			up = s3up
 		}
-		if cfg.Fence.Mode == "shared" && rc.Hierarchical == nil {
-			off := false // the shared fence has no hierarchical keys (config.Route)
-			rc.Hierarchical = &off
-		}
 		rt, err := gateway.NewRoute(RouteOptions(rc), up)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
