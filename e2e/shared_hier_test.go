@@ -61,10 +61,13 @@ func TestSharedDAVHierarchy(t *testing.T) {
 	if st, body := dav(t, "PUT", gw1, "/coll/m", "9", "", "member"); st/100 != 2 {
 		t.Fatalf("member PUT on replica 1: %d %s", st, body)
 	}
-	for _, tc := range []struct{ method, dest string }{{"DELETE", ""}, {"MOVE", "/coll2/"}} {
-		st, body := dav(t, tc.method, gw2, "/coll/", "3", tc.dest, "")
+	// Token 2 is the collection's own, accepted before the member's 9
+	// (its below level refuses it); 3 would advance it (the advance reads
+	// the members).
+	for _, tc := range []struct{ method, token, dest string }{{"DELETE", "2", ""}, {"DELETE", "3", ""}, {"MOVE", "2", "/coll2/"}, {"MOVE", "3", "/coll2/"}} {
+		st, body := dav(t, tc.method, gw2, "/coll/", tc.token, tc.dest, "")
 		if st != http.StatusConflict || refusalCode(body) != "stale_fencing_token" {
-			t.Fatalf("stale %s of the collection on replica 2: %d %s; want 409 stale_fencing_token", tc.method, st, body)
+			t.Fatalf("stale %s of the collection with %s on replica 2: %d %s; want 409 stale_fencing_token", tc.method, tc.token, st, body)
 		}
 		if got := davFile(t, s, "coll/m"); got != "member" {
 			t.Fatalf("after a stale %s of the collection on replica 2, coll/m = %q", tc.method, got)

@@ -82,10 +82,21 @@ func TestSharedHierarchicalFence(t *testing.T) {
 		t.Fatalf("member with the collection's token: %v", err)
 	}
 	p.Release()
+	// A member written with a newer token on one replica: the
+	// collection's token, accepted before, is now stale on the other
+	// (no advance, no scan: the below level refuses it).
+	p, err = admitTree(r1, "/dav/coll/m", 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	if _, err := admitTree(r2, "/dav/coll", 10); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("collection with its own token 10 after member 11: %v; want stale", err)
+	}
 	// The repeated token on a hierarchical key: two round trips (the
 	// marker, the read of the rows around it), no scan, no wait.
 	rt := r2.WaitedRoundTrips()
-	p, err = admitTree(r2, "/dav/coll/m", 10)
+	p, err = admitTree(r2, "/dav/coll/m", 11)
 	if err != nil {
 		t.Fatal(err)
 	}
