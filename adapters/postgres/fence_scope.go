@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -61,6 +62,13 @@ RETURNING highest, ready, owner, etag, updated_at`
 	// waitMarkersSQL waits until no marker is held on any of the keys
 	// (migration 100), holding none of them afterwards.
 	waitMarkersSQL = `SELECT fence_wait_markers($1::bigint[])`
+	// scopeNotifySQL tells every replica that a drain is about to wait for
+	// the markers of keys ($1): markers of tokens below $2 are let go as
+	// soon as their writes end rather than kept for the next write (payload
+	// "K T", the drain notification of the marker sessions; docs/design.md
+	// §4). Committed in a transaction of its own before the waits: a
+	// notification is delivered only when its transaction commits.
+	scopeNotifySQL = `SELECT pg_notify('fencegate_drain', k::text || ' ' || $2::bigint::text) FROM unnest($1::bigint[]) AS u(k)`
 	// scopeLockSQL waits for every write of one key in flight; held to
 	// the end of the drain's transaction.
 	scopeLockSQL = `SELECT pg_advisory_xact_lock($1)`
@@ -310,6 +318,11 @@ func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll strin
 
 	b = &pgx.Batch{}
 	b.Queue("BEGIN")
+	// A member's marker is waited for whatever its token.
+	b.Queue(scopeNotifySQL, members, int64(math.MaxInt64))
+	b.Queue(scopeNotifySQL, []int64{lockKey(coll)}, token)
+	b.Queue("COMMIT")
+	b.Queue("BEGIN")
 	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
 	b.Queue(waitMarkersSQL, members)
 	b.Queue(scopeLockSQL, lockKey(coll))
@@ -343,6 +356,9 @@ func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, coll stri
 		b.Queue(belowRaiseSQL, coll, token)
 		b.Queue("COMMIT")
 	}
+	b.Queue("BEGIN")
+	b.Queue(scopeNotifySQL, []int64{lockKey(coll)}, token)
+	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
 	b.Queue(scopeLockSQL, lockKey(coll))
