@@ -243,8 +243,9 @@ func (f *SharedFence) readScope(ctx context.Context, res string, keys []string) 
 
 // treeDrain is the advance (if advance) and drain of a collection write:
 // with the advance committed, it reads the members' rows, waits for each
-// member's marker, then for coll's own older writes, and records coll ready
-// at token and its members' highest token in its below level (known).
+// member's marker, then (coll not ready) for coll's own older writes, and
+// records coll ready at token and its members' highest token in its below
+// level (known).
 func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll string, token int64, advance bool, drain time.Duration) (st drainState, err error) {
 	st.Highest = token
 	if drain <= 0 {
@@ -325,7 +326,9 @@ func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll strin
 	b.Queue("BEGIN")
 	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
 	b.Queue(waitMarkersSQL, members)
-	b.Queue(scopeLockSQL, lockKey(coll))
+	// coll's own older writes, while it is not ready (a ready coll has
+	// none in flight: markers of its token are not waited for).
+	b.Queue(drainLockSQL, coll, lockKey(coll))
 	b.Queue(sessionNoticeSQL)
 	b.Queue(scopeBoundSQL)
 	b.Queue(drainReadySQL, coll, token)

@@ -135,6 +135,13 @@ func TestSharedHierarchicalDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r2, "/c", 10) }, member, "collection 10 while member 9 is in flight")
+
+	// And for an older write of the collection itself.
+	coll, err = admitTree(r2, "/c", 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r1, "/c", 12) }, coll, "collection 12 while collection 11 is in flight")
 }
 
 // awaitAdmitted starts admit, checks that it is not admitted while held is
