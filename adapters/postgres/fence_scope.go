@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -210,9 +211,87 @@ func decideScope(w gateway.Write, above []string, rows map[string]scopeRow) ([]s
 	return acts, nil
 }
 
+// scopeReads batches the reads of concurrent writes (readScope): one
+// query on a pooled connection at a time reads the rows of every write
+// queued meanwhile, as a marker session's pipeline does for the markers.
+// Each write's request is queued after its marker is held, and the query
+// that answers it is sent after that: its snapshot is still taken after
+// the grant.
+type scopeReads struct {
+	mu      sync.Mutex
+	queue   []*scopeReq
+	sending bool
+}
+
+type scopeReq struct {
+	res  string
+	keys []string
+	done chan struct{}
+	rows map[string]scopeRow // shared by the batch: read only
+	err  error
+}
+
 // readScope reads the rows of keys (after the write's marker is held).
 func (f *SharedFence) readScope(ctx context.Context, res string, keys []string) (map[string]scopeRow, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	r := &scopeReq{res: res, keys: keys, done: make(chan struct{})}
+	rd := &f.scope
+	rd.mu.Lock()
+	rd.queue = append(rd.queue, r)
+	if !rd.sending {
+		rd.sending = true
+		go f.serveReads()
+	}
+	rd.mu.Unlock()
+	f.waited.Add(1)
+	select {
+	case <-r.done:
+		return r.rows, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// serveReads sends the queued reads, one batch at a time, until none is
+// left.
+func (f *SharedFence) serveReads() {
+	rd := &f.scope
+	for {
+		rd.mu.Lock()
+		batch := rd.queue
+		rd.queue = nil
+		if len(batch) == 0 {
+			rd.sending = false
+			rd.mu.Unlock()
+			return
+		}
+		rd.mu.Unlock()
+		seen := map[string]bool{}
+		var keys []string
+		for _, r := range batch {
+			for _, k := range r.keys {
+				if !seen[k] {
+					seen[k] = true
+					keys = append(keys, k)
+				}
+			}
+		}
+		rows, err := f.queryScope(batch[0].res, keys)
+		if ref := fencegate.AsError(err); ref != nil && ref.Err != nil {
+			err = ref.Err // acquire's refusal, named again per write below
+		}
+		for _, r := range batch {
+			r.rows = rows
+			if err != nil {
+				r.err = fencegate.Unavailable(r.res, err)
+			}
+			close(r.done)
+		}
+	}
+}
+
+// queryScope runs scopeReadSQL for keys on a pooled connection.
+func (f *SharedFence) queryScope(res string, keys []string) (map[string]scopeRow, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
 	defer cancel()
 	conn, err := f.acquire(ctx, res)
 	if err != nil {
@@ -220,23 +299,22 @@ func (f *SharedFence) readScope(ctx context.Context, res string, keys []string) 
 	}
 	defer conn.Release()
 	f.roundTrips.Add(1)
-	f.waited.Add(1)
 	rs, err := conn.Query(ctx, scopeReadSQL, keys)
 	if err != nil {
-		return nil, fencegate.Unavailable(res, fmt.Errorf("read the fences around the key: %w", err))
+		return nil, fmt.Errorf("read the fences around the key: %w", err)
 	}
+	defer rs.Close()
 	rows := make(map[string]scopeRow, len(keys))
 	for rs.Next() {
 		var k string
 		var r scopeRow
 		if err := rs.Scan(&k, &r.highest, &r.ready, &r.below, &r.belowReady, &r.known); err != nil {
-			rs.Close()
-			return nil, fencegate.Unavailable(res, fmt.Errorf("read the fences around the key: %w", err))
+			return nil, fmt.Errorf("read the fences around the key: %w", err)
 		}
 		rows[k] = r
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fencegate.Unavailable(res, fmt.Errorf("read the fences around the key: %w", err))
+		return nil, fmt.Errorf("read the fences around the key: %w", err)
 	}
 	return rows, nil
 }

@@ -73,6 +73,7 @@ type SharedFence struct {
 	log            *slog.Logger
 	replica        string
 	lanes          []*lane
+	scope          scopeReads // fence_scope.go
 
 	roundTrips atomic.Int64
 	waited     atomic.Int64
