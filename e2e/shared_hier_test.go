@@ -43,21 +43,28 @@ func davExists(t *testing.T, s davServer, name string) bool {
 	return err == nil
 }
 
+// sharedDAVColl starts Apache and two replicas of a WebDAV route in fence
+// mode shared, and makes the collection /coll/ with token 2 through the
+// first.
+func sharedDAVColl(t *testing.T) (davServer, []*Proc, string, string) {
+	pg := testenv.Postgres(t)
+	a := testenv.Apache(t)
+	s := davServer{name: "apache", url: a.URL, root: a.Root}
+	r := sharedReplicas(t, 2, sharedDAVYAML(s, pg.URL))
+	gw1, gw2 := "http://"+r[0].addrs["gateway"], "http://"+r[1].addrs["gateway"]
+	if st, body := dav(t, "MKCOL", gw1, "/coll/", "2", "", ""); st/100 != 2 {
+		t.Fatalf("MKCOL: %d %s", st, body)
+	}
+	return s, r, gw1, gw2
+}
+
 // TestSharedDAVHierarchy: on a WebDAV route shared by two replicas, a
 // stale collection DELETE or MOVE on replica 2 after a member write with a
 // newer token on replica 1 is refused and the member's file stays on
 // Apache; after the collection's owner moved it with a newer token on
 // replica 2, a member write with an older token on replica 1 is refused.
 func TestSharedDAVHierarchy(t *testing.T) {
-	pg := testenv.Postgres(t)
-	a := testenv.Apache(t)
-	s := davServer{name: "apache", url: a.URL, root: a.Root}
-	r := sharedReplicas(t, 2, sharedDAVYAML(s, pg.URL))
-	gw1, gw2 := "http://"+r[0].addrs["gateway"], "http://"+r[1].addrs["gateway"]
-
-	if st, body := dav(t, "MKCOL", gw1, "/coll/", "2", "", ""); st/100 != 2 {
-		t.Fatalf("MKCOL: %d %s", st, body)
-	}
+	s, _, gw1, gw2 := sharedDAVColl(t)
 	if st, body := dav(t, "PUT", gw1, "/coll/m", "9", "", "member"); st/100 != 2 {
 		t.Fatalf("member PUT on replica 1: %d %s", st, body)
 	}
@@ -102,37 +109,11 @@ func TestSharedDAVHierarchy(t *testing.T) {
 // is not forwarded while an older member PUT (its body still arriving) is
 // in flight on replica 1; Apache applies the PUT first, then the DELETE.
 func TestSharedDAVCollectionWaitsForMember(t *testing.T) {
-	pg := testenv.Postgres(t)
-	a := testenv.Apache(t)
-	s := davServer{name: "apache", url: a.URL, root: a.Root}
-	r := sharedReplicas(t, 2, sharedDAVYAML(s, pg.URL))
-	gw1, gw2 := "http://"+r[0].addrs["gateway"], "http://"+r[1].addrs["gateway"]
-
-	if st, body := dav(t, "MKCOL", gw1, "/coll/", "2", "", ""); st/100 != 2 {
-		t.Fatalf("MKCOL: %d %s", st, body)
-	}
-	type answer struct {
-		status int
-		body   string
-		at     time.Time
-		err    error
-	}
+	s, r, gw1, gw2 := sharedDAVColl(t)
 	// The member PUT streams its body (unknown length): it is in flight
 	// from its admission until Apache answers.
 	pr, pw := io.Pipe()
-	putDone := make(chan answer, 1)
-	go func() {
-		req, _ := http.NewRequest("PUT", gw1+"/coll/m", pr)
-		req.Header.Set("Fencing-Token", "9")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			putDone <- answer{err: err, at: time.Now()}
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		putDone <- answer{status: resp.StatusCode, body: string(b), at: time.Now()}
-	}()
+	putDone := startRequest("PUT", gw1+"/coll/m", "9", pr)
 	if _, err := pw.Write([]byte("slow ")); err != nil {
 		t.Fatal(err)
 	}
@@ -140,19 +121,7 @@ func TestSharedDAVCollectionWaitsForMember(t *testing.T) {
 		_, body := call(t, "GET", r[0].URL("admin")+"/v1/fences?resource=/coll/m", "")
 		return strings.Contains(body, `"highest":9`)
 	})
-	delDone := make(chan answer, 1)
-	go func() {
-		req, _ := http.NewRequest("DELETE", gw2+"/coll/", nil)
-		req.Header.Set("Fencing-Token", "10")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			delDone <- answer{err: err, at: time.Now()}
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		delDone <- answer{status: resp.StatusCode, body: string(b), at: time.Now()}
-	}()
+	delDone := startRequest("DELETE", gw2+"/coll/", "10", nil)
 	select {
 	case d := <-delDone:
 		pw.Close()
@@ -184,6 +153,32 @@ func TestSharedDAVCollectionWaitsForMember(t *testing.T) {
 	if st, body := dav(t, "PUT", gw1, "/coll/m", "9", "", "late"); st != http.StatusConflict || refusalCode(body) != "stale_fencing_token" {
 		t.Fatalf("member PUT with 9 after the collection's DELETE with 10: %d %s; want 409 stale_fencing_token", st, body)
 	}
+}
+
+// answer is a request's answer, and when it came.
+type answer struct {
+	status int
+	body   string
+	at     time.Time
+	err    error
+}
+
+// startRequest sends a fenced request in the background.
+func startRequest(method, url, token string, body io.Reader) <-chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest(method, url, body)
+		req.Header.Set("Fencing-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- answer{err: err, at: time.Now()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- answer{status: resp.StatusCode, body: string(b), at: time.Now()}
+	}()
+	return done
 }
 
 // TestSharedS3BucketWritesFenced: bucket-level writes on a {bucket}/{key}

@@ -324,19 +324,31 @@ func (f *SharedFence) queryScope(res string, keys []string) (map[string]scopeRow
 // member's marker, then (coll not ready) for coll's own older writes, and
 // records coll ready at token and its members' highest token in its below
 // level (known).
-func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll string, token int64, advance bool, drain time.Duration) (st drainState, err error) {
-	st.Highest = token
+func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll string, token int64, advance bool, drain time.Duration) (drainState, error) {
+	return f.onDrainConn(ctx, w, coll, drain, func(ctx context.Context, conn *pgxpool.Conn) (drainState, error) {
+		return f.treeDrainOn(ctx, conn, w, coll, token, advance, drain)
+	})
+}
+
+// onDrainConn runs fn on a pooled connection, bounded by the drain
+// timeout (none left: fence_draining).
+func (f *SharedFence) onDrainConn(ctx context.Context, w gateway.Write, coll string, drain time.Duration,
+	fn func(ctx context.Context, conn *pgxpool.Conn) (drainState, error)) (drainState, error) {
 	if drain <= 0 {
-		return st, draining(w, drain, nil)
+		return drainState{}, draining(w, drain, nil)
 	}
 	conn, err := f.acquire(ctx, coll)
 	if err != nil {
-		return st, err
+		return drainState{}, err
 	}
 	defer f.finish(conn)
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout+drain)
 	defer cancel()
+	return fn(ctx, conn)
+}
 
+func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gateway.Write, coll string, token int64, advance bool, drain time.Duration) (st drainState, err error) {
+	st.Highest = token
 	prefix := resource.MemberPrefix(coll)
 	end, err := prefixEnd(prefix)
 	if err != nil {
@@ -418,18 +430,13 @@ func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll strin
 // belowDrain raises coll's below level to token first (if raise,
 // committed with a WAL flush), then waits for coll's own writes in flight
 // and records the level ready.
-func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, coll string, token int64, raise bool, drain time.Duration) (st drainState, err error) {
-	st.Highest = token
-	if drain <= 0 {
-		return st, draining(w, drain, nil)
-	}
-	conn, err := f.acquire(ctx, coll)
-	if err != nil {
-		return st, err
-	}
-	defer f.finish(conn)
-	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout+drain)
-	defer cancel()
+func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, coll string, token int64, raise bool, drain time.Duration) (drainState, error) {
+	return f.onDrainConn(ctx, w, coll, drain, func(ctx context.Context, conn *pgxpool.Conn) (drainState, error) {
+		return f.runScope(ctx, conn, w, coll, queueBelowDrain(coll, token, raise, drain), drainState{Highest: token}, drain)
+	})
+}
+
+func queueBelowDrain(coll string, token int64, raise bool, drain time.Duration) *pgx.Batch {
 	b := &pgx.Batch{}
 	if raise {
 		b.Queue("BEGIN")
@@ -447,7 +454,7 @@ func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, coll stri
 	b.Queue(scopeBoundSQL)
 	b.Queue(belowReadySQL, coll, token)
 	b.Queue("COMMIT")
-	return f.runScope(ctx, conn, w, coll, b, st, drain)
+	return b
 }
 
 // runScope sends a drain's batch and reads its results: waits past the
