@@ -61,6 +61,9 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 		}
 		var err error
 		st, err = scanFence(tx.QueryRow(ctx, resetFenceSQL, resource, to, owner))
+		if err == nil {
+			err = resetBelow(ctx, tx, resource)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			// At or below `to` already (or no fence): nothing to lower.
 			st, err = scanFence(tx.QueryRow(ctx, loadFenceSQL, resource))

@@ -494,3 +494,34 @@ func (f *SharedFence) runScope(ctx context.Context, conn *pgxpool.Conn, w gatewa
 	}
 	return st, fencegate.Unavailable(coll, err)
 }
+
+// resetBelowSQL recomputes the below levels of collections ($1) from the
+// fence rows below them ($2, $3: the ranges, as in highestBelowSQL), in a
+// reset's transaction (the guard lets the decrease through there). Every
+// member write admitted through a collection made its own row's advance
+// durable first, so the rows bound every token the level has to cover.
+const resetBelowSQL = `UPDATE fence_below b SET below = m.highest
+  FROM (SELECT p.resource,
+               coalesce((SELECT max(f.highest) FROM fence f
+                          WHERE f.resource COLLATE "C" >= p.lo AND f.resource COLLATE "C" < p.hi), 0) AS highest
+          FROM unnest($1::text[], $2::text[], $3::text[]) AS p(resource, lo, hi)) m
+ WHERE b.resource = m.resource AND b.below > m.highest`
+
+// resetBelow lowers, in the transaction of a reset of res, the below
+// levels of the collections above res that only res held up.
+func resetBelow(ctx context.Context, tx pgx.Tx, res string) error {
+	var colls, los, his []string
+	for _, p := range resource.Parents(res) {
+		lo := resource.MemberPrefix(p)
+		hi, err := prefixEnd(lo)
+		if err != nil {
+			continue
+		}
+		colls, los, his = append(colls, p), append(los, lo), append(his, hi)
+	}
+	if len(colls) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, resetBelowSQL, colls, los, his)
+	return err
+}

@@ -291,3 +291,34 @@ func TestSharedHierarchicalRandom(t *testing.T) {
 	}
 	t.Logf("%d writes admitted", admitted.Load())
 }
+
+// TestSharedResetLowersBelow: `fencegate fence reset` of a member fenced
+// with a token never issued (verification off) also lowers the below
+// level it raised on the collections above, so the collections' owners
+// are not refused by a token that no longer counts.
+func TestSharedResetLowersBelow(t *testing.T) {
+	fs, st := replicas(t, 1, SharedFenceOptions{DrainTimeout: time.Second, ForwardTimeout: 2 * time.Second})
+	for key, tok := range map[string]int64{"/r/c/m": 100, "/r/c/n": 7} {
+		p, err := admitTree(fs[0], key, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+	}
+	if _, err := admitTree(fs[0], "/r/c", 8); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("collection 8 below member 100: %v; want stale", err)
+	}
+	if _, err := st.ResetFence(context.Background(), "/r/c/m", 5, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admitTree(fs[0], "/r/c", 6); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("collection 6 below member /r/c/n at 7 after the reset: %v; want stale", err)
+	}
+	for _, key := range []string{"/r/c", "/r"} {
+		p, err := admitTree(fs[0], key, 8)
+		if err != nil {
+			t.Fatalf("collection %s with 8 after the member's reset to 5: %v", key, err)
+		}
+		p.Release()
+	}
+}
