@@ -114,7 +114,22 @@ func (t *Telemetry) TraceFence(f gateway.Fence) gateway.Fence {
 	if !t.Tracing() {
 		return f
 	}
-	return &tracedFence{f: f, tracer: t.tracer}
+	tf := &tracedFence{f: f, tracer: t.tracer}
+	if tree, ok := f.(gateway.TreeFence); ok {
+		// The gateway discovers the ability on the fence it is given.
+		return &tracedTreeFence{tracedFence: tf, tree: tree}
+	}
+	return tf
+}
+
+// tracedTreeFence is a tracedFence over a gateway.TreeFence.
+type tracedTreeFence struct {
+	*tracedFence
+	tree gateway.TreeFence
+}
+
+func (f *tracedTreeFence) AdmitTree(ctx context.Context, w gateway.Write, above []string) (gateway.Permit, error) {
+	return f.admit(ctx, w, func(ctx context.Context) (gateway.Permit, error) { return f.tree.AdmitTree(ctx, w, above) })
 }
 
 type tracedFence struct {
@@ -127,10 +142,15 @@ type tracedFence struct {
 const DecisionAdmitted = "admitted"
 
 func (f *tracedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permit, error) {
+	return f.admit(ctx, w, func(ctx context.Context) (gateway.Permit, error) { return f.f.Admit(ctx, w) })
+}
+
+// admit runs an admission of w in a fence.admit span.
+func (f *tracedFence) admit(ctx context.Context, w gateway.Write, admit func(context.Context) (gateway.Permit, error)) (gateway.Permit, error) {
 	ctx, span := f.tracer.Start(ctx, "fence.admit", trace.WithAttributes(
 		AttrResource.String(w.Resource), AttrToken.Int64(w.Token)))
 	defer span.End()
-	p, err := f.f.Admit(ctx, w)
+	p, err := admit(ctx)
 	if err != nil {
 		endFenceSpan(span, err)
 		return nil, err

@@ -176,3 +176,23 @@ func TestTracingOffIsNoop(t *testing.T) {
 		t.Errorf("span context %v with tracing off", sc)
 	}
 }
+
+// treeFence is a fence with the optional gateway.TreeFence ability.
+type treeFence struct{ gateway.Fence }
+
+func (treeFence) AdmitTree(context.Context, gateway.Write, []string) (gateway.Permit, error) {
+	return nil, nil
+}
+
+// TestTraceFenceKeepsTreeFence: the traced fence keeps the TreeFence
+// ability of the fence it wraps (the shared fence's hierarchical routes
+// need it), and does not invent it.
+func TestTraceFenceKeepsTreeFence(t *testing.T) {
+	h := newHarness(t, true)
+	if _, ok := h.tel.TraceFence(treeFence{h.fence}).(gateway.TreeFence); !ok {
+		t.Error("TraceFence dropped the TreeFence ability")
+	}
+	if _, ok := h.tel.TraceFence(h.fence).(gateway.TreeFence); ok {
+		t.Error("TraceFence made a LocalFence a TreeFence")
+	}
+}
