@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -146,13 +147,22 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 		// collection's drain waits for its members' markers, this one's
 		// among them.
 		p.Release()
+		var below []scopeAction
 		for _, a := range acts {
-			var st drainState
-			if a.tree {
-				st, err = f.treeDrain(ctx, w, a.key, a.token, false, time.Until(deadline))
-			} else {
-				st, err = f.belowDrain(ctx, w, a.key, a.token, a.raise, time.Until(deadline))
+			if !a.tree {
+				below = append(below, a)
+				continue
 			}
+			st, err := f.treeDrain(ctx, w, a.key, a.token, false, time.Until(deadline))
+			if err != nil {
+				return nil, err
+			}
+			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
+				return nil, err
+			}
+		}
+		if len(below) > 0 {
+			st, err := f.belowDrain(ctx, w, below, time.Until(deadline))
 			if err != nil {
 				return nil, err
 			}
@@ -427,32 +437,46 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 	return f.runScope(ctx, conn, w, coll, b, st, drain)
 }
 
-// belowDrain raises coll's below level to token first (if raise,
-// committed with a WAL flush), then waits for coll's own writes in flight
-// and records the level ready.
-func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, coll string, token int64, raise bool, drain time.Duration) (drainState, error) {
-	return f.onDrainConn(ctx, w, coll, drain, func(ctx context.Context, conn *pgxpool.Conn) (drainState, error) {
-		return f.runScope(ctx, conn, w, coll, queueBelowDrain(coll, token, raise, drain), drainState{Highest: token}, drain)
+// belowDrain raises the below levels of the collections of acts (those
+// with raise) to their tokens, in one transaction committed with a WAL
+// flush, then waits for each collection's own writes in flight (locks in
+// key order) and records the levels ready.
+func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []scopeAction, drain time.Duration) (drainState, error) {
+	return f.onDrainConn(ctx, w, acts[0].key, drain, func(ctx context.Context, conn *pgxpool.Conn) (drainState, error) {
+		return f.runScope(ctx, conn, w, acts[0].key, queueBelowDrain(acts, drain), drainState{Highest: w.Token}, drain)
 	})
 }
 
-func queueBelowDrain(coll string, token int64, raise bool, drain time.Duration) *pgx.Batch {
+func queueBelowDrain(acts []scopeAction, drain time.Duration) *pgx.Batch {
 	b := &pgx.Batch{}
-	if raise {
-		b.Queue("BEGIN")
-		b.Queue(durableSQL)
-		b.Queue(belowRaiseSQL, coll, token)
+	for i, a := range acts {
+		if !a.raise {
+			continue
+		}
+		if i == 0 || !slices.ContainsFunc(acts[:i], func(a scopeAction) bool { return a.raise }) {
+			b.Queue("BEGIN")
+			b.Queue(durableSQL)
+		}
+		b.Queue(belowRaiseSQL, a.key, a.token)
+	}
+	if slices.ContainsFunc(acts, func(a scopeAction) bool { return a.raise }) {
 		b.Queue("COMMIT")
 	}
 	b.Queue("BEGIN")
-	b.Queue(scopeNotifySQL, []int64{lockKey(coll)}, token)
+	for _, a := range acts {
+		b.Queue(scopeNotifySQL, []int64{lockKey(a.key)}, a.token)
+	}
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
-	b.Queue(scopeLockSQL, lockKey(coll))
+	for _, a := range acts {
+		b.Queue(scopeLockSQL, lockKey(a.key))
+	}
 	b.Queue(sessionNoticeSQL)
 	b.Queue(scopeBoundSQL)
-	b.Queue(belowReadySQL, coll, token)
+	for _, a := range acts {
+		b.Queue(belowReadySQL, a.key, a.token)
+	}
 	b.Queue("COMMIT")
 	return b
 }

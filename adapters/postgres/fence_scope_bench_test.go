@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,26 +14,47 @@ import (
 // BenchmarkSharedHierarchical: a repeated token's admission on one replica,
 // 16 writers over 100 keys /h/d/N, on the key alone (a route that is not
 // hierarchical) and as a hierarchical route admits it (ScopeTree on the
-// key, ScopeMember on /, /h and /h/d).
+// key, ScopeMember on /, /h and /h/d); and, "new", each write a new key
+// with a token above every earlier one (an advance; hierarchical: also a
+// raise of the three collections' below levels).
 func BenchmarkSharedHierarchical(b *testing.B) {
 	fs, _ := replicas(b, 1, SharedFenceOptions{ForwardTimeout: 30 * time.Second})
 	f := fs[0]
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
-		admit func(key string) (gateway.Permit, error)
+		admit func(key string, tok int64) (gateway.Permit, error)
 	}{
-		{"key", func(key string) (gateway.Permit, error) {
-			return f.Admit(ctx, gateway.Write{Resource: key, Token: 1})
+		{"key", func(key string, tok int64) (gateway.Permit, error) {
+			return f.Admit(ctx, gateway.Write{Resource: key, Token: tok})
 		}},
-		{"tree", func(key string) (gateway.Permit, error) {
-			return f.AdmitTree(ctx, gateway.Write{Resource: key, Token: 1, Scope: gateway.ScopeTree}, resource.Parents(key))
+		{"tree", func(key string, tok int64) (gateway.Permit, error) {
+			return f.AdmitTree(ctx, gateway.Write{Resource: key, Token: tok, Scope: gateway.ScopeTree}, resource.Parents(key))
 		}},
 	} {
+		b.Run(tc.name+"/new", func(b *testing.B) {
+			var n atomic.Int64
+			n.Store(1000)
+			b.SetParallelism(8)
+			rt := f.WaitedRoundTrips()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					p, err := tc.admit(fmt.Sprint("/", tc.name, "new/d/", i), i)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					p.Release()
+				}
+			})
+			b.ReportMetric(float64(f.WaitedRoundTrips()-rt)/float64(b.N), "waited_roundtrips/op")
+		})
 		b.Run(tc.name, func(b *testing.B) {
 			prefix := "/" + tc.name + "/d/"
 			for i := range 100 { // every key exists at token 1
-				p, err := tc.admit(fmt.Sprint(prefix, i))
+				p, err := tc.admit(fmt.Sprint(prefix, i), 1)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -45,7 +67,7 @@ func BenchmarkSharedHierarchical(b *testing.B) {
 				i := 0
 				for pb.Next() {
 					i++
-					p, err := tc.admit(fmt.Sprint(prefix, i%100))
+					p, err := tc.admit(fmt.Sprint(prefix, i%100), 1)
 					if err != nil {
 						b.Error(err)
 						return

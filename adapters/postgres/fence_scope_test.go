@@ -34,7 +34,7 @@ func refusalCode(err error) string {
 // collection write, at any depth; siblings of other owners and the
 // collection's own token stay free.
 func TestSharedHierarchicalFence(t *testing.T) {
-	fs, st := replicas(t, 2, SharedFenceOptions{DrainTimeout: 2 * time.Second, ForwardTimeout: 2 * time.Second})
+	fs, st := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
 	r1, r2 := fs[0], fs[1]
 	p, err := admitTree(r1, "/dav/coll/m", 9)
 	if err != nil {
@@ -114,13 +114,15 @@ func TestSharedHierarchicalFence(t *testing.T) {
 // newer collection write waits for an older member write in flight on the
 // other replica, and a newer member write for an older collection write.
 func TestSharedHierarchicalDrain(t *testing.T) {
-	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 300 * time.Millisecond, ForwardTimeout: 2 * time.Second})
+	// Generous: the machine may be loaded; the refusal below has its own.
+	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
 	r1, r2 := fs[0], fs[1]
 	member, err := admitTree(r1, "/c/m", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admitTree(r2, "/c", 6); refusalCode(err) != fencegate.CodeFenceDraining {
+	short := gateway.Write{Resource: "/c", Token: 6, Scope: gateway.ScopeTree, DrainTimeout: 300 * time.Millisecond}
+	if _, err := r2.AdmitTree(context.Background(), short, resource.Parents("/c")); refusalCode(err) != fencegate.CodeFenceDraining {
 		t.Fatalf("collection 6 while member 5 in flight on the other replica: %v; want fence_draining", err)
 	}
 	member.Release()
@@ -181,7 +183,7 @@ func awaitAdmitted(t *testing.T, admit func() (gateway.Permit, error), held gate
 // its key and ScopeMember on the bucket's, a bucket write ScopeTree on the
 // bucket's) across replicas; a ScopeMember admission alone is refused.
 func TestSharedBucketScopes(t *testing.T) {
-	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: time.Second, ForwardTimeout: 2 * time.Second})
+	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
 	ctx := context.Background()
 	object := func(f *SharedFence, key string, tok int64) error {
 		p, err := f.AdmitTree(ctx, gateway.Write{Resource: "b/" + key, Token: tok}, []string{"b"})
@@ -224,7 +226,7 @@ func TestSharedBucketScopes(t *testing.T) {
 // newer write of its own key or of a key above it, or, for a collection
 // write, of a key below it (I1).
 func TestSharedHierarchicalRandom(t *testing.T) {
-	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 2 * time.Second, ForwardTimeout: 5 * time.Second})
+	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
 	keys := []string{"/t", "/t/a", "/t/b", "/t/a/x", "/t/a/y"}
 	related := func(a, b string) bool {
 		return a == b || strings.HasPrefix(b, a+"/") || strings.HasPrefix(a, b+"/")
@@ -297,7 +299,7 @@ func TestSharedHierarchicalRandom(t *testing.T) {
 // level it raised on the collections above, so the collections' owners
 // are not refused by a token that no longer counts.
 func TestSharedResetLowersBelow(t *testing.T) {
-	fs, st := replicas(t, 1, SharedFenceOptions{DrainTimeout: time.Second, ForwardTimeout: 2 * time.Second})
+	fs, st := replicas(t, 1, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
 	for key, tok := range map[string]int64{"/r/c/m": 100, "/r/c/n": 7} {
 		p, err := admitTree(fs[0], key, tok)
 		if err != nil {
