@@ -78,9 +78,12 @@ RETURNING highest, ready, owner, etag, updated_at`
 	// passed its forward timeout (drainBoundSQL, for any row).
 	scopeBoundSQL = `SELECT coalesce(extract(epoch FROM max(dead_at + forward_timeout) - clock_timestamp()), 0)::float8
   FROM fence_session WHERE dead_at IS NOT NULL`
-	// belowKnownSQL records a collection's members' highest token, read
-	// by a tree drain, in its below level.
-	belowKnownSQL = `INSERT INTO fence_below AS b (resource, below, known) VALUES ($1, $2, true)
+	// belowKnownSQL records the highest token of a collection's members
+	// ($2, $3 as in highestBelowSQL) in its below level, known: every
+	// member write whose row this scan misses reads the collection's rows
+	// after its own advance and raises the level itself.
+	belowKnownSQL = `INSERT INTO fence_below AS b (resource, below, known)
+SELECT $1, coalesce(max(highest), 0), true FROM fence WHERE resource COLLATE "C" >= $2 AND resource COLLATE "C" < $3
 ON CONFLICT (resource) DO UPDATE SET below = greatest(b.below, EXCLUDED.below), known = true
  WHERE NOT b.known OR b.below < EXCLUDED.below`
 	// belowRaiseSQL raises a collection's below level to a member's token;
@@ -204,6 +207,11 @@ func decideScope(w gateway.Write, above []string, rows map[string]scopeRow) ([]s
 	for _, a := range above {
 		r := rows[a]
 		switch {
+		case r.highest == 0:
+			// No fence row: the collection has no write of its own to
+			// refuse this one or to wait for, and its first one reads
+			// the members' rows (treeAdvanceSQL, treeDrain), this one's
+			// among them (committed before its marker).
 		case w.Token < r.highest:
 			ref := fencegate.StaleError(a, w.Token, r.highest)
 			ref.Message += " (a collection above the key written)"
@@ -373,12 +381,19 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 	}
 	b.Queue(belowSQL, coll)
 	b.Queue(membersSQL, prefix, end)
+	// The level's scan, known from here on (asynchronous: lost in a crash,
+	// the row says not known again).
+	b.Queue("BEGIN")
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(belowKnownSQL, coll, prefix, end)
+	b.Queue("COMMIT")
 	f.roundTrips.Add(1)
 	f.waited.Add(1)
 	br := conn.SendBatch(ctx, b)
 	raised := true
+	var adv fencegate.FenceState
 	if advance {
-		if _, raised, err = readAdvance(br); err != nil {
+		if adv, raised, err = readAdvance(br); err != nil {
 			br.Close()
 			return st, fencegate.Unavailable(coll, fmt.Errorf("advance fence to %d: %w", token, err))
 		}
@@ -405,6 +420,11 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 			err = rs.Err()
 		}
 	}
+	for range 4 {
+		if err == nil {
+			_, err = br.Exec()
+		}
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -415,6 +435,10 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 		ref := fencegate.StaleError(coll, token, newer)
 		ref.Message += " (for a key below it)"
 		return st, ref
+	}
+	if advance && raised && adv.Ready && len(members) == 0 {
+		// A new key with nothing below it: no write to wait for.
+		return st, nil
 	}
 
 	b = &pgx.Batch{}
@@ -432,7 +456,6 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 	b.Queue(sessionNoticeSQL)
 	b.Queue(scopeBoundSQL)
 	b.Queue(drainReadySQL, coll, token)
-	b.Queue(belowKnownSQL, coll, highest)
 	b.Queue("COMMIT")
 	return f.runScope(ctx, conn, w, coll, b, st, drain)
 }
