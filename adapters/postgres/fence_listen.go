@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -96,10 +97,12 @@ func (f *SharedFence) listenOnce() error {
 			}
 			continue
 		}
-		key, err := strconv.ParseInt(n.Payload, 10, 64)
-		if err != nil {
+		k, t, ok := strings.Cut(n.Payload, " ")
+		key, err1 := strconv.ParseInt(k, 10, 64)
+		token, err2 := strconv.ParseInt(t, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
 			continue
 		}
-		f.lane(key).drained(key)
+		f.lane(key).drained(key, token)
 	}
 }

@@ -210,18 +210,22 @@ func (l *lane) superseded(key, highest int64) {
 	}
 }
 
-// drained lets this replica's marker of key go because a drain (of any
-// replica) waits for it: an idle one at once, a busy one when its last
-// write ends. Writers still join a busy one: their reads decide them (a
-// drain's fence is not ready, so they are refused or wait).
-func (l *lane) drained(key int64) {
+// drained lets this replica's marker of key go because a drain of token
+// (by any replica) waits for it: an idle one at once, a busy one when its
+// last write ends. Writers still join a busy one: their reads decide them
+// (a drained fence is not ready, so they are refused or wait). A marker of
+// token or newer stays: it was read ready at a fence at or above token, so
+// that drain has nothing left to wait for (it locks only a fence not
+// ready); the notification of the drain's own replica arrives after the
+// drain, when the marker taken again for its write may already be idle.
+func (l *lane) drained(key, token int64) {
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s := l.sess; s != nil {
-		if e := s.entries[key]; e != nil {
+		if e := s.entries[key]; e != nil && e.token < token {
 			e.notified = true
 			if e.count == 0 {
 				s.drop(e)
@@ -476,7 +480,7 @@ func CheckSessionPooling(ctx context.Context, url string) error {
 // the session is lost or the fence closed.
 func (s *session) work() {
 	l, f := s.l, s.l.f
-	tick := time.NewTicker(markerIdle / 4)
+	tick := time.NewTicker(min(f.markerIdle, time.Second) / 4)
 	defer tick.Stop()
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -491,7 +495,7 @@ func (s *session) work() {
 		}
 		l.mu.Lock()
 		if swept {
-			s.dropIdle(time.Now().Add(-markerIdle))
+			s.dropIdle(time.Now().Add(-f.markerIdle))
 		}
 		closing := false
 		select {

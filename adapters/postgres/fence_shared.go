@@ -72,6 +72,7 @@ type SharedFence struct {
 	verify         func(ctx context.Context, resource string, token int64) error
 	log            *slog.Logger
 	replica        string
+	markerIdle     time.Duration
 	lanes          []*lane
 
 	roundTrips atomic.Int64
@@ -117,6 +118,8 @@ type SharedFenceOptions struct {
 	// *fencegate.Error (unknown_fencing_token) to refuse the token; any
 	// other error refuses the write with fence_unavailable.
 	Verify func(ctx context.Context, resource string, token int64) error
+	// markerIdle overrides markerIdle (tests).
+	markerIdle time.Duration
 	// Logger receives warnings (a marker session lost with writes in
 	// flight, a pooler in the wrong mode). Nil: slog.Default().
 	Logger *slog.Logger
@@ -155,8 +158,8 @@ const (
 	// maxIdle caps the idle markers of one session: each is an entry in
 	// the database's shared lock table, which is finite.
 	maxIdle = 256
-	// drainChannel is the channel a drain notifies, payload K(R) in
-	// decimal, before it requests its exclusive lock.
+	// drainChannel is the channel a drain of token T notifies, payload
+	// "K(R) T" in decimal, before it requests its exclusive lock.
 	drainChannel = "fencegate_drain"
 )
 
@@ -185,6 +188,9 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.markerIdle <= 0 {
+		opts.markerIdle = markerIdle
+	}
 	if opts.Replica == "" {
 		h, _ := os.Hostname()
 		opts.Replica = h + "/" + strconv.Itoa(os.Getpid())
@@ -200,6 +206,7 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 		verify:         opts.Verify,
 		log:            opts.Logger,
 		replica:        opts.Replica,
+		markerIdle:     opts.markerIdle,
 		closing:        make(chan struct{}),
 	}
 	for range opts.MarkerConns {
@@ -280,11 +287,12 @@ const (
 	markerTrySQL    = `SELECT k, pg_try_advisory_lock_shared(k) FROM unnest($1::bigint[]) AS u(k)`
 	markerReadSQL   = `SELECT resource, highest, ready FROM fence WHERE resource = ANY($1::text[])`
 	markerUnlockSQL = `SELECT pg_advisory_unlock_shared(k) FROM unnest($1::bigint[]) AS u(k)`
-	// drainNotifySQL tells every replica's listener that a drain is about
-	// to wait for K(R): idle markers of it are let go at once. Committed in
-	// a transaction of its own before the drain's: a notification is
-	// delivered only when its transaction commits.
-	drainNotifySQL = `SELECT pg_notify('` + drainChannel + `', $1::bigint::text)`
+	// drainNotifySQL tells every replica's listener that a drain of token
+	// T is about to wait for K(R) ("K T"): idle markers of older tokens on
+	// it are let go at once. Committed in a transaction of its own before
+	// the drain's: a notification is delivered only when its transaction
+	// commits.
+	drainNotifySQL = `SELECT pg_notify('` + drainChannel + `', $1::bigint::text || ' ' || $2::bigint::text)`
 
 	// The drain, one transaction. The lock is taken only on a row not yet
 	// ready: (T, ready) is final for token T, and a new resource starts
@@ -490,7 +498,7 @@ func (f *SharedFence) drainOlder(ctx context.Context, w gateway.Write, key int64
 
 func queueDrain(b *pgx.Batch, resource string, token, key int64, drain time.Duration) {
 	b.Queue("BEGIN")
-	b.Queue(drainNotifySQL, key)
+	b.Queue(drainNotifySQL, key, token)
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
