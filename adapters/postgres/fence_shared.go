@@ -105,7 +105,8 @@ type SharedFenceOptions struct {
 	// with 503 fence_unavailable. Default 1s.
 	AcquireTimeout time.Duration
 	// MarkerConns is the number of marker sessions (long-lived dedicated
-	// connections, besides the pool) of this replica. Default 2. Negative:
+	// connections, besides the pool and the drain listener) of this
+	// replica. Default 1: its pipelines carry every write queued meanwhile. Negative:
 	// none, for a process that runs no gateway (a coordinator alone): it
 	// admits no write, and its death leaves no marker session for drains
 	// to wait out.
@@ -183,7 +184,7 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 		opts.AcquireTimeout = time.Second
 	}
 	if opts.MarkerConns == 0 {
-		opts.MarkerConns = 2
+		opts.MarkerConns = 1
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
