@@ -17,7 +17,7 @@
 #     with its own lease and a repeated token, 3 alternating rounds,
 #     medians) and at 50 ms (256 writers; connections per replica; 2,000
 #     in flight); the latency added at a constant rate (vegeta, p50/p99:
-#     direct, local, shared; FENCEGATE_BENCH_RATE req/s, default 1000).
+#     direct, local, shared; FENCEGATE_BENCH_RATE req/s, default 500).
 #
 # BENCH=Pair (or any -bench pattern) runs only that part.
 # Usage: bench/shared.sh [writes for 1 (default 30000)] [clients for 1 and 3 (default 16)]

@@ -39,7 +39,7 @@ const pairResources = 64
 //     connections of one replica (pg_stat_activity); then 2,000 writers in
 //     flight at once through the two replicas, non-2xx answers.
 //  3. The latency the gateway adds at a constant rate (vegeta,
-//     FENCEGATE_BENCH_RATE req/s, default 1000): p50 and p99 direct to the
+//     FENCEGATE_BENCH_RATE req/s, default 500): p50 and p99 direct to the
 //     upstream, through the local gateway, through the shared pair.
 //
 // FENCEGATE_BENCH_SECONDS (default 10) is the length of each run.
@@ -135,7 +135,7 @@ func BenchmarkSharedPair(b *testing.B) {
 	b.ReportMetric(float64(sbad+fbad), "shared_non2xx_50ms")
 
 	// 3. Latency at a constant rate.
-	rate := 1000
+	rate := 500
 	if n, err := strconv.Atoi(os.Getenv("FENCEGATE_BENCH_RATE")); err == nil && n > 0 {
 		rate = n
 	}
