@@ -188,20 +188,9 @@ func pairLeases(b *testing.B, dbURL string) []int64 {
 // pairWarm writes every resource once with its token through each gateway
 // (advances and drains are not what the rounds measure).
 func pairWarm(b *testing.B, bases []string, url func(string, int) string, tok func(int) string) {
-	client := &http.Client{}
 	for r := range pairResources {
 		for _, base := range bases {
-			req, _ := http.NewRequest("PUT", url(base, r), strings.NewReader("v"))
-			req.Header.Set("Fencing-Token", tok(r))
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				b.Fatalf("warm-up %s: %d", url(base, r), resp.StatusCode)
-			}
+			mustPut(b, url(base, r), tok(r))
 		}
 	}
 }

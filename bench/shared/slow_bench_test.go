@@ -147,21 +147,25 @@ func BenchmarkSharedSlowUpstream(b *testing.B) {
 
 // warm creates every resource at token 1 through each gateway.
 func warm(b *testing.B, local string, rs []*replica) {
-	client := &http.Client{}
 	for i := range resources {
 		for _, base := range []string{local, rs[i%2].srv.URL} {
-			req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/bench/%d", base, i), strings.NewReader("v"))
-			req.Header.Set("Fencing-Token", "1")
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				b.Fatalf("warm-up %s: %d", base, resp.StatusCode)
-			}
+			mustPut(b, fmt.Sprintf("%s/bench/%d", base, i), "1")
 		}
+	}
+}
+
+// mustPut writes url with token and fails b unless it is answered 200.
+func mustPut(b *testing.B, url, token string) {
+	req, _ := http.NewRequest("PUT", url, strings.NewReader("v"))
+	req.Header.Set("Fencing-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("warm-up %s: %d", url, resp.StatusCode)
 	}
 }
 
