@@ -70,7 +70,7 @@ RETURNING highest, ready, owner, etag, updated_at`
 	// "K T", the drain notification of the marker sessions; docs/design.md
 	// §4). Committed in a transaction of its own before the waits: a
 	// notification is delivered only when its transaction commits.
-	scopeNotifySQL = `SELECT pg_notify('fencegate_drain', k::text || ' ' || $2::bigint::text) FROM unnest($1::bigint[]) AS u(k)`
+	scopeNotifySQL = `SELECT pg_notify('` + drainChannel + `', k::text || ' ' || $2::bigint::text) FROM unnest($1::bigint[]) AS u(k)`
 	// scopeLockSQL waits for every write of one key in flight; held to
 	// the end of the drain's transaction.
 	scopeLockSQL = `SELECT pg_advisory_xact_lock($1)`
