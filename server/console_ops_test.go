@@ -204,8 +204,7 @@ admin:
 
 // TestConsoleOperations: what on-call reads first. Routes show the methods
 // they fence (the default spelt out), their upstream's 502 and 504 counts
-// and latency (also in /metrics); a fence raised by hand and not yet
-// written reads "awaiting first write", not draining; fence and refusal
+// and latency (also in /metrics); fence and refusal
 // rows show the current lease holder; refusals filter by code, route and
 // owner.
 func TestConsoleOperations(t *testing.T) {
