@@ -18,7 +18,7 @@ retried).
     boto3_worker.py BUCKET KEY VALUE
     env: FENCEGATE_COORDINATOR, FENCEGATE_URL (the gateway), FENCEGATE_OWNER,
          AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (the worker's key from the
-         route's s3.clients)
+         route's s3.clients), FENCEGATE_TTL (lease seconds, default 30)
     exit: 0 written, 3 refused as stale (stopped), 1 other failure
 """
 import os
@@ -36,7 +36,7 @@ COORDINATOR = os.environ.get("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081")
 GATEWAY = os.environ.get("FENCEGATE_URL", "http://127.0.0.1:8080")
 OWNER = os.environ.get("FENCEGATE_OWNER", "boto3-%s-%d" % (socket.gethostname(), os.getpid()))
 EXIT_STALE = 3
-TTL_SECONDS = 30
+TTL_SECONDS = float(os.environ.get("FENCEGATE_TTL", "30"))
 
 
 def coordinator(path, **body):
@@ -50,25 +50,27 @@ class Renewer(threading.Thread):
     """Renews the lease every TTL/3 until stopped. lost is set (and renewal
     ends) when the coordinator answers lease_lost, or when the TTL passed
     since the last renewal that succeeded: the lease must then be treated as
-    gone, whatever the worker is doing."""
+    gone, whatever the worker is doing. Times are taken before a request is
+    sent: the coordinator's expiry is at least that late, never earlier."""
 
-    def __init__(self, resource, token):
+    def __init__(self, resource, token, sent):
         super().__init__(daemon=True)
         self.resource, self.token = resource, token
         self.done = threading.Event()
         self.lost = None
-        self.expires = time.monotonic() + TTL_SECONDS
+        self.expires = sent + TTL_SECONDS
 
     def run(self):
         while not self.done.wait(TTL_SECONDS / 3):
+            sent = time.monotonic()
             try:
                 r = requests.post(COORDINATOR + "/v1/leases/renew", timeout=TTL_SECONDS / 3,
                                   json={"resource": self.resource, "owner": OWNER, "token": self.token,
-                                        "ttl": "%ds" % TTL_SECONDS})
+                                        "ttl": "%gs" % TTL_SECONDS})
             except requests.RequestException:
                 r = None
             if r is not None and r.status_code == 200:
-                self.expires = time.monotonic() + TTL_SECONDS
+                self.expires = sent + TTL_SECONDS
             elif r is not None and r.status_code == 409:
                 self.lost = "lease lost: " + r.text.strip()
                 return
@@ -89,9 +91,10 @@ def main(bucket, key, value):
     token = os.environ.get("FENCING_TOKEN")
     lease = renewer = None
     if not token:
-        lease = coordinator("/v1/leases/acquire", resource=resource, owner=OWNER, ttl="%ds" % TTL_SECONDS, wait="10s")
+        sent = time.monotonic()
+        lease = coordinator("/v1/leases/acquire", resource=resource, owner=OWNER, ttl="%gs" % TTL_SECONDS, wait="10s")
         token = str(lease["token"])
-        renewer = Renewer(resource, lease["token"])
+        renewer = Renewer(resource, lease["token"], sent)
         renewer.start()
     s3 = boto3.client("s3", endpoint_url=GATEWAY, region_name="us-east-1",
                       config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
