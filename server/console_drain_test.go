@@ -1,11 +1,9 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/internal/testenv"
-	"github.com/fencegate/fencegate/server"
 )
 
 const drainYAML = `
@@ -64,32 +61,11 @@ func TestConsoleAwaitingFirstWrite(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(up.Close)
-	y := fmt.Sprintf(drainYAML, pg.URL, auth.HashKey(consoleKey))
-	s, err := server.New(context.Background(), parse(t, y, up.URL, t.TempDir()), server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		s.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
+	s, _ := startEdge(t, fmt.Sprintf(drainYAML, pg.URL, auth.HashKey(consoleKey)), up.URL)
 	admin, gw, coord := "http://"+s.Addr("admin"), "http://"+s.Addr("gateway"), "http://"+s.Addr("coordinator")
 	c := &http.Client{}
 	jsonH := map[string]string{"Content-Type": "application/json"}
-	acquire := func(res, owner string) int64 {
-		t.Helper()
-		a := do(t, c, "POST", coord+"/v1/leases/acquire", strings.NewReader(`{"resource":"`+res+`","owner":"`+owner+`","ttl":"5m"}`), jsonH)
-		var lease struct{ Token int64 }
-		if json.Unmarshal([]byte(a.Body), &lease); a.Status != 200 || lease.Token < 1 {
-			t.Fatalf("acquire %s: %d %s", res, a.Status, a.Body)
-		}
-		return lease.Token
-	}
+	acquire := func(res, owner string) int64 { return acquireLease(t, coord, res, owner) }
 	put := func(res string, token int64, h map[string]string) answer {
 		hh := map[string]string{"Fencing-Token": fmt.Sprint(token)}
 		for k, v := range h {
@@ -165,4 +141,17 @@ func TestConsoleAwaitingFirstWrite(t *testing.T) {
 		t.Fatalf("worker-b's write: %d %s", r.Status, r.Body)
 	}
 	check("written", "/orders/7", "yes", "worker-b")
+}
+
+// acquireLease takes a 5-minute lease on res for owner from the
+// coordinator at coord and returns its token.
+func acquireLease(t *testing.T, coord, res, owner string) int64 {
+	t.Helper()
+	a := do(t, &http.Client{}, "POST", coord+"/v1/leases/acquire", strings.NewReader(`{"resource":"`+res+`","owner":"`+owner+`","ttl":"5m"}`),
+		map[string]string{"Content-Type": "application/json"})
+	var lease struct{ Token int64 }
+	if json.Unmarshal([]byte(a.Body), &lease); a.Status != 200 || lease.Token < 1 {
+		t.Fatalf("acquire %s: %d %s", res, a.Status, a.Body)
+	}
+	return lease.Token
 }
