@@ -19,7 +19,8 @@ retried).
     env: FENCEGATE_COORDINATOR, FENCEGATE_URL (the gateway), FENCEGATE_OWNER,
          AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (the worker's key from the
          route's s3.clients), FENCEGATE_TTL (lease seconds, default 30)
-    exit: 0 written, 3 refused as stale (stopped), 1 other failure
+    exit: 0 written, 3 refused as stale (stopped), 4 lease lost (stopped),
+          1 other failure
 """
 import os
 import socket
@@ -35,7 +36,7 @@ from botocore.exceptions import ClientError
 COORDINATOR = os.environ.get("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081")
 GATEWAY = os.environ.get("FENCEGATE_URL", "http://127.0.0.1:8080")
 OWNER = os.environ.get("FENCEGATE_OWNER", "boto3-%s-%d" % (socket.gethostname(), os.getpid()))
-EXIT_STALE = 3
+EXIT_STALE, EXIT_LOST = 3, 4
 TTL_SECONDS = float(os.environ.get("FENCEGATE_TTL", "30"))
 
 
@@ -79,11 +80,12 @@ class Renewer(threading.Thread):
                 return
 
     def check(self):
-        """Raises SystemExit if the lease is gone: call before each write."""
+        """Exits with EXIT_LOST if the lease is gone: call before each write."""
         if self.lost is None and time.monotonic() >= self.expires:
             self.lost = "lease expired: it could not be renewed in time"
         if self.lost is not None:
-            raise SystemExit("%s; stopping" % self.lost)
+            print("%s; stopping" % self.lost, file=sys.stderr)
+            raise SystemExit(EXIT_LOST)
 
 
 def main(bucket, key, value):
@@ -120,7 +122,7 @@ def main(bucket, key, value):
         if renewer is not None:
             renewer.done.set()
             renewer.join()
-        if lease is not None:
+        if lease is not None and renewer.lost is None:
             coordinator("/v1/leases/release", resource=resource, owner=OWNER, token=lease["token"])
 
 
