@@ -102,7 +102,7 @@ type Options struct {
 	// token. Empty: a random key (sessions then continue only through this
 	// process).
 	SessionKey []byte
-	// Transport carries upstream requests. Nil: httpup.NewTransport(nil).
+	// Transport carries upstream requests. Nil: NewTransport().
 	Transport http.RoundTripper
 	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
 	TokenHeader string
@@ -165,7 +165,7 @@ func New(opts Options) (*Upstream, error) {
 		u.log = slog.Default()
 	}
 	if u.transport == nil {
-		u.transport = httpup.NewTransport(nil)
+		u.transport = NewTransport()
 	}
 	if len(u.sessionKey) == 0 {
 		u.sessionKey = make([]byte, 32)
@@ -336,6 +336,9 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 		out.ContentLength = f.bodyLen
 		if f.bodyLen < 0 {
 			out.Header.Del("Content-Length")
+		} else {
+			// Sent with its length, not in the worker's chunks.
+			out.TransferEncoding = nil
 		}
 	}
 }

@@ -3,6 +3,7 @@ package gcs
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"golang.org/x/oauth2"
 )
@@ -71,7 +73,7 @@ func TestStampMultipart(t *testing.T) {
 	p.Write([]byte(media))
 	mw.Close()
 	in := body.Bytes()
-	out, delta, err := stampMultipart(bytes.NewReader(in), mw.Boundary(), "fencing-token", "42")
+	out, delta, _, err := stampMultipart(bytes.NewReader(in), mw.Boundary(), "fencing-token", "42")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,5 +138,31 @@ func TestSessionBinding(t *testing.T) {
 	}
 	if s, _ := parseSession(l.Query()); u.verify(s, "other-bucket") {
 		t.Error("bucket changed: still verifies")
+	}
+}
+
+// readAhead sends a small body of unknown length with its length and its
+// bytes unchanged; a longer one streams on whole, and a read error of the
+// worker's body reaches the forwarded request.
+func TestReadAhead(t *testing.T) {
+	for _, n := range []int{0, 1, 4 << 10, smallUpload, smallUpload + 1, 3 * smallUpload} {
+		in := bytes.Repeat([]byte("abcdefg"), n/7+1)[:n]
+		body, length := readAhead(bytes.NewReader(in), 100)
+		wantLen := int64(n)
+		if n > smallUpload {
+			wantLen = -1
+		}
+		if length != wantLen {
+			t.Errorf("%d bytes: length %d; want %d", n, length, wantLen)
+		}
+		got, err := io.ReadAll(body)
+		if err != nil || !bytes.Equal(got, in) {
+			t.Errorf("%d bytes: read %d bytes (err %v); want the body unchanged", n, len(got), err)
+		}
+	}
+	gone := errors.New("worker gone")
+	body, length := readAhead(io.MultiReader(strings.NewReader("part"), iotest.ErrReader(gone)), 4)
+	if got, err := io.ReadAll(body); length != -1 || string(got) != "part" || !errors.Is(err, gone) {
+		t.Fatalf("failing body: length %d, read %q, err %v; want -1, \"part\", %v", length, got, err, gone)
 	}
 }
