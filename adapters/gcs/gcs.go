@@ -64,6 +64,7 @@ type Upstream struct {
 	tokenHeader string
 	sessionKey  []byte
 	stampKey    string // "" unless stamping
+	scanKey     string // the stamp's key ScanStamps reads (stamping or not)
 	tracker     *precondition.Tracker
 	transport   http.RoundTripper
 	proxy       *httpup.Proxy
@@ -172,11 +173,12 @@ func New(opts Options) (*Upstream, error) {
 		rand.Read(u.sessionKey)
 	}
 	oneObject := strings.Contains(opts.Resource, "{bucket}") && strings.Contains(opts.Resource, "{object}")
+	u.scanKey = opts.StampKey
+	if u.scanKey == "" {
+		u.scanKey = DefaultStampKey
+	}
 	if opts.Stamp {
-		u.stampKey = opts.StampKey
-		if u.stampKey == "" {
-			u.stampKey = DefaultStampKey
-		}
+		u.stampKey = u.scanKey
 	}
 	if opts.PreconditionGeneration {
 		// A generation is an object's; a resource spanning several objects
