@@ -1,6 +1,7 @@
 package gcs
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/textproto"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -73,7 +75,7 @@ func TestStampMultipart(t *testing.T) {
 	p.Write([]byte(media))
 	mw.Close()
 	in := body.Bytes()
-	out, delta, _, err := stampMultipart(bytes.NewReader(in), mw.Boundary(), "fencing-token", "42")
+	out, delta, _, err := stampMultipart(bufio.NewReaderSize(bytes.NewReader(in), 64<<10), mw.Boundary(), "fencing-token", "42")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,5 +166,47 @@ func TestReadAhead(t *testing.T) {
 	body, length := readAhead(io.MultiReader(strings.NewReader("part"), iotest.ErrReader(gone)), 4)
 	if got, err := io.ReadAll(body); length != -1 || string(got) != "part" || !errors.Is(err, gone) {
 		t.Fatalf("failing body: length %d, read %q, err %v; want -1, \"part\", %v", length, got, err, gone)
+	}
+}
+
+// stampJSON gives the same document, read back, on its plain path (no
+// metadata member) as on the decoding one, and the plain path declines
+// what it cannot splice safely.
+func TestStampJSON(t *testing.T) {
+	for _, doc := range []string{
+		`{}`, ` { } `, `{"name":"a/b","contentType":"text/plain"}`,
+		`{"name":"x","metadata":{"fencing-token":"999","keep":"1"}}`,
+		`{"name":"x","metadata":null}`,
+		`{"name":"x","\u006detadata":{"fencing-token":"999"}}`,
+		`{"name":"metadata"}`, ``,
+	} {
+		out, err := stampJSON([]byte(doc), "", "fencing-token", "42")
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s: stamped %s: %v", doc, out, err)
+		}
+		var want map[string]any
+		if strings.TrimSpace(doc) != "" {
+			json.Unmarshal([]byte(doc), &want)
+		} else {
+			want = map[string]any{}
+		}
+		meta, _ := want["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta["fencing-token"] = "42"
+		want["metadata"] = meta
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: stamped %s; want %v", doc, out, want)
+		}
+	}
+	for _, doc := range []string{`[]`, `{"a":1`, `{"a":"\u0000"}`, `{"metadata":{}}`, `{"a":{"metadata":1}}`} {
+		if out, ok := stampPlain([]byte(doc), "fencing-token", "42"); ok {
+			t.Errorf("stampPlain(%s) = %s; want declined", doc, out)
+		}
 	}
 }
