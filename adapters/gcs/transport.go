@@ -18,7 +18,8 @@ import (
 // object: a dial (and against https, a TLS handshake) on the gateway's
 // side and an accept on the store's, which made a 4 KiB upload through the
 // gateway take twice as long as one straight to fake-gcs-server.
-// `fencegate doctor` checks the store's behaviour (the unread-body probe).
+// `fencegate doctor` checks the store's behaviour (the unread-body probe)
+// and fails the route of a store that takes an unread body for a request.
 func NewTransport() *h1.Transport {
 	std := httpup.NewTransport(nil)
 	std.ReadBufferSize, std.WriteBufferSize = h1.ConnBufferSize, h1.ConnBufferSize
