@@ -26,7 +26,10 @@ import (
 // Each b.N iteration is one round in which every target writes the same
 // number of objects (the order rotates per round), so that load from other
 // work on the machine falls on all targets alike; the figures are medians
-// over the rounds. GCSBENCH_BEFORE=PATH adds the target "before": the same
+// over the rounds. Beside wall time, "-gw-cpu-µs/object" is the gateway
+// process's CPU per object (summed over the rounds, /proc/PID/task/*/
+// schedstat), which load from other work on the machine leaves alone.
+// GCSBENCH_BEFORE=PATH adds the target "before": the same
 // route served by another fencegate binary (say one built from main), for
 // before/after figures in one run:
 //
@@ -44,14 +47,17 @@ func BenchmarkGCSUpload(b *testing.B) {
 	type target struct {
 		name string
 		c    *storage.Client
+		pid  int // the gateway's; 0 for direct
 	}
 	token := func() int64 { return 1 }
+	gw := startFencegate(b, yaml)
 	targets := []target{
-		{"direct", direct},
-		{"gateway", gcsWorker(b, startFencegate(b, yaml).URL("gateway"), token)},
+		{"direct", direct, 0},
+		{"gateway", gcsWorker(b, gw.URL("gateway"), token), gw.cmd.Process.Pid},
 	}
 	if bin := os.Getenv("GCSBENCH_BEFORE"); bin != "" {
-		targets = append(targets, target{"before", gcsWorker(b, startFencegateBin(b, bin, yaml).URL("gateway"), token)})
+		p := startFencegateBin(b, bin, yaml)
+		targets = append(targets, target{"before", gcsWorker(b, p.URL("gateway"), token), p.cmd.Process.Pid})
 	}
 	for _, c := range []struct {
 		size, perRound int
@@ -59,11 +65,15 @@ func BenchmarkGCSUpload(b *testing.B) {
 		data := bytes.Repeat([]byte("x"), c.size)
 		b.Run(fmt.Sprintf("%dKiB", c.size>>10), func(b *testing.B) {
 			per := make([][]float64, len(targets)) // µs per object, per round
+			cpu := make([]time.Duration, len(targets))
 			for round := 0; b.Loop(); round++ {
 				for k := range targets {
 					i := (k + round) % len(targets)
 					obj := fmt.Sprintf("bench-%s-%d", targets[i].name, round%4)
-					start := time.Now()
+					start, cpu0 := time.Now(), time.Duration(0)
+					if targets[i].pid != 0 {
+						cpu0 = testenv.ProcCPU(b, targets[i].pid)
+					}
 					for range c.perRound {
 						w := targets[i].c.Bucket(gcsBucket).Object(obj).NewWriter(context.Background())
 						w.ChunkSize = 0
@@ -75,6 +85,9 @@ func BenchmarkGCSUpload(b *testing.B) {
 						}
 					}
 					per[i] = append(per[i], float64(time.Since(start).Microseconds())/float64(c.perRound))
+					if targets[i].pid != 0 {
+						cpu[i] += testenv.ProcCPU(b, targets[i].pid) - cpu0
+					}
 				}
 			}
 			for i, t := range targets {
@@ -85,6 +98,7 @@ func BenchmarkGCSUpload(b *testing.B) {
 						ratios[r] = 100 * per[0][r] / per[i][r]
 					}
 					b.ReportMetric(median(ratios), t.name+"-%")
+					b.ReportMetric(float64(cpu[i].Microseconds())/float64(len(per[i])*c.perRound), t.name+"-gw-cpu-µs/object")
 				}
 			}
 			b.ReportMetric(0, "ns/op")
