@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -48,14 +46,7 @@ func TestGCSStampRebuildAfterStoreLoss(t *testing.T) {
 	}
 	before := map[string]int64{"report": attrs("report").Generation, "dir/7": attrs("dir/7").Generation}
 	p := e.Proc
-	p.Stop()
-
-	if err := os.Remove(filepath.Join(p.Dir, "fencegate.db")); err != nil {
-		t.Fatal(err)
-	}
-	if out := serveRefused(t, p); !strings.Contains(out, "fence rebuild") {
-		t.Fatalf("serve on the lost store:\n%s", out)
-	}
+	loseStore(t, p)
 	out, err := fencegateCmd(t, p, "fence", "rebuild", "-c", p.CfgPath, "--bucket", gcsBucket)
 	if err != nil {
 		t.Fatalf("rebuild: %v\n%s", err, out)
@@ -99,10 +90,7 @@ func TestGCSRebuildCeiling(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e.Proc
-	p.Stop()
-	if err := os.Remove(filepath.Join(p.Dir, "fencegate.db")); err != nil {
-		t.Fatal(err)
-	}
+	loseStore(t, p)
 	out, err := fencegateCmd(t, p, "fence", "rebuild", "-c", p.CfgPath, "--bucket", gcsBucket)
 	if err == nil || !strings.Contains(out, "object "+gcsBucket+"/forged") || !strings.Contains(out, "--max-advance -1") {
 		t.Fatalf("rebuild over a forged stamp: err %v\n%s", err, out)
