@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/gcs"
 	"github.com/fencegate/fencegate/adapters/h1"
 	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/s3"
@@ -204,6 +205,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	// https ones (HTTP/2) and upgrades: net/http's.
 	transport := h1.NewTransport(httpup.NewTransport(nil))
 	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
+	gcsTransport := gcs.NewTransport()  // GCS routes: writes keep their connections
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {
 		var up gateway.Upstream
@@ -228,7 +230,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			}
 			up = h
 		case rc.GCS != nil:
-			g, err := newGCSUpstream(cfg, rc, log, telemetry.Transport(transport), store)
+			g, err := newGCSUpstream(cfg, rc, log, telemetry.Transport(gcsTransport), store)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
