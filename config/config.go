@@ -157,6 +157,14 @@ type Upstream struct {
 	// upstream URL's host, for upstreams that compare URLs a request
 	// carries (WebDAV Destination, If:) with its Host. Default false.
 	PreserveHost bool `yaml:"preserve_host"`
+	// KeepAliveWrites keeps the connection to a plain-http upstream after a
+	// request with a body, which otherwise goes with Connection: close
+	// (about half the gateway's CPU per write). Set it only for an upstream
+	// that reads or discards the body of every request it answers, as
+	// `fencegate doctor` checks: one that answers a write unread would take
+	// the body for its next request, and hand that answer to another
+	// worker. Default false.
+	KeepAliveWrites bool `yaml:"keep_alive_writes"`
 }
 
 // S3 is an S3 upstream; see adapters/s3.

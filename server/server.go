@@ -204,6 +204,8 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	// Plain-http upstreams: h1's client on the handler's goroutine;
 	// https ones (HTTP/2) and upgrades: net/http's.
 	transport := h1.NewTransport(httpup.NewTransport(nil))
+	keepTransport := h1.NewTransport(httpup.NewTransport(nil)) // upstream.keep_alive_writes
+	keepTransport.KeepBodies = true
 	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
 	gcsTransport := gcs.NewTransport()  // GCS routes: writes keep their connections
 	var routes []*gateway.Route
@@ -211,7 +213,11 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 		var up gateway.Upstream
 		switch {
 		case rc.Upstream != nil:
-			tr, err := upstreamTransport(rc.Upstream, transport)
+			shared := transport
+			if rc.Upstream.KeepAliveWrites {
+				shared = keepTransport
+			}
+			tr, err := upstreamTransport(rc.Upstream, shared)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
