@@ -12,8 +12,9 @@ const module = "github.com/fencegate/fencegate"
 
 // wiring are the packages that may know the configuration's shape: config
 // itself, the mapping from it to library options (server) and the binaries
-// (fencegate, and the benchmark drivers that run its serve code).
-var wiring = []string{module + "/config", module + "/server", module + "/cmd/", module + "/bench/cmd/"}
+// (fencegate, and the benchmark drivers that run its serve code), and the
+// generator of the configuration's JSON schema (api/internal: go generate).
+var wiring = []string{module + "/config", module + "/server", module + "/cmd/", module + "/bench/cmd/", module + "/api/internal/"}
 
 func isWiring(path string) bool {
 	for _, w := range wiring {
