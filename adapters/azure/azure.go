@@ -414,7 +414,19 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if f.etag == nil {
 		return resp, nil
 	}
-	return f.etag.Response(req.Context(), resp)
+	status := resp.StatusCode
+	if status == http.StatusConflict && f.etag.IfNoneMatch && resp.Header.Get("X-Ms-Error-Code") == "BlobAlreadyExists" {
+		// The store answers If-None-Match: * on a blob that exists with
+		// 409 BlobAlreadyExists, not 412: the gateway's condition failed
+		// (the worker asked for none).
+		status = http.StatusPreconditionFailed
+	}
+	if err := f.etag.Answered(req.Context(), status, resp.Header.Get("ETag")); err != nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, fencegate.MaxRefusalBody))
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
 }
 
 // begin loads the ETag the gateway last wrote and makes the write
