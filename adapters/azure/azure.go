@@ -486,6 +486,9 @@ func (u *Upstream) blobURL(container, blob string) *url.URL {
 
 // do sends a request of the gateway's own to the store, signed.
 func (u *Upstream) do(ctx context.Context, method string, target *url.URL, h http.Header) (*http.Response, error) {
+	// Not a forward: the transport does no bookkeeping of it, even when
+	// ctx is a forward's.
+	ctx = context.WithValue(ctx, forwardKey{}, (*forward)(nil))
 	req, err := http.NewRequestWithContext(ctx, method, target.String(), nil)
 	if err != nil {
 		return nil, err

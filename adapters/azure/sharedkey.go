@@ -60,10 +60,16 @@ func stringToSign(account, method, escapedPath, rawQuery string, h http.Header, 
 // canonicalHeaders is the x-ms-* headers, lower case, sorted, each
 // "name:value\n".
 func canonicalHeaders(h http.Header) string {
+	// The map's own keys: a request built in code may hold names that
+	// are not in canonical form, which h.Values would not find.
+	values := map[string][]string{}
 	var names []string
-	for k := range h {
+	for k, vs := range h {
 		if lk := strings.ToLower(k); strings.HasPrefix(lk, "x-ms-") {
-			names = append(names, lk)
+			if _, ok := values[lk]; !ok {
+				names = append(names, lk)
+			}
+			values[lk] = append(values[lk], vs...)
 		}
 	}
 	sort.Strings(names)
@@ -71,7 +77,7 @@ func canonicalHeaders(h http.Header) string {
 	for _, n := range names {
 		b.WriteString(n)
 		b.WriteByte(':')
-		b.WriteString(strings.Join(h.Values(n), ","))
+		b.WriteString(strings.Join(values[n], ","))
 		b.WriteByte('\n')
 	}
 	return b.String()
