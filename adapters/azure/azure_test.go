@@ -82,7 +82,6 @@ func TestVerifyAzblobSignature(t *testing.T) {
 	}
 }
 
-
 // One blob, one spelling: %2F and / name the same blob; segments the
 // service could resolve or drop are refused.
 func TestParsePath(t *testing.T) {
