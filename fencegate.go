@@ -200,14 +200,14 @@ func StoreRegressed(resource, cause string) *Error {
 	}
 }
 
-// Unverified turns the error of a token verifier into the refusal: a *Error
-// (unknown_fencing_token) as it is, anything else fence_unavailable.
+// Unverified turns the error of a token verifier into the refusal: a
+// refusal (Refusal: unknown_fencing_token, token_source_unavailable) as it
+// is, anything else fence_unavailable.
 func Unverified(resource string, token int64, err error) error {
 	if err == nil {
 		return nil
 	}
-	var fe *Error
-	if errors.As(err, &fe) {
+	if fe, ok := Refusal(err); ok {
 		return fe
 	}
 	return Unavailable(resource, fmt.Errorf("verify token %d: %w", token, err))
@@ -268,6 +268,32 @@ type SessionLostError struct {
 func (e *SessionLostError) Error() string { return "marker session lost: " + e.Err.Error() }
 func (e *SessionLostError) Unwrap() error { return e.Err }
 
+// UnknownTokenError: a token verifier (the coordinator's records, etcd,
+// ZooKeeper) found no acquisition that issued Token for Resource. Why says
+// what was looked for, for the client's message.
+type UnknownTokenError struct {
+	Resource string
+	Token    int64
+	Why      string
+}
+
+func (e *UnknownTokenError) Error() string { return e.Why }
+
+// TokenSourceUnavailableError: the lock service a route's tokens come from
+// (Source, e.g. "etcd") could not be asked whether Token was issued; the
+// write is refused until it answers.
+type TokenSourceUnavailableError struct {
+	Source   string
+	Resource string
+	Token    int64
+	Err      error
+}
+
+func (e *TokenSourceUnavailableError) Error() string {
+	return fmt.Sprintf("%s cannot be reached to verify token %d for %s; the write was not forwarded", e.Source, e.Token, e.Resource)
+}
+func (e *TokenSourceUnavailableError) Unwrap() error { return e.Err }
+
 // Refusal returns the refusal err stands for: err's own *Error, or the
 // answer to one of the domain errors above; false for any other error.
 func Refusal(err error) (*Error, bool) {
@@ -276,6 +302,8 @@ func Refusal(err error) (*Error, bool) {
 		rb *ResetBelowIssuedError
 		ft *ForwardTimeoutError
 		sl *SessionLostError
+		ut *UnknownTokenError
+		su *TokenSourceUnavailableError
 	)
 	switch {
 	case errors.As(err, &e):
@@ -296,6 +324,12 @@ func Refusal(err error) (*Error, bool) {
 			RetryAfter: time.Second,
 			Err:        sl,
 		}, true
+	case errors.As(err, &ut):
+		return &Error{Status: http.StatusConflict, Code: CodeUnknownToken, Message: ut.Why,
+			Resource: ut.Resource, Token: ut.Token}, true
+	case errors.As(err, &su):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeTokenSourceUnavailable, Message: su.Error(),
+			Resource: su.Resource, Token: su.Token, RetryAfter: time.Second, Err: su.Err}, true
 	}
 	return nil, false
 }

@@ -146,6 +146,16 @@ func TestRefusalOfDomainErrors(t *testing.T) {
 			Resource:   "/d",
 			RetryAfter: time.Second,
 		}},
+		{&UnknownTokenError{Resource: "/u", Token: 9, Why: "token 9 is not the create revision of an etcd lock key of /u"}, &Error{
+			Status: http.StatusConflict, Code: CodeUnknownToken,
+			Message:  "token 9 is not the create revision of an etcd lock key of /u",
+			Resource: "/u", Token: 9,
+		}},
+		{&TokenSourceUnavailableError{Source: "etcd", Resource: "/u", Token: 9, Err: lost}, &Error{
+			Status: http.StatusServiceUnavailable, Code: CodeTokenSourceUnavailable,
+			Message:  "etcd cannot be reached to verify token 9 for /u; the write was not forwarded",
+			Resource: "/u", Token: 9, RetryAfter: time.Second,
+		}},
 	} {
 		for _, err := range []error{tc.err, fmt.Errorf("wrapped: %w", tc.err)} {
 			got, ok := Refusal(err)
@@ -166,6 +176,12 @@ func TestRefusalOfDomainErrors(t *testing.T) {
 	}
 	if !errors.Is(mustRefusal(t, &SessionLostError{Resource: "/d", Err: lost}), lost) {
 		t.Error("the refusal of a lost session does not keep its cause for the log")
+	}
+	if !errors.Is(mustRefusal(t, &TokenSourceUnavailableError{Source: "etcd", Resource: "/u", Err: lost}), lost) {
+		t.Error("the refusal of an unreachable token source does not keep its cause for the log")
+	}
+	if e, ok := Unverified("/u", 9, &UnknownTokenError{Resource: "/u", Token: 9}).(*Error); !ok || e.Code != CodeUnknownToken {
+		t.Errorf("Unverified passed an unknown token on as %v, not unknown_fencing_token", e)
 	}
 	if _, ok := Refusal(errors.New("disk full")); ok {
 		t.Error("Refusal found a refusal in an error that is none")

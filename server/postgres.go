@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -162,11 +161,8 @@ func (s *Server) tokenVerifier(cfg *config.Config, store gateway.Store) (func(co
 		}
 		guard.Saw(n)
 		if token > n {
-			return &fencegate.Error{
-				Status: http.StatusConflict, Code: fencegate.CodeUnknownToken,
-				Message:  fmt.Sprintf("token %d was never issued for %s (the highest issued is %d)", token, resource, n),
-				Resource: resource, Token: token,
-			}
+			return &fencegate.UnknownTokenError{Resource: resource, Token: token,
+				Why: fmt.Sprintf("token %d was never issued for %s (the highest issued is %d)", token, resource, n)}
 		}
 		return nil
 	}, nil

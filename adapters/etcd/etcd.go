@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -90,19 +89,12 @@ func (s *Source) VerifyToken(ctx context.Context, res string, token int64) error
 	case errors.Is(err, rpctypes.ErrFutureRev), errors.Is(err, rpctypes.ErrCompacted):
 		// A revision etcd has not reached cannot be a lock key's.
 	case err != nil:
-		return &fencegate.Error{
-			Status: http.StatusServiceUnavailable, Code: fencegate.CodeTokenSourceUnavailable,
-			Message:  fmt.Sprintf("etcd cannot be reached to verify token %d for %s; the write was not forwarded", token, res),
-			Resource: res, Token: token, RetryAfter: time.Second, Err: err,
-		}
+		return &fencegate.TokenSourceUnavailableError{Source: "etcd", Resource: res, Token: token, Err: err}
 	case found:
 		return nil
 	}
-	return &fencegate.Error{
-		Status: http.StatusConflict, Code: fencegate.CodeUnknownToken,
-		Message:  fmt.Sprintf("token %d is not the create revision of an etcd lock key of %s", token, res),
-		Resource: res, Token: token,
-	}
+	return &fencegate.UnknownTokenError{Resource: res, Token: token,
+		Why: fmt.Sprintf("token %d is not the create revision of an etcd lock key of %s", token, res)}
 }
 
 // created reports whether a key directly under dir has create revision

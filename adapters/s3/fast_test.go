@@ -16,7 +16,7 @@ func TestCanonicalQueryFastPath(t *testing.T) {
 		"list-type=2&prefix=a%2Fb", "delete=", "delete", "a=1&", "&a=1", "&", "x-id=PutObject&",
 	} {
 		for _, presigned := range []bool{false, true} {
-			if got, want := string(appendCanonicalQuery(nil, raw, presigned)), canonicalQuery(raw, presigned); got != want {
+			if got, want := string(appendCanonicalQuery(nil, raw, presigned, false)), canonicalQuery(raw, presigned, false); got != want {
 				t.Errorf("%q (presigned %v): %q, want %q", raw, presigned, got, want)
 			}
 		}

@@ -198,29 +198,65 @@ func (a *authRequest) setCredential(cred, signed string) *s3Error {
 // common size (about 35 allocations per request before, most of them
 // io.WriteString copies of strings into the hash).
 func (a *authRequest) verify(r *http.Request, secret string, keys *keyCache) ([]byte, bool) {
-	var buf [2048]byte
-	sum := sha256.Sum256(appendCanonicalRequest(buf[:0], r, a))
-	sts := append(buf[:0], algorithm+"\n"...)
-	sts = append(sts, a.amzDateRaw...)
-	sts = append(sts, '\n')
-	sts = appendScope(sts, a.date, a.region, a.service)
-	sts = append(sts, '\n')
-	sts = hex.AppendEncode(sts, sum[:])
 	key, cached := keys.get(secret, a)
-	mac := hmacSHA256Sum(key, sts)
-	var want, got [2 * sha256.Size]byte
-	hex.Encode(want[:], mac[:])
-	if len(a.signature) != len(got) {
-		return nil, false
-	}
-	copy(got[:], a.signature)
-	if subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
+	if !a.matches(r, key, formSpec) && !a.matches(r, key, formGoSDK) {
 		return nil, false
 	}
 	if !cached {
 		keys.put(secret, a, key)
 	}
 	return key, true
+}
+
+// canonForm is one signer's reading of the canonical request where signers
+// differ. The SigV4 specification (and botocore, the AWS CLI) folds every
+// run of white space in a signed header's value to one space and sorts the
+// query's pairs by their encoded names and values; aws-sdk-go-v2 folds runs
+// of spaces only (an inner tab stays) and sorts the pairs by their decoded
+// names and values (url.Values.Encode). The two differ only for a value
+// with a tab or a Unicode space, or a query whose order changes when
+// encoded: rare, but a worker may use either signer, so a signature over
+// either form verifies. Both cover the same request: the same header
+// values up to white space, the same query pairs.
+type canonForm struct {
+	spacesOnly bool // fold runs of spaces only, then trim
+	rawOrder   bool // sort query pairs by decoded name, then value
+}
+
+var (
+	formSpec  = canonForm{}
+	formGoSDK = canonForm{spacesOnly: true, rawOrder: true}
+)
+
+// matches reports whether the request's signature is the HMAC of its
+// string to sign in form f under key. The canonical request and the string
+// to sign are built in a buffer on the stack and hashed in one call each:
+// no allocation for a request of common size.
+func (a *authRequest) matches(r *http.Request, key []byte, f canonForm) bool {
+	var buf [2048]byte
+	sum := sha256.Sum256(appendCanonicalRequest(buf[:0], r, a, f))
+	sts := append(buf[:0], algorithm+"\n"...)
+	sts = append(sts, a.amzDateRaw...)
+	sts = append(sts, '\n')
+	sts = appendScope(sts, a.date, a.region, a.service)
+	sts = append(sts, '\n')
+	sts = hex.AppendEncode(sts, sum[:])
+	mac := hmacSHA256Sum(key, sts)
+	var want, got [2 * sha256.Size]byte
+	hex.Encode(want[:], mac[:])
+	if len(a.signature) != len(got) {
+		return false
+	}
+	copy(got[:], a.signature)
+	return subtle.ConstantTimeCompare(want[:], got[:]) == 1
+}
+
+// foldValue is a header value folded as form f folds it.
+func foldValue(v string, f canonForm) string {
+	if f.spacesOnly {
+		return strings.TrimSpace(stripExcessSpaces(v))
+	}
+	return strings.Join(strings.Fields(v), " ")
 }
 
 // appendScope appends a credential scope, DATE/REGION/SERVICE/aws4_request.
@@ -234,18 +270,18 @@ func appendScope(b []byte, date, region, service string) []byte {
 }
 
 // appendCanonicalRequest appends SigV4's canonical request of r to b.
-func appendCanonicalRequest(b []byte, r *http.Request, a *authRequest) []byte {
+func appendCanonicalRequest(b []byte, r *http.Request, a *authRequest, f canonForm) []byte {
 	b = append(b, r.Method...)
 	b = append(b, '\n')
 	// The path exactly as sent: S3 signs it as the client encoded it.
 	b = append(b, rawPath(r)...)
 	b = append(b, '\n')
-	b = appendCanonicalQuery(b, r.URL.RawQuery, a.presigned)
+	b = appendCanonicalQuery(b, r.URL.RawQuery, a.presigned, f.rawOrder)
 	b = append(b, '\n')
 	for _, name := range a.signedHeaders {
 		b = append(b, name...)
 		b = append(b, ':')
-		b = appendHeaderValue(b, r, name)
+		b = appendHeaderValue(b, r, name, f)
 		b = append(b, '\n')
 	}
 	b = append(b, '\n')
@@ -317,8 +353,8 @@ func rawPath(r *http.Request) string {
 }
 
 // appendHeaderValue appends the canonical value of header name: its values
-// joined by commas, each trimmed and with inner runs of spaces folded.
-func appendHeaderValue(b []byte, r *http.Request, name string) []byte {
+// joined by commas, each folded as form f folds it.
+func appendHeaderValue(b []byte, r *http.Request, name string, f canonForm) []byte {
 	var one [1]string
 	var vs []string
 	switch name {
@@ -342,7 +378,7 @@ func appendHeaderValue(b []byte, r *http.Request, name string) []byte {
 			b = append(b, v...)
 			continue
 		}
-		b = append(b, strings.Join(strings.Fields(v), " ")...)
+		b = append(b, foldValue(v, f)...)
 	}
 	return b
 }
@@ -388,8 +424,9 @@ func needsFolding(v string) bool {
 
 // appendCanonicalQuery appends SigV4's canonical query string of raw:
 // every pair's key and value decoded and encoded again, sorted by key, then
-// value; X-Amz-Signature left out of a presigned URL's.
-func appendCanonicalQuery(b []byte, raw string, presigned bool) []byte {
+// value (their decoded forms if rawOrder); X-Amz-Signature left out of a
+// presigned URL's.
+func appendCanonicalQuery(b []byte, raw string, presigned, rawOrder bool) []byte {
 	if raw == "" {
 		return b
 	}
@@ -398,14 +435,14 @@ func appendCanonicalQuery(b []byte, raw string, presigned bool) []byte {
 		// x-id=PutObject): encoded and sorted again they are the same.
 		return append(b, raw...)
 	}
-	return append(b, canonicalQuery(raw, presigned)...)
+	return append(b, canonicalQuery(raw, presigned, rawOrder)...)
 }
 
-func canonicalQuery(raw string, presigned bool) string {
+func canonicalQuery(raw string, presigned, rawOrder bool) string {
 	if raw == "" {
 		return ""
 	}
-	type kv struct{ k, v string }
+	type kv struct{ k, v, rawK, rawV string }
 	var pairs []kv
 	for _, part := range strings.Split(raw, "&") {
 		if part == "" {
@@ -416,9 +453,15 @@ func canonicalQuery(raw string, presigned bool) string {
 		if presigned && k == "X-Amz-Signature" {
 			continue
 		}
-		pairs = append(pairs, kv{uriEncode(k, true), uriEncode(v, true)})
+		pairs = append(pairs, kv{uriEncode(k, true), uriEncode(v, true), k, v})
 	}
 	sort.Slice(pairs, func(i, j int) bool {
+		if rawOrder {
+			if pairs[i].rawK != pairs[j].rawK {
+				return pairs[i].rawK < pairs[j].rawK
+			}
+			return pairs[i].rawV < pairs[j].rawV
+		}
 		if pairs[i].k != pairs[j].k {
 			return pairs[i].k < pairs[j].k
 		}

@@ -31,14 +31,6 @@ func fuzzRequest(method byte, path, query, hname, hval string, length int64, pay
 		if !httpguts.ValidHeaderFieldName(hname) || !httpguts.ValidHeaderFieldValue(hval) {
 			return nil
 		}
-		// The verifier folds every run of white space in a value to one
-		// space (strings.Fields, as botocore's ' '.join(v.split())); the
-		// Go SDK folds runs of spaces only and keeps an inner tab or
-		// Unicode space. Such a request signed by the Go SDK is refused
-		// (fails closed): a known difference, not compared here.
-		if strings.Join(strings.Fields(hval), " ") != strings.TrimSpace(stripExcessSpaces(hval)) {
-			return nil
-		}
 		r.Header[http.CanonicalHeaderKey(hname)] = []string{hval}
 	}
 	r.Header.Set("X-Amz-Content-Sha256", payload)
@@ -74,6 +66,7 @@ func FuzzSigV4Verify(f *testing.F) {
 	f.Add(uint8(2), "k", "uploads", "If-Match", `"etag"`, int64(0), uint8(2), uint8(5))
 	f.Add(uint8(3), "a/../b", "a=1&a=0&b=", "X-Amz-Meta-Tab", "\tx\t", int64(0), uint8(0), uint8(6))
 	f.Add(uint8(4), "%41", "uploadId=a%2Fb+c&partNumber=2", "Range", "bytes=0-1", int64(0), uint8(1), uint8(7))
+	f.Add(uint8(1), "k", "", "X-Amz-Meta-Inner", "a\tb \u00a0c", int64(3), uint8(0), uint8(4))
 	now := time.Date(2026, 12, 6, 1, 2, 3, 0, time.UTC)
 	u := &Upstream{clients: map[string]string{"WORKER": "worker-secret"}, now: func() time.Time { return now }}
 	creds := aws.Credentials{AccessKeyID: "WORKER", SecretAccessKey: "worker-secret"}

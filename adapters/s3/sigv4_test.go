@@ -12,7 +12,7 @@ import (
 func TestHeaderValueFolding(t *testing.T) {
 	for _, v := range []string{"", "a", "a b", " a", "a ", "a  b", "a\tb", "a\u00a0b", "\u2003", " ", "x-amz-meta-a:b", "  lead and  inner  "} {
 		r := &http.Request{Header: http.Header{"X-Test": {v, v}}}
-		got := string(appendHeaderValue(nil, r, "x-test"))
+		got := string(appendHeaderValue(nil, r, "x-test", formSpec))
 		f := strings.Join(strings.Fields(v), " ")
 		if want := f + "," + f; got != want {
 			t.Errorf("%q: got %q, want %q", v, got, want)

@@ -83,7 +83,7 @@ func TestVarsKeyPrefix(t *testing.T) {
 }
 
 func TestCanonicalQuery(t *testing.T) {
-	got := canonicalQuery("uploadId=a+b&partNumber=2&list-type=2&prefix=x%2Fy&delete", false)
+	got := canonicalQuery("uploadId=a+b&partNumber=2&list-type=2&prefix=x%2Fy&delete", false, false)
 	want := "delete=&list-type=2&partNumber=2&prefix=x%2Fy&uploadId=a%20b"
 	if got != want {
 		t.Fatalf("got %s; want %s", got, want)

@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -95,17 +94,10 @@ func (s *Source) VerifyToken(ctx context.Context, res string, token int64) error
 	case err == nil:
 		return nil
 	case errors.Is(err, errNotFound):
-		return &fencegate.Error{
-			Status: http.StatusConflict, Code: fencegate.CodeUnknownToken,
-			Message:  fmt.Sprintf("token %d is not the czxid of a ZooKeeper lock node of %s", token, res),
-			Resource: res, Token: token,
-		}
+		return &fencegate.UnknownTokenError{Resource: res, Token: token,
+			Why: fmt.Sprintf("token %d is not the czxid of a ZooKeeper lock node of %s", token, res)}
 	}
-	return &fencegate.Error{
-		Status: http.StatusServiceUnavailable, Code: fencegate.CodeTokenSourceUnavailable,
-		Message:  fmt.Sprintf("ZooKeeper cannot be reached to verify token %d for %s; the write was not forwarded", token, res),
-		Resource: res, Token: token, RetryAfter: time.Second, Err: err,
-	}
+	return &fencegate.TokenSourceUnavailableError{Source: "ZooKeeper", Resource: res, Token: token, Err: err}
 }
 
 // find looks for a child of lock with czxid token. ZooKeeper cannot be
