@@ -11,7 +11,15 @@
 #     non-2xx answers, and the most database connections of one replica.
 #  3. BenchmarkSharedAdvance: every write advances its fence; writes/s and
 #     round trips per write.
+#  4. BenchmarkSharedPair, side by side in one run: database statements per
+#     fenced write at 64 writers (pg_stat_statements, all clients); two
+#     shared replicas against one local gateway at 0 ms (64 resources, each
+#     with its own lease and a repeated token, 3 alternating rounds,
+#     medians) and at 50 ms (256 writers; connections per replica; 2,000
+#     in flight); the latency added at a constant rate (vegeta, p50/p99:
+#     direct, local, shared; FENCEGATE_BENCH_RATE req/s, default 500).
 #
+# BENCH=Pair (or any -bench pattern) runs only that part.
 # Usage: bench/shared.sh [writes for 1 (default 30000)] [clients for 1 and 3 (default 16)]
 # FENCEGATE_BENCH_SECONDS (default 10) is the length of each side of 2 and 3.
 set -euo pipefail
@@ -20,5 +28,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 command -v pgbench >/dev/null || { echo "shared.sh: pgbench is missing (scripts/deps.sh installs postgresql)" >&2; exit 1; }
 export FENCEGATE_BENCH_CLIENTS=${2:-16}
+if [ -n "${BENCH:-}" ]; then
+  go test ./bench/shared/ -run '^$' -bench "BenchmarkShared$BENCH" -benchtime 1x -count 1 -timeout 30m
+  exit
+fi
 go test ./bench/shared/ -run '^$' -bench BenchmarkSharedRepeatedToken -benchtime "${1:-30000}x" -count 1
-go test ./bench/shared/ -run '^$' -bench 'BenchmarkSharedSlowUpstream|BenchmarkSharedAdvance' -benchtime 1x -count 1 -timeout 20m
+go test ./bench/shared/ -run '^$' -bench 'BenchmarkSharedSlowUpstream|BenchmarkSharedAdvance|BenchmarkSharedPair' -benchtime 1x -count 1 -timeout 30m

@@ -231,7 +231,9 @@ type Fence struct {
 	CacheEntries int `yaml:"cache_entries"`
 	// MarkerConns is the number of long-lived marker connections of a
 	// shared fence (besides store.postgres.max_conns): they hold the
-	// in-flight markers of every write of this replica. Default 2.
+	// in-flight markers of every write of this replica. Default 1: one
+	// session's pipelines carry every write queued meanwhile, so more only
+	// split the batches.
 	MarkerConns int `yaml:"marker_conns"`
 	// VerifyTokens refuses tokens never issued for the resource (when the
 	// coordinator shares the store). Default true in that case.
@@ -356,7 +358,7 @@ func (c *Config) applyDefaults() {
 		p.MaxConns = 4
 	}
 	if c.Fence.Mode == "shared" && c.Fence.MarkerConns == 0 {
-		c.Fence.MarkerConns = 2
+		c.Fence.MarkerConns = 1
 	}
 	if c.Fence.Mode == "" {
 		c.Fence.Mode = "local"

@@ -28,8 +28,8 @@ coordinator: {enabled: true, listen: $COORDINATOR, default_ttl: 1s}
 admin: {listen: $ADMIN}
 `, pg.URL))
 	sharedAcquire(t, coord.URL("coordinator"), "/orders/other", "w") // it serves
-	if n := markerSessions(t, pg.URL); n != 2 {
-		t.Fatalf("%d marker sessions registered; want the gateway's 2 (the coordinator alone opens none)", n)
+	if n := markerSessions(t, pg.URL); n != 1 {
+		t.Fatalf("%d marker sessions registered; want the gateway's 1 (fence.marker_conns default; the coordinator alone opens none)", n)
 	}
 	const key = "/orders/co-1"
 	if st, body := write(t, "PUT", gw.URL("gateway")+key, "1", "a"); st != 200 {

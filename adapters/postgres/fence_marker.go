@@ -40,9 +40,12 @@ type session struct {
 
 	// Guarded by l.mu.
 	entries map[int64]*entry
-	queue   []*op
-	lost    bool
-	wake    chan struct{} // cap 1: the worker has something to send
+	// idle holds the entries of entries that no write holds but whose
+	// marker is kept (sticky markers, docs/design.md §4).
+	idle  map[int64]*entry
+	queue []*op
+	lost  bool
+	wake  chan struct{} // cap 1: the worker has something to send
 	// marks counts the opMark and opPing in queue; unlocksSince is when the
 	// oldest unlock in queue was queued (zero if none).
 	marks        int
@@ -60,7 +63,13 @@ type entry struct {
 	closed  bool          // the fence moved on: no writer joins any more
 	gone    chan struct{} // closed when the entry is released or its session lost
 	ended   bool
-	flights map[*sharedPermit]struct{}
+	// listenGen is the drain listener's generation at the entry's last
+	// read; idleSince is when its last write ended (kept idle).
+	listenGen int64
+	idleSince time.Time
+	// notified: a drain waits for this marker; it is not kept idle.
+	notified bool
+	flights  map[*sharedPermit]struct{}
 }
 
 type opKind int
@@ -80,6 +89,10 @@ type op struct {
 	w        gateway.Write
 	start    time.Time
 	done     chan struct{}
+
+	// listenGen is the drain listener's generation when the pipeline
+	// carrying the op was sent.
+	listenGen int64
 
 	// Results.
 	locked  bool
@@ -145,10 +158,18 @@ func (l *lane) mark(ctx context.Context, w gateway.Write, key int64) (marked, er
 		l.mu.Unlock()
 		return m, nil
 	case e != nil && !e.closed && e.token == w.Token:
+		if e.count == 0 {
+			delete(s.idle, key)
+		}
 		e.count++
 		o.e = e
 	case e != nil && !e.closed && w.Token > e.token:
 		// An advance: made on the pool, then the marker is taken again.
+		// An idle marker of the older token goes now: the drain waits for it.
+		if e.count == 0 {
+			e.closed = true
+			s.drop(e)
+		}
 		m := marked{exists: true, highest: e.token, ready: true}
 		l.mu.Unlock()
 		return m, nil
@@ -182,6 +203,52 @@ func (l *lane) superseded(key, highest int64) {
 		if e := s.entries[key]; e != nil && e.token < highest {
 			e.closed = true
 			e.highest = max(e.highest, highest)
+			if e.count == 0 {
+				s.drop(e)
+			}
+		}
+	}
+}
+
+// drained lets this replica's marker of key go because a drain of token
+// (by any replica) waits for it: an idle one at once, a busy one when its
+// last write ends. Writers still join a busy one: their reads decide them
+// (a drained fence is not ready, so they are refused or wait). A marker of
+// token or newer stays: it was read ready at a fence at or above token, so
+// that drain has nothing left to wait for (it locks only a fence not
+// ready); the notification of the drain's own replica arrives after the
+// drain, when the marker taken again for its write may already be idle.
+func (l *lane) drained(key, token int64) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.sess; s != nil {
+		if e := s.entries[key]; e != nil && e.token < token {
+			e.notified = true
+			if e.count == 0 {
+				s.drop(e)
+			}
+		}
+	}
+}
+
+// dropIdle lets go every idle marker of the lane's session, or only those
+// idle since before cutoff if cutoff is not zero.
+func (l *lane) dropIdle(cutoff time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.sess; s != nil {
+		s.dropIdle(cutoff)
+	}
+}
+
+// dropIdle: see lane.dropIdle. Called with l.mu held.
+func (s *session) dropIdle(cutoff time.Time) {
+	for _, e := range s.idle {
+		if cutoff.IsZero() || e.idleSince.Before(cutoff) {
+			s.drop(e)
 		}
 	}
 }
@@ -206,19 +273,35 @@ func (s *session) wakeUp() {
 	}
 }
 
-// release drops one writer from e; the last one releases the lock (after
-// the write, off the critical path: the unlock goes out with the next
-// pipeline). Called with l.mu held.
+// release drops one writer from e. The last one keeps the marker idle if
+// it may stay (docs/design.md §4, sticky markers), else releases the lock
+// (after the write, off the critical path: the unlock goes out with the
+// next pipeline). Called with l.mu held.
 func (s *session) release(e *entry) {
 	e.count--
 	if e.count > 0 {
 		return
 	}
+	gen := s.l.f.listenGen.Load()
+	if e.held && !e.closed && !e.notified && !s.lost && gen%2 == 1 && e.listenGen == gen && len(s.idle) < maxIdle && s.entries[e.key] == e {
+		e.idleSince = time.Now()
+		s.idle[e.key] = e
+		return
+	}
+	s.drop(e)
+}
+
+// drop ends e: no writer holds it any more. Called with l.mu held.
+func (s *session) drop(e *entry) {
 	if s.entries[e.key] == e {
 		delete(s.entries, e.key)
 	}
+	if s.idle[e.key] == e {
+		delete(s.idle, e.key)
+	}
 	e.end()
 	if e.held && !s.lost {
+		e.held = false
 		s.enqueue(&op{kind: opUnlock, key: e.key, start: time.Now(), done: make(chan struct{})})
 	}
 }
@@ -318,7 +401,7 @@ func (l *lane) connect(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("register marker session: %w", err)
 	}
 	ok = true
-	return &session{l: l, id: id, conn: conn, entries: map[int64]*entry{}, wake: make(chan struct{}, 1)}, nil
+	return &session{l: l, id: id, conn: conn, entries: map[int64]*entry{}, idle: map[int64]*entry{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // checkOwnSession fails with ErrPoolMode if conn does not keep one server
@@ -397,18 +480,23 @@ func CheckSessionPooling(ctx context.Context, url string) error {
 // the session is lost or the fence closed.
 func (s *session) work() {
 	l, f := s.l, s.l.f
-	tick := time.NewTicker(heartbeatEvery)
+	tick := time.NewTicker(min(f.markerIdle, time.Second) / 4)
 	defer tick.Stop()
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	last := time.Now()
 	for {
+		swept := false
 		select {
 		case <-s.wake:
 		case <-tick.C:
+			swept = true
 		case <-f.closing:
 		}
 		l.mu.Lock()
+		if swept {
+			s.dropIdle(time.Now().Add(-f.markerIdle))
+		}
 		closing := false
 		select {
 		case <-f.closing:
@@ -460,7 +548,7 @@ func (s *session) work() {
 			return
 		}
 		if len(ops) == 0 {
-			if time.Since(last) < heartbeatEvery/2 {
+			if time.Since(last) < heartbeatEvery {
 				continue
 			}
 			ops = []*op{{kind: opPing}}
@@ -474,48 +562,116 @@ func (s *session) work() {
 	}
 }
 
-// send runs ops as one pipeline and scans their results into them.
+// send runs ops as one pipeline of at most three statements (unlocks,
+// try-locks, then the fresh read of every resource: docs/design.md §4) and
+// scans their results into them.
 func (s *session) send(ops []*op) error {
 	f := s.l.f
-	b := &pgx.Batch{}
+	var unlocks, locks []int64
+	var resources []string
+	seen := map[string]bool{}
 	for _, o := range ops {
 		switch o.kind {
 		case opMark:
 			if o.lock {
-				b.Queue(markerTrySQL, o.key)
+				locks = append(locks, o.key)
 			}
-			b.Queue(markerReadSQL, o.resource)
+			if !seen[o.resource] {
+				seen[o.resource] = true
+				resources = append(resources, o.resource)
+			}
 		case opUnlock:
-			b.Queue(markerUnlockSQL, o.key)
-		case opPing:
-			b.Queue("SELECT 1")
+			unlocks = append(unlocks, o.key)
 		}
+	}
+	b := &pgx.Batch{}
+	if len(unlocks) > 0 {
+		b.Queue(markerUnlockSQL, unlocks)
+	}
+	if len(locks) > 0 {
+		b.Queue(markerTrySQL, locks)
+	}
+	if len(resources) > 0 {
+		b.Queue(markerReadSQL, resources)
+	}
+	if b.Len() == 0 {
+		b.Queue("SELECT 1")
+	}
+	gen := f.listenGen.Load()
+	for _, o := range ops {
+		o.listenGen = gen
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
 	defer cancel()
 	f.roundTrips.Add(1)
+	f.statements.Add(int64(b.Len()))
 	br := s.conn.SendBatch(ctx, b)
-	for _, o := range ops {
-		var err error
-		switch o.kind {
-		case opMark:
-			if o.lock {
-				err = br.QueryRow().Scan(&o.locked)
-				if err != nil {
-					break
-				}
-			}
-			err = br.QueryRow().Scan(&o.m.highest, &o.m.ready)
-			o.m.exists = err == nil
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = nil
-			}
-		default:
-			_, err = br.Exec()
+	fail := func(err error) error {
+		br.Close()
+		return err
+	}
+	if len(unlocks) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
 		}
+	}
+	granted := make(map[int64]bool, len(locks))
+	if len(locks) > 0 {
+		rows, err := br.Query()
 		if err != nil {
-			br.Close()
-			return err
+			return fail(err)
+		}
+		for rows.Next() {
+			var k int64
+			var ok bool
+			if err := rows.Scan(&k, &ok); err != nil {
+				rows.Close()
+				return fail(err)
+			}
+			granted[k] = ok
+		}
+		if err := rows.Err(); err != nil {
+			return fail(err)
+		}
+		if len(granted) != len(locks) {
+			return fail(fmt.Errorf("marker try-lock answered %d of %d keys", len(granted), len(locks)))
+		}
+	}
+	type row struct {
+		highest int64
+		ready   bool
+	}
+	read := make(map[string]row, len(resources))
+	if len(resources) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return fail(err)
+		}
+		for rows.Next() {
+			var r string
+			var v row
+			if err := rows.Scan(&r, &v.highest, &v.ready); err != nil {
+				rows.Close()
+				return fail(err)
+			}
+			read[r] = v
+		}
+		if err := rows.Err(); err != nil {
+			return fail(err)
+		}
+	}
+	if b.Len() == 1 && len(unlocks)+len(locks)+len(resources) == 0 {
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
+		}
+	}
+	for _, o := range ops {
+		if o.kind == opMark {
+			if o.lock {
+				o.locked = granted[o.key]
+			}
+			v, ok := read[o.resource]
+			o.m.exists, o.m.highest, o.m.ready = ok, v.highest, v.ready
 		}
 		o.scanned = true
 	}
@@ -542,6 +698,10 @@ func (s *session) apply(ops []*op) {
 		if o.m.exists {
 			e.highest = max(e.highest, o.m.highest)
 		}
+		// The listener's generation before this read: the marker may stay
+		// idle only if a drain's notification sent after the read reaches
+		// this replica (docs/design.md §4).
+		e.listenGen = o.listenGen
 		if e.held && !s.lost && o.m.exists && o.m.highest == e.token && o.m.ready {
 			p := &sharedPermit{s: s, e: e, resource: o.resource, token: e.token, abort: o.w.Abort}
 			e.flights[p] = struct{}{}

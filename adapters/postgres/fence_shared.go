@@ -72,13 +72,18 @@ type SharedFence struct {
 	verify         func(ctx context.Context, resource string, token int64) error
 	log            *slog.Logger
 	replica        string
+	markerIdle     time.Duration
 	lanes          []*lane
 
 	roundTrips atomic.Int64
+	statements atomic.Int64
 	waited     atomic.Int64
-	closing    chan struct{}
-	closeOnce  sync.Once
-	wg         sync.WaitGroup
+	// listenGen counts the drain listener's ups and downs: odd while it is
+	// up. A marker stays idle only within one up generation.
+	listenGen atomic.Int64
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 }
 
 // SharedFenceOptions tune a SharedFence. Zero values pick the defaults.
@@ -100,7 +105,8 @@ type SharedFenceOptions struct {
 	// with 503 fence_unavailable. Default 1s.
 	AcquireTimeout time.Duration
 	// MarkerConns is the number of marker sessions (long-lived dedicated
-	// connections, besides the pool) of this replica. Default 2. Negative:
+	// connections, besides the pool and the drain listener) of this
+	// replica. Default 1: its pipelines carry every write queued meanwhile. Negative:
 	// none, for a process that runs no gateway (a coordinator alone): it
 	// admits no write, and its death leaves no marker session for drains
 	// to wait out.
@@ -113,6 +119,8 @@ type SharedFenceOptions struct {
 	// *fencegate.Error (unknown_fencing_token) to refuse the token; any
 	// other error refuses the write with fence_unavailable.
 	Verify func(ctx context.Context, resource string, token int64) error
+	// markerIdle overrides markerIdle (tests).
+	markerIdle time.Duration
 	// Logger receives warnings (a marker session lost with writes in
 	// flight, a pooler in the wrong mode). Nil: slog.Default().
 	Logger *slog.Logger
@@ -144,8 +152,16 @@ const (
 	// most this long for the next marker statement of its session, to share
 	// its round trip; a drain may wait that much longer for it.
 	unlockLinger = time.Millisecond
-	// maxBatch caps the statements of one pipeline.
+	// maxBatch caps the writes of one pipeline.
 	maxBatch = 512
+	// markerIdle: a marker no write has held for this long is let go.
+	markerIdle = time.Second
+	// maxIdle caps the idle markers of one session: each is an entry in
+	// the database's shared lock table, which is finite.
+	maxIdle = 256
+	// drainChannel is the channel a drain of token T notifies, payload
+	// "K(R) T" in decimal, before it requests its exclusive lock.
+	drainChannel = "fencegate_drain"
 )
 
 // NewSharedFence returns the shared fence over s. It starts its marker
@@ -168,10 +184,13 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 		opts.AcquireTimeout = time.Second
 	}
 	if opts.MarkerConns == 0 {
-		opts.MarkerConns = 2
+		opts.MarkerConns = 1
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.markerIdle <= 0 {
+		opts.markerIdle = markerIdle
 	}
 	if opts.Replica == "" {
 		h, _ := os.Hostname()
@@ -188,6 +207,7 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 		verify:         opts.Verify,
 		log:            opts.Logger,
 		replica:        opts.Replica,
+		markerIdle:     opts.markerIdle,
 		closing:        make(chan struct{}),
 	}
 	for range opts.MarkerConns {
@@ -195,12 +215,19 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 		f.lanes = append(f.lanes, l)
 		f.wg.Go(l.run)
 	}
+	if len(f.lanes) > 0 {
+		f.wg.Go(f.listen)
+	}
 	return f
 }
 
 // RoundTrips returns the number of database round trips the fence made
 // (marker pipelines, pooled statements and pipelines), for benchmarks.
 func (f *SharedFence) RoundTrips() int64 { return f.roundTrips.Load() }
+
+// MarkerStatements returns the number of statements the marker sessions
+// sent (locks, unlocks, reads, heartbeats), for benchmarks.
+func (f *SharedFence) MarkerStatements() int64 { return f.statements.Load() }
 
 // WaitedRoundTrips returns the number of round trips writes waited for
 // before their decision (the critical path); unlocks after a write and
@@ -255,9 +282,18 @@ func (f *SharedFence) Close() error {
 
 // The statements of the protocol. $1 is always the resource (or its key).
 const (
-	markerTrySQL    = `SELECT pg_try_advisory_lock_shared($1)`
-	markerReadSQL   = `SELECT highest, ready FROM fence WHERE resource = $1`
-	markerUnlockSQL = `SELECT pg_advisory_unlock_shared($1)`
+	// The marker statements of one pipeline, each for all of its writes:
+	// the read is a statement of its own after the try-locks, so that its
+	// snapshot is taken after they were granted (docs/design.md §4).
+	markerTrySQL    = `SELECT k, pg_try_advisory_lock_shared(k) FROM unnest($1::bigint[]) AS u(k)`
+	markerReadSQL   = `SELECT resource, highest, ready FROM fence WHERE resource = ANY($1::text[])`
+	markerUnlockSQL = `SELECT pg_advisory_unlock_shared(k) FROM unnest($1::bigint[]) AS u(k)`
+	// drainNotifySQL tells every replica's listener that a drain of token
+	// T is about to wait for K(R) ("K T"): idle markers of older tokens on
+	// it are let go at once. Committed in a transaction of its own before
+	// the drain's: a notification is delivered only when its transaction
+	// commits.
+	drainNotifySQL = `SELECT pg_notify('` + drainChannel + `', $1::bigint::text || ' ' || $2::bigint::text)`
 
 	// The drain, one transaction. The lock is taken only on a row not yet
 	// ready: (T, ready) is final for token T, and a new resource starts
@@ -463,6 +499,9 @@ func (f *SharedFence) drainOlder(ctx context.Context, w gateway.Write, key int64
 
 func queueDrain(b *pgx.Batch, resource string, token, key int64, drain time.Duration) {
 	b.Queue("BEGIN")
+	b.Queue(drainNotifySQL, key, token)
+	b.Queue("COMMIT")
+	b.Queue("BEGIN")
 	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
 	b.Queue(drainLockSQL, resource, key)
 	b.Queue(drainDeadSQL, resource)
@@ -496,9 +535,10 @@ func (f *SharedFence) runDrain(ctx context.Context, w gateway.Write, b *pgx.Batc
 			return st, fencegate.Unavailable(w.Resource, fmt.Errorf("advance fence to %d: %w", w.Token, err))
 		}
 	}
-	for i := range 6 {
+	// queueDrain's statements up to the drain's COMMIT, which Close reads.
+	for i := range 9 {
 		switch i {
-		case 2: // the lock
+		case 5: // the lock
 			if _, err = br.Exec(); err != nil {
 				var pe *pgconn.PgError
 				if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014") {
@@ -506,7 +546,7 @@ func (f *SharedFence) runDrain(ctx context.Context, w gateway.Write, b *pgx.Batc
 				}
 				return st, fencegate.Unavailable(w.Resource, err)
 			}
-		case 4: // the bound
+		case 7: // the bound
 			var secs float64
 			if err = br.QueryRow().Scan(&secs); err != nil {
 				return st, fencegate.Unavailable(w.Resource, err)

@@ -330,7 +330,7 @@ func TestKeyShareReturnsSupersededRow(t *testing.T) {
 		t.Skipf("this PostgreSQL returned the current row (highest %d); the re-read is then redundant but harmless", r.highest)
 	}
 	var cur int64
-	if err := st.Pool.QueryRow(ctx, markerReadSQL, "/k").Scan(&cur, new(bool)); err != nil || cur != 2 {
+	if err := st.Pool.QueryRow(ctx, markerReadSQL, []string{"/k"}).Scan(new(string), &cur, new(bool)); err != nil || cur != 2 {
 		t.Fatalf("re-read: %d, %v; want 2", cur, err)
 	}
 }

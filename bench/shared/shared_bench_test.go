@@ -229,15 +229,16 @@ func writers(n, per int, url func(c, i int, rng *rand.Rand) string, put func(str
 	return time.Since(start), firstErr
 }
 
-// pgbenchScript is the marker of SharedFence (markerTrySQL, markerReadSQL,
-// then markerUnlockSQL after the write) as pgbench runs it, one client per
-// session; the fence multiplexes many writes over each of its sessions.
+// pgbenchScript is the marker of SharedFence for a pipeline that carries a
+// single write (markerTrySQL, markerReadSQL, then markerUnlockSQL after the
+// write) as pgbench runs it, one client per session; the fence carries
+// every write queued meanwhile in one pipeline, and keeps hot markers.
 const pgbenchScript = `\set r random(0, 999)
 \startpipeline
-SELECT pg_try_advisory_lock_shared(hashtext('/bench/' || :r::int)::bigint);
-SELECT highest, ready FROM fence WHERE resource = '/bench/' || :r::int;
+SELECT k, pg_try_advisory_lock_shared(k) FROM unnest(ARRAY[hashtext('/bench/' || :r::int)::bigint]) AS u(k);
+SELECT resource, highest, ready FROM fence WHERE resource = ANY(ARRAY['/bench/' || :r::int]);
 \endpipeline
-SELECT pg_advisory_unlock_shared(hashtext('/bench/' || :r::int)::bigint);
+SELECT pg_advisory_unlock_shared(k) FROM unnest(ARRAY[hashtext('/bench/' || :r::int)::bigint]) AS u(k);
 `
 
 func pgbench(b *testing.B, url string, clients int, d time.Duration) (float64, error) {

@@ -130,26 +130,9 @@ func BenchmarkSharedSlowUpstream(b *testing.B) {
 	}
 	defer conn.Close(context.Background())
 	var maxConns [2]int
-	sampling := make(chan struct{})
-	var sw sync.WaitGroup
-	sw.Go(func() {
-		for {
-			select {
-			case <-sampling:
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-			for i, app := range []string{"bench_r1", "bench_r2"} {
-				var n int
-				if conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n) == nil {
-					maxConns[i] = max(maxConns[i], n)
-				}
-			}
-		}
-	})
+	stopSampling := sampleConns(conn, []string{"bench_r1", "bench_r2"}, maxConns[:])
 	s, sbad, se := drive(clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].srv.URL, path(c, i)) }, token)
-	close(sampling)
-	sw.Wait()
+	stopSampling()
 	l2, lbad2, le2 := drive(clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
 	b.StopTimer()
 	localWPS := (float64(l1)/le1.Seconds() + float64(l2)/le2.Seconds()) / 2
@@ -164,21 +147,25 @@ func BenchmarkSharedSlowUpstream(b *testing.B) {
 
 // warm creates every resource at token 1 through each gateway.
 func warm(b *testing.B, local string, rs []*replica) {
-	client := &http.Client{}
 	for i := range resources {
 		for _, base := range []string{local, rs[i%2].srv.URL} {
-			req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/bench/%d", base, i), strings.NewReader("v"))
-			req.Header.Set("Fencing-Token", "1")
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				b.Fatalf("warm-up %s: %d", base, resp.StatusCode)
-			}
+			mustPut(b, fmt.Sprintf("%s/bench/%d", base, i), "1")
 		}
+	}
+}
+
+// mustPut writes url with token and fails b unless it is answered 200.
+func mustPut(b *testing.B, url, token string) {
+	req, _ := http.NewRequest("PUT", url, strings.NewReader("v"))
+	req.Header.Set("Fencing-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("warm-up %s: %d", url, resp.StatusCode)
 	}
 }
 

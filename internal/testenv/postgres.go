@@ -250,6 +250,9 @@ func (c *pgCluster) start() error {
 		"-c", "unix_socket_directories="+c.base,
 		"-c", "fsync=on",
 		"-c", "max_connections=200",
+		// Statement counts for benchmarks (bench/shared): CREATE EXTENSION
+		// pg_stat_statements reads them.
+		"-c", "shared_preload_libraries=pg_stat_statements",
 	)
 	if err != nil {
 		return err
