@@ -62,12 +62,19 @@ func TestVerifyAzblobSignature(t *testing.T) {
 			"query":  func(r *http.Request) { r.URL.RawQuery += "&comp=x" },
 			"x-ms":   func(r *http.Request) { r.Header.Set("X-Ms-Meta-Owner", "other") },
 			"method": func(r *http.Request) { r.Method = http.MethodDelete },
+			"length": func(r *http.Request) { r.Header.Set("Content-Length", "6"); r.ContentLength = 6 },
 		} {
 			r2 := r.Clone(ctx)
 			change(r2)
 			if _, err := verify(r2, clients, now); err != errBadSignature {
 				t.Errorf("%s changed: verify = %v; want %v", name, err, errBadSignature)
 			}
+		}
+		// A Date header beside x-ms-date is not signed.
+		withDate := r.Clone(ctx)
+		withDate.Header.Set("Date", "Mon, 01 Jan 2024 00:00:00 GMT")
+		if _, err := verify(withDate, clients, now); err != nil {
+			t.Errorf("with a Date header beside x-ms-date: %v", err)
 		}
 		if _, err := verify(r, clients, now.Add(16*time.Minute)); err != errStale {
 			t.Errorf("16 minutes later: %v; want %v", err, errStale)

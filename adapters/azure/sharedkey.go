@@ -40,6 +40,12 @@ func stringToSign(account, method, escapedPath, rawQuery string, h http.Header, 
 	if err != nil {
 		return "", err
 	}
+	date := ""
+	if h.Get("X-Ms-Date") == "" {
+		// With x-ms-date the Date field is empty (the service and the SDKs
+		// sign it so, whatever Date says).
+		date = h.Get("Date")
+	}
 	return strings.Join([]string{
 		method,
 		h.Get("Content-Encoding"),
@@ -47,7 +53,7 @@ func stringToSign(account, method, escapedPath, rawQuery string, h http.Header, 
 		cl,
 		h.Get("Content-Md5"),
 		h.Get("Content-Type"),
-		h.Get("Date"),
+		date,
 		h.Get("If-Modified-Since"),
 		h.Get("If-Match"),
 		h.Get("If-None-Match"),
