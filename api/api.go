@@ -4,6 +4,8 @@
 // what the code accepts and answers by this package's tests.
 package api
 
+//go:generate go run ./internal/genconfigschema -o config.schema.json -config ../config
+
 import (
 	_ "embed"
 	"net/http"
@@ -19,7 +21,9 @@ var (
 	adminDoc []byte
 )
 
-// ConfigSchema is the JSON Schema (2020-12) of the configuration file.
+// ConfigSchema is the JSON Schema (2020-12) of the configuration file,
+// generated from the config structs (their yaml and jsonschema tags and
+// doc comments) by the go:generate line below.
 //
 //go:embed config.schema.json
 var ConfigSchema []byte

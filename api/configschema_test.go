@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/api/internal/configschema"
 	"github.com/fencegate/fencegate/config"
 	"github.com/goccy/go-yaml"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -39,6 +40,33 @@ func compileSchema(t *testing.T) *jsonschema.Schema {
 		t.Fatalf("config.schema.json: %v", err)
 	}
 	return s
+}
+
+// TestConfigSchemaIsGenerated: config.schema.json is what the config
+// structs generate. A field added, renamed or documented anew without
+// regenerating fails here with the command that regenerates it.
+func TestConfigSchemaIsGenerated(t *testing.T) {
+	want, err := configschema.Generate("../config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(api.ConfigSchema, want) {
+		return
+	}
+	got := strings.Split(string(api.ConfigSchema), "\n")
+	lines := strings.Split(string(want), "\n")
+	i := 0
+	for i < len(got) && i < len(lines) && got[i] == lines[i] {
+		i++
+	}
+	line := func(l []string) string {
+		if i < len(l) {
+			return strings.TrimSpace(l[i])
+		}
+		return "(end of file)"
+	}
+	t.Fatalf("api/config.schema.json is not what the config structs generate; regenerate it from the repository root with\n\t%s\n"+
+		"first difference at line %d: committed %s; generated %s", configschema.Command, i+1, line(got), line(lines))
 }
 
 // envRef is config's ${NAME} reference.

@@ -30,7 +30,9 @@
 #             and its RSS after (the fence cache is bounded)
 #
 # Usage: bench/dataplane.sh [seconds per run (10)] [rounds (3)] [connections (32)]
-# Environment: DISTINCT=N (default 1000000; 0 skips), BIG=0 skips the
+# Environment: KEEP_ALIVE_WRITES=false closes the upstream connection after
+# every write (the route default; the bench upstream reads every body, so
+# the measured route sets upstream.keep_alive_writes), DISTINCT=N (default 1000000; 0 skips), BIG=0 skips the
 # large-body part, FENCEGATE=path runs that fencegate binary instead of
 # this tree's (to compare versions). Needs wrk, nginx and curl (scripts/bench-deps.sh); perf,
 # if present, counts the gateway's fdatasync calls when the gateway exposes
@@ -126,7 +128,7 @@ gateway:
   routes:
     - name: bench
       match: {path_prefix: /}
-      upstream: {url: "http://127.0.0.1:$up"}
+      upstream: {url: "http://127.0.0.1:$up", keep_alive_writes: ${KEEP_ALIVE_WRITES:-true}}
       resource: "{path}"
 store:
   embedded: {path: $work/$1.db}

@@ -49,8 +49,11 @@ type Azure struct {
 
 // AzureClient is a worker's Shared Key credential.
 type AzureClient struct {
+	// AccountName is the name the worker signs with (not the store
+	// account's).
 	AccountName string `yaml:"account_name"`
-	AccountKey  string `yaml:"account_key"`
+	// AccountKey is the worker's key, base64.
+	AccountKey string `yaml:"account_key"`
 }
 
 func validateAzure(f string, r *Route) Errors {

@@ -9,10 +9,10 @@ import (
 	"strings"
 )
 
-// The checks below are what `fencegate serve` used to find only when it
-// started (issue 12, finding 9): two listeners on one address, an address
-// net.Listen cannot parse, an S3 route the adapter refuses. Validate runs
-// them, so `fencegate validate` catches them too.
+// The checks below find what would otherwise fail only when `fencegate
+// serve` starts: two listeners on one address, an address net.Listen
+// cannot parse, an S3 route the adapter refuses. Validate runs them, so
+// `fencegate validate` catches them too.
 
 // listenAddr is one configured listener address.
 type listenAddr struct {

@@ -38,16 +38,18 @@ type Config struct {
 
 // Gateway configures the fencing proxy listener and its routes.
 type Gateway struct {
-	Listen      string `yaml:"listen"`       // default 127.0.0.1:8080
-	TokenHeader string `yaml:"token_header"` // default Fencing-Token
+	// Listen is the proxy's listen address.
+	Listen string `yaml:"listen" jsonschema:"default=127.0.0.1:8080"`
+	// TokenHeader is the request header carrying the fencing token.
+	TokenHeader string `yaml:"token_header" jsonschema:"default=Fencing-Token"`
 	// MaxHeaderBytes caps request headers (431 beyond). Default 64 KiB.
-	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	MaxHeaderBytes int `yaml:"max_header_bytes" jsonschema:"default=65536"`
 	// ReadHeaderTimeout bounds reading request headers (slowloris). Default 10s.
-	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" jsonschema:"default=10s"`
 	// IdleTimeout closes idle keep-alive connections. Default 2m.
-	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	IdleTimeout time.Duration `yaml:"idle_timeout" jsonschema:"default=2m"`
 	// ShutdownTimeout is how long SIGTERM waits for in-flight requests. Default 30s.
-	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" jsonschema:"default=30s"`
 	// MaxConnections caps the client connections held at once. Default:
 	// from the open-file limit, after the admin and coordinator caps.
 	MaxConnections int `yaml:"max_connections"`
@@ -55,13 +57,15 @@ type Gateway struct {
 	// fencegate's own connection loop and everything else with net/http's
 	// server (docs/performance.md). Default true; false serves every
 	// request with net/http. Without effect on a TLS listener.
-	FastPath *bool   `yaml:"fast_path"`
-	Routes   []Route `yaml:"routes"`
+	FastPath *bool `yaml:"fast_path" jsonschema:"default=true"`
+	// Routes are matched in order; the first that matches serves.
+	Routes []Route `yaml:"routes"`
 }
 
 // Route maps matching requests to one upstream and one resource template.
 type Route struct {
-	Name     string    `yaml:"name"`
+	// Name names the route in metrics, logs and refusal bodies.
+	Name     string    `yaml:"name" jsonschema:"required"`
 	Match    Match     `yaml:"match"`
 	Upstream *Upstream `yaml:"upstream"`
 	S3       *S3       `yaml:"s3"`
@@ -93,11 +97,11 @@ type Route struct {
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// ForwardToken sends the Fencing-Token header on to the upstream.
 	// Default true: upstreams that can compare tokens should see them.
-	ForwardToken *bool `yaml:"forward_token"`
+	ForwardToken *bool `yaml:"forward_token" jsonschema:"default=true"`
 	// Precondition "etag" makes writes conditional on the ETag the gateway
 	// last wrote for the object (S3 routes, and upstream routes whose
 	// resource has {path}); see package precondition.
-	Precondition string `yaml:"precondition"`
+	Precondition string `yaml:"precondition" jsonschema:"enum=,enum=none,enum=etag,enum=generation"`
 	// Auth, if set, requires credentials and may limit each identity to
 	// resource prefixes (see production.go).
 	Auth *Auth `yaml:"auth"`
@@ -108,7 +112,7 @@ type Route struct {
 	// (resource, case_insensitive, match, or routes in front of it): a
 	// reload that changes them is refused unless key_version changes too,
 	// because every resource would move to a fresh, empty fence. Default 0.
-	KeyVersion int `yaml:"key_version"`
+	KeyVersion int `yaml:"key_version" jsonschema:"default=0"`
 	// DestinationMethods are the methods whose Destination header names a
 	// second resource the request writes (WebDAV COPY and MOVE), fenced
 	// with the same token. Nil: COPY and MOVE where the route fences them
@@ -127,16 +131,20 @@ type Route struct {
 
 // Match selects requests; every set field must match.
 type Match struct {
-	Host       string   `yaml:"host"`
-	PathPrefix string   `yaml:"path_prefix"`
-	Methods    []string `yaml:"methods"`
+	// Host is the Host to match.
+	Host string `yaml:"host"`
+	// PathPrefix is the path prefix to match, on the canonical path.
+	PathPrefix string `yaml:"path_prefix"`
+	// Methods are the methods to match. Default all.
+	Methods []string `yaml:"methods"`
 }
 
 // Upstream is a plain HTTP(S) upstream.
 type Upstream struct {
+	// URL is the upstream's base URL.
 	URL string `yaml:"url"`
 	// Timeout bounds one forwarded request, body and answer. Default 30s.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout" jsonschema:"default=30s"`
 	// Headers are set on every forwarded request (credential injection);
 	// the same headers sent by the worker are removed first.
 	Headers map[string]string `yaml:"headers"`
@@ -151,16 +159,31 @@ type Upstream struct {
 	// upstream URL's host, for upstreams that compare URLs a request
 	// carries (WebDAV Destination, If:) with its Host. Default false.
 	PreserveHost bool `yaml:"preserve_host"`
+	// KeepAliveWrites keeps the connection to a plain-http upstream after a
+	// request with a body, which otherwise goes with Connection: close
+	// (about half the gateway's CPU per write). Set it only for an upstream
+	// that reads or discards the body of every request it answers, as
+	// `fencegate doctor` checks: one that answers a write unread would take
+	// the body for its next request, and hand that answer to another
+	// worker. Default false.
+	KeepAliveWrites bool `yaml:"keep_alive_writes"`
 }
 
 // S3 is an S3 upstream; see adapters/s3.
 type S3 struct {
-	Endpoint        string        `yaml:"endpoint"`
-	Region          string        `yaml:"region"`
-	AccessKeyID     string        `yaml:"access_key_id"`
-	SecretAccessKey string        `yaml:"secret_access_key"`
-	Clients         []S3Client    `yaml:"clients"`
-	Timeout         time.Duration `yaml:"timeout"`
+	// Endpoint is the S3 endpoint URL.
+	Endpoint string `yaml:"endpoint"`
+	// Region is the signing region.
+	Region string `yaml:"region"`
+	// AccessKeyID is the gateway's own key, which it re-signs forwarded
+	// requests with.
+	AccessKeyID string `yaml:"access_key_id"`
+	// SecretAccessKey is the secret of AccessKeyID.
+	SecretAccessKey string `yaml:"secret_access_key"`
+	// Clients are the worker keys.
+	Clients []S3Client `yaml:"clients"`
+	// Timeout bounds one forwarded request. Default 30s.
+	Timeout time.Duration `yaml:"timeout" jsonschema:"default=30s"`
 	// VirtualHostSuffix enables virtual-hosted requests: the bucket is the
 	// host label before this suffix (e.g. "s3.internal").
 	VirtualHostSuffix string `yaml:"virtual_host_suffix"`
@@ -174,25 +197,30 @@ type S3 struct {
 	Stamp bool `yaml:"stamp"`
 	// StampHeader is the metadata header of the stamp. Default
 	// x-amz-meta-fencing-token.
-	StampHeader string `yaml:"stamp_header"`
+	StampHeader string `yaml:"stamp_header" jsonschema:"default=x-amz-meta-fencing-token"`
 	// BucketConfig is what the gateway does with bucket configuration
 	// writes (a PUT, DELETE or POST on a bucket with a subresource:
 	// ?lifecycle, ?versioning, ?policy, ?acl, ...), which can change or
 	// expose every object of the bucket: "refuse" (default; 403
 	// AccessDenied) or "fence" (fenced on the bucket's key, like
 	// CreateBucket and DeleteBucket). docs/s3.md.
-	BucketConfig string `yaml:"bucket_config"`
+	BucketConfig string `yaml:"bucket_config" jsonschema:"enum=refuse,enum=fence,default=refuse"`
 }
 
 // S3Client is a worker key the gateway verifies SigV4 signatures with.
 type S3Client struct {
-	AccessKeyID     string `yaml:"access_key_id"`
+	// AccessKeyID is a worker's key id.
+	AccessKeyID string `yaml:"access_key_id"`
+	// SecretAccessKey is that worker's secret.
 	SecretAccessKey string `yaml:"secret_access_key"`
 }
 
 // Store selects the durable store: embedded (default) or postgres.
 type Store struct {
+	// Embedded is the single-file store (default).
 	Embedded *Embedded `yaml:"embedded"`
+	// Postgres is the PostgreSQL store (several processes, shared fence
+	// mode).
 	Postgres *Postgres `yaml:"postgres"`
 	// Marker is the file recording which store this process serves from,
 	// so that a start on a lost (new, empty) store is refused until fences
@@ -204,37 +232,42 @@ type Store struct {
 
 // Embedded is the single-file store (bbolt).
 type Embedded struct {
-	Path string `yaml:"path"` // default ./data/fencegate.db
+	// Path is the bbolt file, opened exclusively.
+	Path string `yaml:"path" jsonschema:"default=./data/fencegate.db"`
 }
 
 // Postgres is the PostgreSQL store.
 type Postgres struct {
+	// URL is the PostgreSQL connection URL, e.g. "${DATABASE_URL}".
 	URL string `yaml:"url"`
 	// MaxConns caps the pool. Default 4 in shared fence mode (advances,
 	// drains and the coordinator; writes in flight hold none, see
 	// fence.marker_conns), else pgx's default.
 	MaxConns int32 `yaml:"max_conns"`
 	// Timeout bounds one statement (and lock waits). Default 5s.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout" jsonschema:"default=5s"`
 	// OnRegression is what a process does when it finds the store went
 	// back (an asynchronous standby promoted, an older backup restored):
 	// "refuse" (default) refuses fenced writes and token issuance until an
 	// operator runs `fencegate fence recover`; "recover" runs that
 	// recovery itself (docs/recovery.md).
-	OnRegression string `yaml:"on_regression"`
+	OnRegression string `yaml:"on_regression" jsonschema:"enum=refuse,enum=recover,default=refuse"`
 }
 
 // Fence selects the fence mode.
 type Fence struct {
-	Mode string `yaml:"mode"` // local (default) | shared
-	// CacheEntries bounds the resources a local fence keeps in memory.
-	CacheEntries int `yaml:"cache_entries"`
+	// Mode is "local" (this process is the only gateway for its
+	// resources) or "shared" (several gateways on one PostgreSQL).
+	Mode string `yaml:"mode" jsonschema:"enum=local,enum=shared,default=local"`
+	// CacheEntries bounds the resources a local fence keeps in memory
+	// (least recently used first out).
+	CacheEntries int `yaml:"cache_entries" jsonschema:"default=100000"`
 	// MarkerConns is the number of long-lived marker connections of a
 	// shared fence (besides store.postgres.max_conns): they hold the
 	// in-flight markers of every write of this replica. Default 1: one
 	// session's pipelines carry every write queued meanwhile, so more only
 	// split the batches.
-	MarkerConns int `yaml:"marker_conns"`
+	MarkerConns int `yaml:"marker_conns" jsonschema:"default=1"`
 	// VerifyTokens refuses tokens never issued for the resource (when the
 	// coordinator shares the store). Default true in that case.
 	VerifyTokens *bool `yaml:"verify_tokens"`
@@ -246,23 +279,30 @@ type Fence struct {
 	// write, an advance without verification) or above the highest token
 	// issued (an advance with verification). Default 1000000; negative:
 	// no ceiling. See listeners.go.
-	MaxAdvance int64 `yaml:"max_advance"`
+	MaxAdvance int64 `yaml:"max_advance" jsonschema:"default=1000000" jsonschema_extras:"signed=true"`
 }
 
 // Coordinator is the lease service.
 type Coordinator struct {
-	Enabled    bool          `yaml:"enabled"`
-	Listen     string        `yaml:"listen"`      // default 127.0.0.1:8081
-	DefaultTTL time.Duration `yaml:"default_ttl"` // default 30s
-	MaxTTL     time.Duration `yaml:"max_ttl"`     // default 10m
-	MaxWait    time.Duration `yaml:"max_wait"`    // default 1m
-	Auth       *Auth         `yaml:"auth"`
-	APIGuard   `yaml:",inline"`
+	// Enabled runs the lease coordinator.
+	Enabled bool `yaml:"enabled" jsonschema:"default=false"`
+	// Listen is the coordinator API's listen address.
+	Listen string `yaml:"listen" jsonschema:"default=127.0.0.1:8081"`
+	// DefaultTTL is the lease time of a request without ttl.
+	DefaultTTL time.Duration `yaml:"default_ttl" jsonschema:"default=30s"`
+	// MaxTTL is the longest ttl a request may ask (invalid_request beyond).
+	MaxTTL time.Duration `yaml:"max_ttl" jsonschema:"default=10m"`
+	// MaxWait is the longest wait a request may ask (invalid_request beyond).
+	MaxWait time.Duration `yaml:"max_wait" jsonschema:"default=1m"`
+	// Auth protects the coordinator API.
+	Auth     *Auth `yaml:"auth"`
+	APIGuard `yaml:",inline"`
 }
 
 // Admin is the operator listener: /healthz /readyz /metrics /v1/fences.
 type Admin struct {
-	Listen string `yaml:"listen"` // default 127.0.0.1:9090; "" disables
+	// Listen is the admin API's listen address; "" disables it.
+	Listen string `yaml:"listen" jsonschema:"default=127.0.0.1:9090"`
 	// Auth protects the admin API; /healthz and /readyz stay open for probes.
 	Auth     *Auth `yaml:"auth"`
 	APIGuard `yaml:",inline"`
@@ -271,30 +311,41 @@ type Admin struct {
 	JaegerUI string `yaml:"jaeger_ui"`
 	// RecentRefusals is how many refusals the console keeps in memory.
 	// Default 200; at most 100000.
-	RecentRefusals int `yaml:"recent_refusals"`
+	RecentRefusals int `yaml:"recent_refusals" jsonschema:"default=200,maximum=100000"`
 }
 
 // TLS configures the listeners' certificates.
 type TLS struct {
-	Mode     string `yaml:"mode"` // off (default) | files | acme
+	// Mode is where listener certificates come from: "off", "files"
+	// (CertFile, KeyFile) or "acme".
+	Mode string `yaml:"mode" jsonschema:"enum=off,enum=files,enum=acme,default=off"`
+	// CertFile is the PEM certificate of mode files, reloaded when it
+	// changes.
 	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	ACME     *ACME  `yaml:"acme"`
+	// KeyFile is the PEM key of mode files.
+	KeyFile string `yaml:"key_file"`
+	// ACME configures mode acme.
+	ACME *ACME `yaml:"acme"`
 	// Listeners get TLS: gateway, coordinator, admin. Default [gateway].
-	Listeners []string `yaml:"listeners"`
+	Listeners []string `yaml:"listeners" jsonschema:"enum=gateway,enum=coordinator,enum=admin"`
 	// ClientCAFile, if set, asks clients for a certificate and verifies it
 	// against these roots; auth.client_certs then names identities.
 	ClientCAFile string `yaml:"client_ca_file"`
 }
 
-// ACME is certmagic's configuration.
+// ACME obtains the listeners' certificates with certmagic.
 type ACME struct {
-	Domains      []string `yaml:"domains"`
-	Email        string   `yaml:"email"`
-	CA           string   `yaml:"ca"`
-	TrustedRoots string   `yaml:"trusted_roots"`
+	// Domains are the names to obtain certificates for.
+	Domains []string `yaml:"domains"`
+	// Email is the ACME account's e-mail address.
+	Email string `yaml:"email"`
+	// CA is the ACME directory URL. Default Let's Encrypt; use the
+	// staging CA for trials.
+	CA string `yaml:"ca"`
+	// TrustedRoots are PEM roots to trust the CA with (test CAs).
+	TrustedRoots string `yaml:"trusted_roots"`
 	// Challenges enabled: http-01, tls-alpn-01 (default both).
-	Challenges []string `yaml:"challenges"`
+	Challenges []string `yaml:"challenges" jsonschema:"enum=http-01,enum=tls-alpn-01"`
 	// HTTPListen serves HTTP-01 challenges and redirects everything else
 	// to HTTPS. Default ":80" when http-01 is enabled.
 	HTTPListen string `yaml:"http_listen"`
@@ -302,17 +353,22 @@ type ACME struct {
 
 // Telemetry configures tracing.
 type Telemetry struct {
+	// OTLPEndpoint is the OTLP/HTTP endpoint traces are sent to; empty:
+	// tracing off.
 	OTLPEndpoint string `yaml:"otlp_endpoint"`
-	ServiceName  string `yaml:"service_name"`
+	// ServiceName is the service name of the spans.
+	ServiceName string `yaml:"service_name" jsonschema:"default=fencegate"`
 }
 
 // Log configures structured logs.
 type Log struct {
-	Level  string `yaml:"level"`  // debug | info (default) | warn | error
-	Format string `yaml:"format"` // json (default) | text
+	// Level is the lowest level logged.
+	Level string `yaml:"level" jsonschema:"enum=debug,enum=info,enum=warn,enum=error,default=info"`
+	// Format is the log line format.
+	Format string `yaml:"format" jsonschema:"enum=json,enum=text,default=json"`
 	// Access logs one line per request (method, path, route, status,
 	// bytes, duration, token, decision, trace_id). Default false.
-	Access bool `yaml:"access"`
+	Access bool `yaml:"access" jsonschema:"default=false"`
 }
 
 // Defaults of the listeners' HTTP servers. The gateway's can be set in the

@@ -20,8 +20,7 @@ import (
 	"github.com/goccy/go-yaml/token"
 )
 
-// Environment references are expanded in parsed scalar values only (issue
-// 12, finding 7): the file is parsed first and ${NAME} is substituted into
+// Environment references are expanded in parsed scalar values only: the file is parsed first and ${NAME} is substituted into
 // the value of each scalar that holds it, so a value can never become YAML
 // syntax (a quote, a bracket, " #", a newline of a PEM block all land in
 // that one field) and a reference in a comment is never looked up.

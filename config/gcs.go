@@ -13,7 +13,7 @@ import (
 // credentials, which workers never hold.
 type GCS struct {
 	// Endpoint is the store's base URL. Default https://storage.googleapis.com.
-	Endpoint string `yaml:"endpoint"`
+	Endpoint string `yaml:"endpoint" jsonschema:"default=https://storage.googleapis.com"`
 	// CredentialsFile is a service account key (JSON) the gateway
 	// authenticates with. Empty: Application Default Credentials, unless
 	// NoAuth.
@@ -22,7 +22,7 @@ type GCS struct {
 	// fake-gcs-server).
 	NoAuth bool `yaml:"no_auth"`
 	// Timeout bounds one forwarded request, body and answer. Default 30s.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout" jsonschema:"default=30s"`
 	// CheckBucket, if set, is a bucket where the gateway may write and
 	// delete a probe object at start (and `fencegate doctor`) to verify
 	// that the store honours ifGenerationMatch, racing writes included.
@@ -32,7 +32,7 @@ type GCS struct {
 	Stamp bool `yaml:"stamp"`
 	// StampKey is the custom metadata key of the stamp. Default
 	// fencing-token.
-	StampKey string `yaml:"stamp_key"`
+	StampKey string `yaml:"stamp_key" jsonschema:"default=fencing-token"`
 	// SessionKey binds resumable upload sessions to the object and token
 	// that opened them. Several gateways serving one store need the same
 	// key; empty: a random key per process (a session then continues only

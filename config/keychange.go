@@ -7,7 +7,7 @@ import (
 )
 
 // KeyChange is one way a new configuration changes how an existing route
-// builds resource keys (issue 12, finding 11). Applied by a reload, it
+// builds resource keys. Applied by a reload, it
 // would silently move every resource of the route to a fresh, empty fence:
 // a stale token that the old key's fence refuses would be accepted under
 // the new key. A reload applies key changes only when the route's

@@ -27,7 +27,7 @@ type APIGuard struct {
 	// AllowUnauthenticated lets the listener bind a non-loopback address
 	// without an auth block. Without it such a configuration is refused:
 	// anyone who can reach the port could move fences or take leases.
-	AllowUnauthenticated bool `yaml:"allow_unauthenticated"`
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated" jsonschema:"default=false"`
 }
 
 // Default connection caps.

@@ -41,9 +41,13 @@ type APIKey struct {
 // must chain to tls.client_ca_file and name Name as its Common Name or as a
 // DNS, URI or e-mail subject alternative name.
 type ClientCert struct {
-	Name      string   `yaml:"name"`
-	Prefixes  []string `yaml:"prefixes"`
-	BindOwner bool     `yaml:"bind_owner"` // as APIKey's, with Name as the owner
+	// Name is the certificate's Common Name or subject alternative name.
+	Name string `yaml:"name"`
+	// Prefixes are the resource prefixes this identity may use, as
+	// APIKey's.
+	Prefixes []string `yaml:"prefixes"`
+	// BindOwner is as APIKey's, with Name as the owner.
+	BindOwner bool `yaml:"bind_owner"`
 }
 
 // Enabled reports whether a is set and asks for credentials.

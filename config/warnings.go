@@ -61,7 +61,7 @@ func (c *Config) Warnings() Warnings {
 					add(f, "never matches: route %q before it takes every request this route would", earlier.Name)
 					break
 				}
-				// Issue 12, finding 4: a case variant of a case-insensitive
+				// A case variant of a case-insensitive
 				// route's prefix must not be fenced under another key by a
 				// later route.
 				if earlier.CaseInsensitive && !strings.HasPrefix(later.Match.PathPrefix, earlier.Match.PathPrefix) &&

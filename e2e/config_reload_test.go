@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Issue 12, finding 11: a SIGHUP that changes how a route builds resource
+// A SIGHUP that changes how a route builds resource
 // keys (here: adding case_insensitive) would move every resource to a
 // fresh, empty fence, where a stale token is accepted. The reload is refused
 // and the old configuration keeps serving until the operator confirms the

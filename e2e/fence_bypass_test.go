@@ -17,7 +17,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
-// Attacks on the request's shape (issue 12): each one tries to get a write
+// Attacks on the request's shape: each one tries to get a write
 // past the fence, or applied to another resource than the one fenced,
 // against a real fencegate process and a real upstream. The upstream is a
 // werkzeug application (Debian's python3-werkzeug) that folds method case,

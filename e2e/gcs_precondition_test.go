@@ -90,9 +90,10 @@ func TestGCSPreconditionDetectsBypass(t *testing.T) {
 	}
 }
 
-// fencegate doctor runs the ifGenerationMatch racing probe against the
-// store of each GCS route: fake-gcs-server passes; a store that ignores
-// the condition fails it.
+// fencegate doctor runs the ifGenerationMatch racing probe and the
+// unread-body probe against the store of each GCS route: fake-gcs-server
+// passes both; a store that ignores the condition fails the first, one
+// that answers a write without reading its body the second.
 func TestGCSDoctor(t *testing.T) {
 	srv := testenv.FakeGCS(t)
 	srv.CreateBucket(t, gcsBucket)
@@ -112,7 +113,11 @@ func TestGCSDoctor(t *testing.T) {
 		wantOut        string
 	}{
 		{"fake-gcs-server", srv.Endpoint, 0, "honours ifGenerationMatch"},
+		{"fake-gcs-server reads bodies", srv.Endpoint, 0, "reads a write's body (or closes the connection) before its next request"},
 		{"ignores conditions", ignoring.URL, 1, "FAIL"},
+		// GCS routes keep their connections across writes: a store that
+		// takes an unread body for a request fails the route.
+		{"answers unread", startEarlyUpstream(t), 1, "answers a write without reading its body and takes the body for a request of its own"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(t.TempDir(), "fencegate.yaml")

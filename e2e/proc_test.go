@@ -37,7 +37,14 @@ type Proc struct {
 // returns when every configured listener accepts connections.
 func startFencegate(t testing.TB, yaml string, env ...string) *Proc {
 	t.Helper()
-	p := &Proc{t: t, bin: testenv.BuildBinary(t, "./cmd/fencegate"), Dir: t.TempDir(), addrs: map[string]string{}}
+	return startFencegateBin(t, testenv.BuildBinary(t, "./cmd/fencegate"), yaml, env...)
+}
+
+// startFencegateBin is startFencegate with the binary bin (another build,
+// for before/after benchmarks).
+func startFencegateBin(t testing.TB, bin, yaml string, env ...string) *Proc {
+	t.Helper()
+	p := &Proc{t: t, bin: bin, Dir: t.TempDir(), addrs: map[string]string{}}
 	for _, name := range []string{"GATEWAY", "ADMIN", "COORDINATOR"} {
 		if strings.Contains(yaml, "$"+name) {
 			addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))

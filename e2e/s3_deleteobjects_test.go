@@ -45,7 +45,7 @@ func (e *s3Env) signedDeleteObjects(t *testing.T, token, body string) (int, stri
 	return resp.StatusCode, string(b)
 }
 
-// Issue 12 finding 10: a DeleteObjects body that an XML reader other than
+// A DeleteObjects body that an XML reader other than
 // the gateway's could read as naming other keys (the fenced object) is
 // refused as MalformedXML and never reaches S3. "obj" is fenced at token
 // 4; the stale token 1 would pass for "fresh" alone. Against VersityGW.

@@ -59,14 +59,7 @@ func TestS3StampRebuildAfterStoreLoss(t *testing.T) {
 	if err := putObject(t, e.direct(), "unstamped", "x"); err != nil {
 		t.Fatal(err)
 	}
-	p.Stop()
-
-	if err := os.Remove(filepath.Join(p.Dir, "fencegate.db")); err != nil {
-		t.Fatal(err)
-	}
-	if out := serveRefused(t, p); !strings.Contains(out, "fence rebuild") {
-		t.Fatalf("serve on the lost store:\n%s", out)
-	}
+	loseStore(t, p)
 	out, err := fencegateCmd(t, p, "fence", "rebuild", "-c", p.CfgPath, "-bucket", s3Bucket)
 	if err != nil {
 		t.Fatalf("rebuild: %v\n%s", err, out)
@@ -83,6 +76,19 @@ func TestS3StampRebuildAfterStoreLoss(t *testing.T) {
 	}
 	if got := e.objectBody(t, "report"); got != "B2" {
 		t.Fatalf("report = %q; want B2", got)
+	}
+}
+
+// loseStore stops p and deletes its store: serve then refuses to start,
+// naming fence rebuild among the ways out.
+func loseStore(t *testing.T, p *Proc) {
+	t.Helper()
+	p.Stop()
+	if err := os.Remove(filepath.Join(p.Dir, "fencegate.db")); err != nil {
+		t.Fatal(err)
+	}
+	if out := serveRefused(t, p); !strings.Contains(out, "fence rebuild") {
+		t.Fatalf("serve on the lost store:\n%s", out)
 	}
 }
 

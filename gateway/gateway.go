@@ -321,8 +321,8 @@ const smallBody = 32 << 10
 // upstream in the same write as the headers, where a streamed body costs a
 // write of its own. Read before the fence, a slow client holds no permit
 // while sending it, and a write already whole cannot be cut by a newer
-// token. A client that sent Expect: 100-continue waits for the upstream's
-// go-ahead, as before.
+// token. A request with an Expect header is left to stream, so a client
+// that sent Expect: 100-continue waits for the upstream's go-ahead.
 func readSmallBody(r *http.Request) ([]byte, *fencegate.Error) {
 	if r.ContentLength <= 0 || r.ContentLength > smallBody || r.Body == nil || r.Body == http.NoBody ||
 		r.Header.Get("Expect") != "" {

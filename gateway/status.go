@@ -61,7 +61,7 @@ func (w *clientWriter) Write(p []byte) (int, error) {
 	switch {
 	case errors.Is(err, http.ErrBodyNotAllowed), errors.Is(err, http.ErrContentLength):
 		// The answer's own framing is wrong, not the client gone: the
-		// adapter aborts it as before.
+		// adapter aborts it like any other failed write.
 		return n, err
 	case err != nil:
 		w.lost.Store(true)

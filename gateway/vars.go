@@ -34,8 +34,9 @@ func (rv *requestVars) lookup(name string) (string, bool) {
 // variables are folded: on the decoded letters. Lower-casing the escaped
 // form alone folds only ASCII, and leaves Ü (%C3%9C) and ü (%C3%BC) two
 // keys for what a case-folding upstream takes for one object. The result
-// is lower-cased once more so that the escapes' hex digits read as before
-// (keys of paths without upper-case non-ASCII letters do not change).
+// is lower-cased once more so that the escapes' hex digits are lower-case
+// too, the same key strings.ToLower gives a path without upper-case
+// non-ASCII letters.
 func foldPath(p string) string {
 	if strings.IndexByte(p, '%') < 0 {
 		return strings.ToLower(p)

@@ -62,7 +62,7 @@ func browser(t *testing.T, headers map[string]any) context.Context {
 // is set, so CI can keep them, else t.TempDir()), so a test run leaves the
 // work tree alone. FENCEGATE_UPDATE_SCREENSHOTS=1 writes them into
 // docs/console, the documentation's images; FENCEGATE_SCREENSHOT_DIR names
-// a directory of its own (as before).
+// a directory of its own.
 func screenshotDir(t *testing.T) string {
 	if d := os.Getenv("FENCEGATE_SCREENSHOT_DIR"); d != "" {
 		return d

@@ -204,8 +204,7 @@ admin:
 
 // TestConsoleOperations: what on-call reads first. Routes show the methods
 // they fence (the default spelt out), their upstream's 502 and 504 counts
-// and latency (also in /metrics); a fence raised by hand and not yet
-// written reads "awaiting first write", not draining; fence and refusal
+// and latency (also in /metrics); fence and refusal
 // rows show the current lease holder; refusals filter by code, route and
 // owner.
 func TestConsoleOperations(t *testing.T) {
@@ -246,14 +245,7 @@ func TestConsoleOperations(t *testing.T) {
 
 	// worker-b holds /orders/1's lease and writes with it; worker-a, late,
 	// is refused stale and then forgets its token.
-	acquireOn := func(res, owner string) int64 {
-		a := do(t, c, "POST", coord+"/v1/leases/acquire", strings.NewReader(`{"resource":"`+res+`","owner":"`+owner+`","ttl":"5m"}`), map[string]string{"Content-Type": "application/json"})
-		var lease struct{ Token int64 }
-		if json.Unmarshal([]byte(a.Body), &lease); a.Status != 200 || lease.Token < 1 {
-			t.Fatalf("acquire: %d %s", a.Status, a.Body)
-		}
-		return lease.Token
-	}
+	acquireOn := func(res, owner string) int64 { return acquireLease(t, coord, res, owner) }
 	acquire := func(owner string) int64 { return acquireOn("/orders/1", owner) }
 	old := acquire("worker-a")
 	if r := do(t, c, "POST", coord+"/v1/leases/release", strings.NewReader(fmt.Sprintf(`{"resource":"/orders/1","owner":"worker-a","token":%d}`, old)),

@@ -14,7 +14,7 @@ import (
 // Every listener has timeouts and a connection cap of its own, so that one
 // listener's clients cannot take the file descriptors another needs: 20000
 // trickled bodies at the admin port must not stop the gateway from
-// accepting writes (issue 12). Beyond its cap a listener stops accepting;
+// accepting writes. Beyond its cap a listener stops accepting;
 // further clients wait in the kernel's accept queue, which holds no file
 // descriptor of this process.
 //

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/gcs"
 	"github.com/fencegate/fencegate/adapters/h1"
 	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/adapters/s3"
@@ -203,13 +204,20 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	// Plain-http upstreams: h1's client on the handler's goroutine;
 	// https ones (HTTP/2) and upgrades: net/http's.
 	transport := h1.NewTransport(httpup.NewTransport(nil))
+	keepTransport := h1.NewTransport(httpup.NewTransport(nil)) // upstream.keep_alive_writes
+	keepTransport.KeepBodies = true
 	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
+	gcsTransport := gcs.NewTransport()  // GCS routes: writes keep their connections
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {
 		var up gateway.Upstream
 		switch {
 		case rc.Upstream != nil:
-			tr, err := upstreamTransport(rc.Upstream, transport)
+			shared := transport
+			if rc.Upstream.KeepAliveWrites {
+				shared = keepTransport
+			}
+			tr, err := upstreamTransport(rc.Upstream, shared)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
@@ -228,7 +236,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			}
 			up = h
 		case rc.GCS != nil:
-			g, err := newGCSUpstream(cfg, rc, log, telemetry.Transport(transport), store)
+			g, err := newGCSUpstream(cfg, rc, log, telemetry.Transport(gcsTransport), store)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}

@@ -77,7 +77,7 @@ func TestResetFence(t *testing.T) {
 	if err != nil || fs.Highest != l.Token+10 {
 		t.Fatalf("reset: %+v %v", fs, err)
 	}
-	// Raise-only as before for everyone else; the counter is above the reset.
+	// Raise-only, as always, for everyone else; the counter is above the reset.
 	if fs, _ := st.AdvanceFence(ctx, "/r", 3, "late"); fs.Highest != l.Token+10 {
 		t.Fatalf("advance lowered the fence: %+v", fs)
 	}

@@ -64,6 +64,7 @@ type Upstream struct {
 	tokenHeader string
 	sessionKey  []byte
 	stampKey    string // "" unless stamping
+	scanKey     string // the stamp's key ScanStamps reads (stamping or not)
 	tracker     *precondition.Tracker
 	transport   http.RoundTripper
 	proxy       *httpup.Proxy
@@ -102,7 +103,7 @@ type Options struct {
 	// token. Empty: a random key (sessions then continue only through this
 	// process).
 	SessionKey []byte
-	// Transport carries upstream requests. Nil: httpup.NewTransport(nil).
+	// Transport carries upstream requests. Nil: NewTransport().
 	Transport http.RoundTripper
 	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
 	TokenHeader string
@@ -165,18 +166,19 @@ func New(opts Options) (*Upstream, error) {
 		u.log = slog.Default()
 	}
 	if u.transport == nil {
-		u.transport = httpup.NewTransport(nil)
+		u.transport = NewTransport()
 	}
 	if len(u.sessionKey) == 0 {
 		u.sessionKey = make([]byte, 32)
 		rand.Read(u.sessionKey)
 	}
 	oneObject := strings.Contains(opts.Resource, "{bucket}") && strings.Contains(opts.Resource, "{object}")
+	u.scanKey = opts.StampKey
+	if u.scanKey == "" {
+		u.scanKey = DefaultStampKey
+	}
 	if opts.Stamp {
-		u.stampKey = opts.StampKey
-		if u.stampKey == "" {
-			u.stampKey = DefaultStampKey
-		}
+		u.stampKey = u.scanKey
 	}
 	if opts.PreconditionGeneration {
 		// A generation is an object's; a resource spanning several objects
@@ -336,6 +338,9 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 		out.ContentLength = f.bodyLen
 		if f.bodyLen < 0 {
 			out.Header.Del("Content-Length")
+		} else {
+			// Sent with its length, not in the worker's chunks.
+			out.TransferEncoding = nil
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package gcs
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -10,8 +12,10 @@ import (
 	"net/http/httptest"
 	"net/textproto"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"golang.org/x/oauth2"
 )
@@ -71,7 +75,7 @@ func TestStampMultipart(t *testing.T) {
 	p.Write([]byte(media))
 	mw.Close()
 	in := body.Bytes()
-	out, delta, err := stampMultipart(bytes.NewReader(in), mw.Boundary(), "fencing-token", "42")
+	out, delta, _, err := stampMultipart(bufio.NewReaderSize(bytes.NewReader(in), 64<<10), mw.Boundary(), "fencing-token", "42")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,5 +140,73 @@ func TestSessionBinding(t *testing.T) {
 	}
 	if s, _ := parseSession(l.Query()); u.verify(s, "other-bucket") {
 		t.Error("bucket changed: still verifies")
+	}
+}
+
+// readAhead sends a small body of unknown length with its length and its
+// bytes unchanged; a longer one streams on whole, and a read error of the
+// worker's body reaches the forwarded request.
+func TestReadAhead(t *testing.T) {
+	for _, n := range []int{0, 1, 4 << 10, smallUpload, smallUpload + 1, 3 * smallUpload} {
+		in := bytes.Repeat([]byte("abcdefg"), n/7+1)[:n]
+		body, length := readAhead(bytes.NewReader(in), 100)
+		wantLen := int64(n)
+		if n > smallUpload {
+			wantLen = -1
+		}
+		if length != wantLen {
+			t.Errorf("%d bytes: length %d; want %d", n, length, wantLen)
+		}
+		got, err := io.ReadAll(body)
+		if err != nil || !bytes.Equal(got, in) {
+			t.Errorf("%d bytes: read %d bytes (err %v); want the body unchanged", n, len(got), err)
+		}
+	}
+	gone := errors.New("worker gone")
+	body, length := readAhead(io.MultiReader(strings.NewReader("part"), iotest.ErrReader(gone)), 4)
+	if got, err := io.ReadAll(body); length != -1 || string(got) != "part" || !errors.Is(err, gone) {
+		t.Fatalf("failing body: length %d, read %q, err %v; want -1, \"part\", %v", length, got, err, gone)
+	}
+}
+
+// stampJSON gives the same document, read back, on its plain path (no
+// metadata member) as on the decoding one, and the plain path declines
+// what it cannot splice safely.
+func TestStampJSON(t *testing.T) {
+	for _, doc := range []string{
+		`{}`, ` { } `, `{"name":"a/b","contentType":"text/plain"}`,
+		`{"name":"x","metadata":{"fencing-token":"999","keep":"1"}}`,
+		`{"name":"x","metadata":null}`,
+		`{"name":"x","\u006detadata":{"fencing-token":"999"}}`,
+		`{"name":"metadata"}`, ``,
+	} {
+		out, err := stampJSON([]byte(doc), "", "fencing-token", "42")
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s: stamped %s: %v", doc, out, err)
+		}
+		var want map[string]any
+		if strings.TrimSpace(doc) != "" {
+			json.Unmarshal([]byte(doc), &want)
+		} else {
+			want = map[string]any{}
+		}
+		meta, _ := want["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta["fencing-token"] = "42"
+		want["metadata"] = meta
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: stamped %s; want %v", doc, out, want)
+		}
+	}
+	for _, doc := range []string{`[]`, `{"a":1`, `{"a":"\u0000"}`, `{"metadata":{}}`, `{"a":{"metadata":1}}`} {
+		if out, ok := stampPlain([]byte(doc), "fencing-token", "42"); ok {
+			t.Errorf("stampPlain(%s) = %s; want declined", doc, out)
+		}
 	}
 }

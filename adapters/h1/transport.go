@@ -54,6 +54,17 @@ type Transport struct {
 	// itself.
 	Std *http.Transport
 
+	// KeepBodies keeps the connections of requests with a body, which
+	// otherwise go with Connection: close (see RoundTrip). Set it only for
+	// an upstream of a kind known to read or discard the body of every
+	// request it answers, or to close the connection after the answer:
+	// Google Cloud Storage's front ends, and emulators
+	// built on Go's net/http server (fake-gcs-server), which discards an
+	// unread body of up to 256 KiB and closes the connection after a
+	// larger one. A connection is kept only when the body was sent whole
+	// and the answer read to its end, as for any request.
+	KeepBodies bool
+
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	idleTimeout time.Duration // 0: no limit
 	maxIdle     int           // per host
@@ -208,12 +219,13 @@ func lean(req *http.Request) bool {
 // next, another worker's. Closing keeps every answer with its own request,
 // and an upstream that honours Connection: close never reads the body as a
 // request at all (fencegate doctor finds those that answer unread).
-// HTTP/2 frames bodies itself: requests Std may send over HTTP/2 (its
+// KeepBodies lifts this for upstreams known to behave. HTTP/2 frames
+// bodies itself: requests Std may send over HTTP/2 (its
 // ForceAttemptHTTP2 set: an https upstream with upstream.tls) keep their
 // connections, and an https upstream that falls back to HTTP/1.1 there
 // does too.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if hasBody(req) && !req.Close && (req.URL.Scheme == "http" || !t.Std.ForceAttemptHTTP2) {
+	if hasBody(req) && !req.Close && !t.KeepBodies && (req.URL.Scheme == "http" || !t.Std.ForceAttemptHTTP2) {
 		r := *req
 		r.Close = true
 		req = &r

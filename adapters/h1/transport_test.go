@@ -555,3 +555,61 @@ func TestReviewExpectEarlyHintsThenBody(t *testing.T) {
 		t.Fatal("the body waited for a 100 Continue after 103 past the Expect timeout")
 	}
 }
+
+// With KeepBodies, requests with a body keep their connection, inline and
+// streamed bodies alike, and go without Connection: close; one the
+// upstream answered before its body was sent whole still has a connection
+// of its own.
+func TestTransportKeepBodies(t *testing.T) {
+	var closes atomic.Int64
+	srv, conns := leanServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Close {
+			closes.Add(1)
+		}
+		if r.URL.Path == "/early" {
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusPreconditionFailed)
+			return
+		}
+		echo(w, r)
+	})
+	tr := newTransport()
+	tr.KeepBodies = true
+	defer tr.CloseIdleConnections()
+	big := strings.Repeat("y", 3*inlineBody)
+	for i := 0; i < 3; i++ {
+		for _, body := range []string{"hello", big} {
+			req, _ := http.NewRequest("PUT", srv.URL+"/b/k", strings.NewReader(body))
+			if i == 2 {
+				req.ContentLength = -1 // chunked, streamed
+			}
+			if st, got := do(t, tr, req); st != 200 || got != body {
+				t.Fatalf("%d, %d bytes; want 200 and the body echoed", st, len(got))
+			}
+		}
+	}
+	if n, c := conns.Load(), closes.Load(); n != 1 || c != 0 {
+		t.Fatalf("%d connections, %d requests with Connection: close; want 1 and 0", n, c)
+	}
+	req, _ := http.NewRequest("PUT", srv.URL+"/early", io.MultiReader(strings.NewReader("z"), &stalled{}))
+	req.ContentLength = -1
+	if st, _ := do(t, tr, req); st != http.StatusPreconditionFailed {
+		t.Fatalf("early answer: status %d", st)
+	}
+	req, _ = http.NewRequest("PUT", srv.URL+"/b/k", strings.NewReader("after"))
+	if st, got := do(t, tr, req); st != 200 || got != "after" {
+		t.Fatalf("after the early answer: %d %q", st, got)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections; want 2 (the one answered early is not kept)", n)
+	}
+}
+
+// stalled is a body that never ends (until its reader gives up).
+type stalled struct{}
+
+func (*stalled) Read(p []byte) (int, error) {
+	time.Sleep(10 * time.Millisecond)
+	p[0] = 'z'
+	return 1, nil
+}

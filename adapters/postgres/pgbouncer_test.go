@@ -74,10 +74,10 @@ func TestSharedFenceBehindPgBouncer(t *testing.T) {
 	})
 
 	// Several replicas' marker sessions connecting at once take servers
-	// from each other between the check's statements, and a lane refused
-	// once used to try again: one retry found its session "of its own" by
-	// luck (seen once in CI), and the fence came up. Every fence must still
-	// be refused after its lanes had time for many tries.
+	// from each other between the check's statements, so a lane that tried
+	// again after a refusal could find its session "of its own" by luck, and
+	// the fence would come up. Every fence must still be refused after its
+	// lanes had time for many tries.
 	t.Run("transaction, concurrent", func(t *testing.T) {
 		url := testenv.PgBouncer(t, pg, "transaction")
 		errs := make(chan error, 6)

@@ -26,9 +26,8 @@ import (
 // (still fenced).
 type Conditions struct {
 	// Measured: the values come from ProbeConditions. Unmeasured (no
-	// s3.check_bucket), only DeleteObject gets If-Match, as before the
-	// probe existed: AWS documents it, and a store that ignores it deletes
-	// as if unconditioned.
+	// s3.check_bucket), only DeleteObject gets If-Match: AWS documents
+	// it, and a store that ignores it deletes as if unconditioned.
 	Measured bool
 	// Delete: DeleteObject with If-Match on a wrong ETag is refused (412)
 	// and leaves the object, on the right one deletes it, and a conditional

@@ -30,8 +30,7 @@ var deleteObjectFields = map[string]bool{
 // byte, so any document that another XML reader could understand as naming
 // different objects is a way around the fence: with
 // <Object><Key>fenced</Key><Key>fresh</Key></Object> encoding/xml keeps the
-// last key, a store that keeps the first deletes a fenced object (issue 12,
-// finding 10). The parser therefore accepts only the plain shape S3
+// last key, a store that keeps the first deletes a fenced object. The parser therefore accepts only the plain shape S3
 // documents and refuses everything else as MalformedXML:
 //
 //   - an optional <?xml?> declaration, then exactly one <Delete> root in no

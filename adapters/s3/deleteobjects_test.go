@@ -43,7 +43,7 @@ func TestParseDeleteObjectsAccepts(t *testing.T) {
 func TestParseDeleteObjectsRefuses(t *testing.T) {
 	obj := func(inner string) string { return "<Delete><Object>" + inner + "</Object></Delete>" }
 	for _, tc := range []struct{ name, body, errSub string }{
-		{"second key (issue 12 #10)", obj("<Key>obj</Key><Key>fresh</Key>"), "<Key> given twice"},
+		{"second key", obj("<Key>obj</Key><Key>fresh</Key>"), "<Key> given twice"},
 		{"second key after version", obj("<Key>obj</Key><VersionId>v</VersionId><Key>fresh</Key>"), "<Key> given twice"},
 		{"version twice", obj("<Key>obj</Key><VersionId>a</VersionId><VersionId>b</VersionId>"), "<VersionId> given twice"},
 		{"etag twice", obj("<Key>obj</Key><ETag>a</ETag><ETag>b</ETag>"), "<ETag> given twice"},

@@ -163,26 +163,8 @@ func cpuOf(b *testing.B, vpid, gwPID int) time.Duration {
 	return d
 }
 
-// procCPU is a process's CPU time: the sum over its threads of
-// /proc/PID/task/TID/schedstat (nanoseconds on a CPU; Go's threads live as
-// long as the process, so none is lost to an exited one).
-func procCPU(b *testing.B, pid int) time.Duration {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var d time.Duration
-	for _, t := range tasks {
-		data, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
-		if err != nil {
-			continue // exited meanwhile
-		}
-		ns, _ := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
-		d += time.Duration(ns)
-	}
-	return d
-}
+// procCPU is a process's CPU time (testenv.ProcCPU).
+func procCPU(b *testing.B, pid int) time.Duration { return testenv.ProcCPU(b, pid) }
 
 // versityPID finds the VersityGW process serving srv (its command line
 // names srv.Dir, a fresh temporary directory).

@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
+
+	"golang.org/x/oauth2"
 
 	"github.com/fencegate/fencegate/adapters/gcs"
+	httpup "github.com/fencegate/fencegate/adapters/http"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
@@ -35,16 +39,52 @@ func doctorGCSRoutes(ctx context.Context, cfg *config.Config, bucket string) (ch
 			err = up.ProbeRace(cctx, b, 0)
 		}
 		cancel()
-		if err != nil {
-			failed++
-			fmt.Printf("route %s: FAIL: %v\n", rc.Name, err)
-			continue
-		}
 		endpoint := rc.GCS.Endpoint
 		if endpoint == "" {
 			endpoint = gcs.DefaultEndpoint
 		}
-		fmt.Printf("route %s: ok: %s honours ifGenerationMatch on uploads, racing writes included (bucket %s)\n", rc.Name, config.RedactURL(endpoint), b)
+		if err != nil {
+			failed++
+			fmt.Printf("route %s: FAIL: %v\n", rc.Name, err)
+		} else {
+			fmt.Printf("route %s: ok: %s honours ifGenerationMatch on uploads, racing writes included (bucket %s)\n", rc.Name, config.RedactURL(endpoint), b)
+		}
+		if !doctorGCSUnreadBody(ctx, rc, endpoint, b, ts) {
+			failed++
+		}
 	}
 	return checked, failed
+}
+
+// doctorGCSUnreadBody checks that the store reads (or discards) the body of
+// a write it answers, or closes the connection: GCS routes keep their
+// connections across writes (gcs.NewTransport), which is safe only then.
+// The probe is an objects.update of a probe name in bucket whose body is
+// itself a request; nothing is written.
+func doctorGCSUnreadBody(ctx context.Context, rc config.Route, endpoint, bucket string, ts oauth2.TokenSource) bool {
+	cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
+	defer cancel()
+	headers := map[string]string{}
+	var err error
+	if ts != nil {
+		var tok *oauth2.Token
+		if tok, err = ts.Token(); err == nil {
+			headers["Authorization"] = tok.Type() + " " + tok.AccessToken
+		}
+	}
+	f := httpup.BodyRead
+	if err == nil {
+		f, err = httpup.ProbeUnreadBody(cctx, endpoint, "storage/v1/b/"+url.PathEscape(bucket)+"/o", headers, nil)
+	}
+	up := config.RedactURL(endpoint)
+	switch {
+	case err != nil:
+		fmt.Printf("route %s: FAIL: unread-body probe (bucket %s): %v\n", rc.Name, bucket, err)
+		return false
+	case f != httpup.BodyRead:
+		fmt.Printf("route %s: FAIL: %s answers a write without reading its body and takes the body for a request of its own; GCS routes keep their connections across writes, so a worker's body could carry requests the fence never sees (bucket %s)\n", rc.Name, up, bucket)
+		return false
+	}
+	fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request: writes keep their connections (bucket %s)\n", rc.Name, up, bucket)
+	return true
 }

@@ -52,7 +52,8 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 // body is itself a request. It prints one line per route and returns how
 // many it checked and how many failed. An upstream that honours
 // Connection: close passes with a note: the gateway closes every
-// connection that carried a body, so its answers stay with their requests.
+// connection that carried a body, so its answers stay with their requests
+// (unless upstream.keep_alive_writes keeps them: then it fails).
 func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (checked, failed int) {
 	if cfg.Gateway == nil {
 		return 0, 0
@@ -85,8 +86,13 @@ func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (c
 		case f == httpup.BodyUnreadAlways:
 			failed++
 			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and then acts on the body as a request of its own, even with Connection: close: a worker's body can carry requests the fence never sees; fix the upstream (read or discard a body it does not want, or close the connection) (path %s)\n", rc.Name, up, p)
+		case f == httpup.BodyUnreadKeepAlive && rc.Upstream.KeepAliveWrites:
+			failed++
+			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and takes the body for its next request on a kept connection, and upstream.keep_alive_writes keeps that connection: a worker's body can carry requests the fence never sees, and their answers reach other workers; remove keep_alive_writes (path %s)\n", rc.Name, up, p)
 		case f == httpup.BodyUnreadKeepAlive:
 			fmt.Printf("route %s: note: %s answers a write without reading its body and takes the body for its next request on a kept connection; it honours Connection: close, which the gateway sends with every request that has a body, so through the gateway answers stay with their requests, but clients that reach it directly can be desynchronized (path %s)\n", rc.Name, up, p)
+		case !rc.Upstream.KeepAliveWrites && rc.Upstream.TLS == nil:
+			fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request (path %s); upstream.keep_alive_writes: true would keep its connections after writes\n", rc.Name, up, p)
 		default:
 			fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request (path %s)\n", rc.Name, up, p)
 		}

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// A configuration with only a coordinator used to panic on the nil
-// gateway; now it is a usage error that says why there is nothing to check.
+// A configuration with only a coordinator has no gateway to check: doctor
+// answers a usage error that says so (it must not reach the nil gateway).
 func TestDoctorCoordinatorOnly(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "coordinator.yaml")

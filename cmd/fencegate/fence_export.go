@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/gcs"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/config"
@@ -377,7 +378,7 @@ func (imp *importer) flush(ctx context.Context) error {
 }
 
 // fenceRebuildCmd raises fences from the stamps `stamp: true` left on S3
-// objects: each object's fence becomes at least its stamped token.
+// and GCS objects: each object's fence becomes at least its stamped token.
 type fenceRebuildCmd struct {
 	printer
 	config, route, bucket, prefix string
@@ -388,25 +389,29 @@ func newFenceRebuildCmd() *cobra.Command {
 	c := &fenceRebuildCmd{}
 	cmd := &cobra.Command{
 		Use:   "rebuild [-c FILE] --bucket NAME [--route NAME] [--prefix P] [--max-advance N]",
-		Short: "raise fences from the token stamps on S3 objects",
-		Long: `Rebuild scans the objects of an S3 route's bucket for the token stamps
-that s3.stamp: true leaves on them, and raises each object's fence to at
-least its stamped token. A stamp more than fence.max_advance above what the
-store holds stops the rebuild (an object written around the gateway can
-carry any stamp); the fences raised before it stay raised, and a rebuild
-can be run again.
+		Short: "raise fences from the token stamps on S3 or GCS objects",
+		Long: `Rebuild scans the objects of an S3 or GCS route's bucket for the token
+stamps that s3.stamp: true (gcs.stamp: true) leaves on them, and raises
+each object's fence to at least its stamped token. A stamp more than
+fence.max_advance above what the store holds stops the rebuild (an object
+written around the gateway can carry any stamp); the fences raised before
+it stay raised, and a rebuild can be run again.
 ` + fenceStoreHelp,
 		Example: `  fencegate fence rebuild -c fencegate.yaml --bucket orders --prefix 2024/
   fencegate fence rebuild -c fencegate.yaml --bucket orders --max-advance -1   # onto an empty store`,
 		Args: noArgs,
 	}
 	configFlag(cmd.Flags(), &c.config)
-	cmd.Flags().StringVar(&c.route, "route", "", "S3 route whose objects are scanned (default: the only S3 route)")
+	cmd.Flags().StringVar(&c.route, "route", "", "S3 or GCS route whose objects are scanned (default: the only one)")
 	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket to scan (required)")
 	cmd.Flags().StringVar(&c.prefix, "prefix", "", "scan only keys starting with this prefix")
 	c.ceiling.flag(cmd, "stamp")
 	return wrap(cmd, c)
 }
+
+// stampScan is one route's stamp scanner: fn gets each stamped object's
+// bucket, name and token; the answer counts the objects without a stamp.
+type stampScan func(ctx context.Context, fn func(bucket, object string, token int64) error) (unstamped int, err error)
 
 func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	path, routeName, bucket, prefix := c.config, c.route, c.bucket, c.prefix
@@ -424,26 +429,55 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	if cfg.Gateway != nil {
 		for i := range cfg.Gateway.Routes {
 			r := &cfg.Gateway.Routes[i]
-			if r.S3 == nil || (routeName != "" && r.Name != routeName) {
+			if (r.S3 == nil && r.GCS == nil) || (routeName != "" && r.Name != routeName) {
 				continue
 			}
 			if rc != nil {
-				return usagef("several S3 routes: choose one with --route")
+				return usagef("several S3 or GCS routes: choose one with --route")
 			}
 			rc = r
 		}
 	}
 	if rc == nil {
-		return usagef("no S3 route %q in %s", routeName, path)
+		return usagef("no S3 or GCS route %q in %s", routeName, path)
 	}
-	if !rc.S3.Stamp {
-		fmt.Fprintf(c.stderr(), "warning: route %s has no s3.stamp: true; objects it wrote carry no stamp\n", rc.Name)
-	}
-	opts := server.S3Options(*rc, cfg.Gateway.TokenHeader)
-	opts.ETags = nopETags{}
-	up, err := s3.New(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("route %s: %w", rc.Name, err)
+	var (
+		scan stampScan
+		up   gateway.Upstream
+		vars func(bucket, object string) map[string]string
+	)
+	switch {
+	case rc.S3 != nil:
+		if !rc.S3.Stamp {
+			fmt.Fprintf(c.stderr(), "warning: route %s has no s3.stamp: true; objects it wrote carry no stamp\n", rc.Name)
+		}
+		opts := server.S3Options(*rc, cfg.Gateway.TokenHeader)
+		opts.ETags = nopETags{}
+		s3up, err := s3.New(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("route %s: %w", rc.Name, err)
+		}
+		up, vars = s3up, s3up.ObjectVars
+		scan = func(ctx context.Context, fn func(string, string, int64) error) (int, error) {
+			return s3up.ScanStamps(ctx, bucket, prefix, func(s s3.Stamp) error { return fn(s.Bucket, s.Key, s.Token) })
+		}
+	default:
+		if !rc.GCS.Stamp {
+			fmt.Fprintf(c.stderr(), "warning: route %s has no gcs.stamp: true; objects it wrote carry no stamp\n", rc.Name)
+		}
+		opts := server.GCSOptions(*rc, cfg.Gateway.TokenHeader)
+		opts.PreconditionGeneration = false // the rebuild forwards no write
+		if opts.TokenSource, err = gcs.Credentials(ctx, rc.GCS.CredentialsFile, rc.GCS.NoAuth); err != nil {
+			return fmt.Errorf("route %s: %w", rc.Name, err)
+		}
+		gup, err := gcs.New(opts)
+		if err != nil {
+			return fmt.Errorf("route %s: %w", rc.Name, err)
+		}
+		up, vars = gup, gup.ObjectVars
+		scan = func(ctx context.Context, fn func(string, string, int64) error) (int, error) {
+			return gup.ScanStamps(ctx, bucket, prefix, func(s gcs.Stamp) error { return fn(s.Bucket, s.Object, s.Token) })
+		}
 	}
 	rt, err := gateway.NewRoute(server.RouteOptions(*rc), up)
 	if err != nil {
@@ -455,18 +489,18 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 	// A rebuilt fence's ETag is unknown: the next conditional write learns
-	// it with a HEAD.
+	// it with a HEAD (on GCS, a generation with a GET).
 	imp := &importer{st: st, seq: seq, limit: server.ImportLimit(cfg, st)}
-	unstamped, err := up.ScanStamps(ctx, bucket, prefix, func(s s3.Stamp) error {
-		res, err := rt.ResourceOf(up.ObjectVars(s.Bucket, s.Key))
+	unstamped, err := scan(ctx, func(b, key string, token int64) error {
+		res, err := rt.ResourceOf(vars(b, key))
 		if err != nil {
-			return fmt.Errorf("object %s/%s: resource template %q: %w", s.Bucket, s.Key, rc.Resource, err)
+			return fmt.Errorf("object %s/%s: resource template %q: %w", b, key, rc.Resource, err)
 		}
 		imp.read++
-		err = imp.add(ctx, fencegate.FenceRecord{Resource: res, Highest: s.Token, Owner: "rebuild", ETag: fencegate.ETagUnknown})
+		err = imp.add(ctx, fencegate.FenceRecord{Resource: res, Highest: token, Owner: "rebuild", ETag: fencegate.ETagUnknown})
 		var fe *fencegate.Error
 		if errors.As(err, &fe) && fe.Code == fencegate.CodeTokenOutOfRange {
-			return fmt.Errorf("object %s/%s: %w", s.Bucket, s.Key, err)
+			return fmt.Errorf("object %s/%s: %w", b, key, err)
 		}
 		return err
 	})

@@ -18,8 +18,9 @@ retried).
     boto3_worker.py BUCKET KEY VALUE
     env: FENCEGATE_COORDINATOR, FENCEGATE_URL (the gateway), FENCEGATE_OWNER,
          AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (the worker's key from the
-         route's s3.clients)
-    exit: 0 written, 3 refused as stale (stopped), 1 other failure
+         route's s3.clients), FENCEGATE_TTL (lease seconds, default 30)
+    exit: 0 written, 3 refused as stale (stopped), 4 lease lost (stopped),
+          1 other failure
 """
 import os
 import socket
@@ -35,8 +36,8 @@ from botocore.exceptions import ClientError
 COORDINATOR = os.environ.get("FENCEGATE_COORDINATOR", "http://127.0.0.1:8081")
 GATEWAY = os.environ.get("FENCEGATE_URL", "http://127.0.0.1:8080")
 OWNER = os.environ.get("FENCEGATE_OWNER", "boto3-%s-%d" % (socket.gethostname(), os.getpid()))
-EXIT_STALE = 3
-TTL_SECONDS = 30
+EXIT_STALE, EXIT_LOST = 3, 4
+TTL_SECONDS = float(os.environ.get("FENCEGATE_TTL", "30"))
 
 
 def coordinator(path, **body):
@@ -50,25 +51,27 @@ class Renewer(threading.Thread):
     """Renews the lease every TTL/3 until stopped. lost is set (and renewal
     ends) when the coordinator answers lease_lost, or when the TTL passed
     since the last renewal that succeeded: the lease must then be treated as
-    gone, whatever the worker is doing."""
+    gone, whatever the worker is doing. Times are taken before a request is
+    sent: the coordinator's expiry is at least that late, never earlier."""
 
-    def __init__(self, resource, token):
+    def __init__(self, resource, token, sent):
         super().__init__(daemon=True)
         self.resource, self.token = resource, token
         self.done = threading.Event()
         self.lost = None
-        self.expires = time.monotonic() + TTL_SECONDS
+        self.expires = sent + TTL_SECONDS
 
     def run(self):
         while not self.done.wait(TTL_SECONDS / 3):
+            sent = time.monotonic()
             try:
                 r = requests.post(COORDINATOR + "/v1/leases/renew", timeout=TTL_SECONDS / 3,
                                   json={"resource": self.resource, "owner": OWNER, "token": self.token,
-                                        "ttl": "%ds" % TTL_SECONDS})
+                                        "ttl": "%gs" % TTL_SECONDS})
             except requests.RequestException:
                 r = None
             if r is not None and r.status_code == 200:
-                self.expires = time.monotonic() + TTL_SECONDS
+                self.expires = sent + TTL_SECONDS
             elif r is not None and r.status_code == 409:
                 self.lost = "lease lost: " + r.text.strip()
                 return
@@ -77,11 +80,12 @@ class Renewer(threading.Thread):
                 return
 
     def check(self):
-        """Raises SystemExit if the lease is gone: call before each write."""
+        """Exits with EXIT_LOST if the lease is gone: call before each write."""
         if self.lost is None and time.monotonic() >= self.expires:
             self.lost = "lease expired: it could not be renewed in time"
         if self.lost is not None:
-            raise SystemExit("%s; stopping" % self.lost)
+            print("%s; stopping" % self.lost, file=sys.stderr)
+            raise SystemExit(EXIT_LOST)
 
 
 def main(bucket, key, value):
@@ -89,9 +93,10 @@ def main(bucket, key, value):
     token = os.environ.get("FENCING_TOKEN")
     lease = renewer = None
     if not token:
-        lease = coordinator("/v1/leases/acquire", resource=resource, owner=OWNER, ttl="%ds" % TTL_SECONDS, wait="10s")
+        sent = time.monotonic()
+        lease = coordinator("/v1/leases/acquire", resource=resource, owner=OWNER, ttl="%gs" % TTL_SECONDS, wait="10s")
         token = str(lease["token"])
-        renewer = Renewer(resource, lease["token"])
+        renewer = Renewer(resource, lease["token"], sent)
         renewer.start()
     s3 = boto3.client("s3", endpoint_url=GATEWAY, region_name="us-east-1",
                       config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
@@ -117,7 +122,7 @@ def main(bucket, key, value):
         if renewer is not None:
             renewer.done.set()
             renewer.join()
-        if lease is not None:
+        if lease is not None and renewer.lost is None:
             coordinator("/v1/leases/release", resource=resource, owner=OWNER, token=lease["token"])
 
 

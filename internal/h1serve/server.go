@@ -10,7 +10,7 @@
 // long, changes deadlines twice, and writes an answer of known length
 // straight into the connection's buffer.
 //
-// Everything else goes to net/http, where it is served as before: a
+// Everything else goes to net/http, which serves it in full: a
 // connection's first request that is not of the shape (HTTP/1.0, a
 // chunked body, Expect, Upgrade, HEAD, CONNECT, OPTIONS *, an absolute
 // request target, a head larger than the read buffer, any head net/http
