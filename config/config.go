@@ -71,6 +71,8 @@ type Route struct {
 	S3       *S3       `yaml:"s3"`
 	// GCS is a Google Cloud Storage upstream (adapters/gcs).
 	GCS *GCS `yaml:"gcs"`
+	// Azure is an Azure Blob Storage upstream (adapters/azure).
+	Azure *Azure `yaml:"azure"`
 	// Resource is the template of the resource key: {path}, {path.N},
 	// {host}, {header.Name}; S3 routes also {bucket} and {key}.
 	Resource string `yaml:"resource"`
@@ -462,6 +464,9 @@ func (c *Config) applyDefaults() {
 		if r.GCS != nil && r.GCS.Timeout == 0 {
 			r.GCS.Timeout = fencegate.DefaultUpstreamTimeout
 		}
+		if r.Azure != nil && r.Azure.Timeout == 0 {
+			r.Azure.Timeout = fencegate.DefaultUpstreamTimeout
+		}
 		if r.DrainTimeout == 0 {
 			r.DrainTimeout = r.UpstreamTimeout() + fencegate.DrainMargin
 		}
@@ -483,6 +488,9 @@ func (r *Route) TemplateVar(name string) bool {
 	if r.GCS != nil {
 		return name == "bucket" || name == "object"
 	}
+	if r.Azure != nil {
+		return name == "container" || name == "blob"
+	}
 	return r.S3 != nil && (name == "bucket" || name == "key")
 }
 
@@ -495,6 +503,8 @@ func (r *Route) UpstreamTimeout() time.Duration {
 		return r.S3.Timeout
 	case r.GCS != nil:
 		return r.GCS.Timeout
+	case r.Azure != nil:
+		return r.Azure.Timeout
 	}
 	return fencegate.DefaultUpstreamTimeout
 }
@@ -735,13 +745,15 @@ func (c *Config) Validate() Errors {
 		errs = append(errs, r.validateMethods(f)...)
 		switch {
 		case r.upstreams() > 1:
-			add(f, "set only one of upstream, s3 and gcs")
+			add(f, "set only one of upstream, s3, gcs and azure")
 		case r.GCS != nil:
 			errs = append(errs, validateGCS(f, r)...)
+		case r.Azure != nil:
+			errs = append(errs, validateAzure(f, r)...)
 		case r.Upstream != nil && r.S3 != nil:
 			add(f, "set either upstream or s3, not both")
 		case r.Upstream == nil && r.S3 == nil:
-			add(f+".upstream", "required (or s3, or gcs)")
+			add(f+".upstream", "required (or s3, gcs or azure)")
 		case r.Upstream != nil:
 			u, err := url.Parse(r.Upstream.URL)
 			switch {
@@ -774,8 +786,10 @@ func (c *Config) Validate() Errors {
 			switch {
 			case r.GCS != nil:
 				add(f+".precondition", "a gcs route compares generations: use precondition: generation")
+			case r.Azure != nil:
+				// validateAzure checks the resource names one blob.
 			case r.S3 == nil && r.Upstream == nil:
-				add(f+".precondition", "etag needs an upstream or s3 section")
+				add(f+".precondition", "etag needs an upstream, s3 or azure section")
 			case r.Upstream != nil && !strings.Contains(r.Resource, "{path}"):
 				// One fence must be one upstream object: a key spanning
 				// several paths ({path.1}, a header) has no one ETag.

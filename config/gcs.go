@@ -43,7 +43,7 @@ type GCS struct {
 // upstreams counts the upstream sections a route sets.
 func (r *Route) upstreams() int {
 	n := 0
-	for _, set := range []bool{r.Upstream != nil, r.S3 != nil, r.GCS != nil} {
+	for _, set := range []bool{r.Upstream != nil, r.S3 != nil, r.GCS != nil, r.Azure != nil} {
 		if set {
 			n++
 		}

@@ -130,7 +130,7 @@ type Route struct {
 	UnfencedMethods []string       `json:"unfenced_methods,omitempty"`
 	FenceReads      bool           `json:"fence_reads,omitempty"`
 	Resource        string         `json:"resource"`
-	UpstreamKind    string         `json:"upstream_kind"` // http, s3 or gcs
+	UpstreamKind    string         `json:"upstream_kind"` // http, s3, gcs or azure
 	Upstream        string         `json:"upstream"`
 	Precondition    string         `json:"precondition,omitempty"`
 	Forwarded       uint64         `json:"forwarded"` // fenced writes forwarded since start

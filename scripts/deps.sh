@@ -56,8 +56,14 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 
+# Node.js and npm: Azurite (the Azure Storage emulator, installed by
+# scripts/tools.sh with npm ci) and the Node example worker
+# (examples/node, @azure/storage-blob).
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, python3-pytest, python3-munch, python3-isodate, python3-dateutil, python3-tz, etcd-server, etcd-client, zookeeper, nginx, libnginx-mod-http-dav-ext, litmus)"
+  echo "deps.sh: all present (postgresql, pgbouncer, wrk, procps, iproute2, apache2, chromium, python3-werkzeug, curl, python3-requests, python3-boto3, python3-pytest, python3-munch, python3-isodate, python3-dateutil, python3-tz, etcd-server, etcd-client, zookeeper, nginx, libnginx-mod-http-dav-ext, litmus, nodejs, npm)"
   exit 0
 fi
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned test servers (versitygw, toxiproxy, pebble, fake-gcs-server,
-# jaeger, benchstat), helm (for the chart's tests)
+# jaeger, benchstat; Azurite with npm), helm (for the chart's tests)
 # and the linters (staticcheck, govulncheck) from the tools module into
 # .cache/bin/. A binary is rebuilt only when it is
 # missing or when the go.mod/go.sum pinning it (or the Go version) changed; the
@@ -28,6 +28,9 @@ tools=(
   # Its own module: helm needs newer k8s.io modules than jaeger's.
   "helm|tools/helm|helm.sh/helm/v4/cmd/helm"
   "jaeger|tools|github.com/jaegertracing/jaeger/cmd/jaeger"
+  # npm, not Go: Azurite and @azure/storage-blob, pinned in
+  # tools/azurite/package-lock.json (see the end of this file).
+  "azurite|tools/azurite|npm"
 )
 
 want=("$@")
@@ -56,6 +59,7 @@ goversion=$(go env GOVERSION)
 for t in "${tools[@]}"; do
   IFS='|' read -r name moddir pkg <<<"$t"
   selected "$name" || continue
+  [ "$pkg" = npm ] && continue
   dir="$root/$moddir"
   stamp="$bin/.$name.stamp"
   hash=$(cat "$dir/go.mod" "$dir/go.sum" <(echo "$pkg $goversion") | sha256sum | cut -d' ' -f1)
@@ -70,3 +74,28 @@ for t in "${tools[@]}"; do
   echo "$hash" >"$stamp"
   echo "tools.sh: built $name in $((SECONDS - start))s"
 done
+
+# Azurite (the Azure Storage emulator) and the Azure Storage Blob SDK for
+# JavaScript (the Node example worker), installed with `npm ci` from
+# tools/azurite's lockfile into .cache/azurite; .cache/bin/azurite-blob
+# runs the emulator, and tests find the SDK in .cache/azurite/node_modules.
+if selected azurite; then
+  dir="$root/tools/azurite"
+  dest="$root/.cache/azurite"
+  stamp="$bin/.azurite.stamp"
+  hash=$(cat "$dir/package.json" "$dir/package-lock.json" <(node --version) | sha256sum | cut -d' ' -f1)
+  if [ -x "$dest/node_modules/.bin/azurite-blob" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
+    echo "tools.sh: azurite up to date"
+  else
+    echo "tools.sh: installing azurite and @azure/storage-blob (npm ci, tools/azurite) ..."
+    start=$SECONDS
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    cp "$dir/package.json" "$dir/package-lock.json" "$dest/"
+    (cd "$dest" && npm ci --no-audit --no-fund --loglevel=error)
+    # Relative: .cache may be reached through a worktree's symlink.
+    ln -sfn ../azurite/node_modules/.bin/azurite-blob "$bin/azurite-blob"
+    echo "$hash" >"$stamp"
+    echo "tools.sh: installed azurite in $((SECONDS - start))s"
+  fi
+fi

@@ -186,6 +186,8 @@ func (cr consoleRoutes) Routes() []console.Route {
 			r.UpstreamKind, r.Upstream = "s3", config.RedactURL(rc.S3.Endpoint)
 		case rc.GCS != nil:
 			r.UpstreamKind, r.Upstream = "gcs", config.RedactURL(cmp.Or(rc.GCS.Endpoint, "https://storage.googleapis.com"))
+		case rc.Azure != nil:
+			r.UpstreamKind, r.Upstream = "azure", config.RedactURL(rc.Azure.Endpoint)
 		}
 		out = append(out, r)
 	}

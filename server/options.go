@@ -34,7 +34,7 @@ func RouteOptions(rc config.Route) gateway.RouteOptions {
 		MaxInflightWrites:  rc.MaxInflightWrites,
 		DestinationMethods: rc.DestinationMethods,
 		Hierarchical:       rc.Hierarchical,
-		Collections:        rc.S3 != nil,
+		Collections:        rc.S3 != nil || rc.Azure != nil,
 	}
 }
 

@@ -241,6 +241,12 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
 			up = g
+		case rc.Azure != nil:
+			az, err := newAzureUpstream(cfg, rc, log, telemetry.Transport(transport), store)
+			if err != nil {
+				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
+			}
+			up = az
 		default:
 			s3up, err := newS3Upstream(cfg, rc, log, telemetry.Transport(s3Transport), store)
 			if err != nil {

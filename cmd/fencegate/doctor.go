@@ -20,7 +20,7 @@ import (
 // routes, that the store honours conditional writes (If-Match,
 // If-None-Match), which `precondition: etag` relies on.
 type doctorCmd struct {
-	config, bucket, path string
+	config, bucket, container, path string
 }
 
 type doctorFailed struct{ n int }
@@ -31,15 +31,16 @@ func (e *doctorFailed) ExitCode() int { return 1 }
 func newDoctorCmd() *cobra.Command {
 	c := &doctorCmd{}
 	cmd := &cobra.Command{
-		Use:   "doctor [-c FILE] [--bucket NAME] [--path PREFIX]",
+		Use:   "doctor [-c FILE] [--bucket NAME] [--container NAME] [--path PREFIX]",
 		Short: "check that upstreams behave as the configuration needs",
 		Long: `Doctor checks that the upstreams behave as the configuration needs: that
 S3 stores and HTTP upstreams with precondition: etag honour If-Match and
-If-None-Match, and GCS stores ifGenerationMatch, racing writes included,
+If-None-Match, GCS stores ifGenerationMatch, and Azure Blob stores If-Match
+and If-None-Match, racing writes included,
 that HTTP upstreams read a write's body before its next request (or close
 the connection), and that a shared PostgreSQL store keeps a server session
 per connection (no pooler in transaction mode). It writes probe objects
-under --bucket / --path. Exit status: 0 every check
+under --bucket / --container / --path. Exit status: 0 every check
 passed, 1 a check failed, 2 usage (nothing to check).`,
 		Example: `  fencegate doctor -c fencegate.yaml --bucket probe-bucket
   fencegate doctor -c fencegate.yaml --path /probe/`,
@@ -47,6 +48,7 @@ passed, 1 a check failed, 2 usage (nothing to check).`,
 	}
 	configFlag(cmd.Flags(), &c.config)
 	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket for the probe object (default: each route's s3.check_bucket or gcs.check_bucket)")
+	cmd.Flags().StringVar(&c.container, "container", "", "container for the probe blob of Azure routes (default: each route's azure.check_container)")
 	cmd.Flags().StringVar(&c.path, "path", "", "path prefix for the probe objects of HTTP routes (default: each route's upstream.check_path)")
 	return wrap(cmd, c)
 }
@@ -120,8 +122,10 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	checked, failed = checked+uc, failed+uf
 	gc, gf := doctorGCSRoutes(ctx, cfg, c.bucket)
 	checked, failed = checked+gc, failed+gf
+	ac, af := doctorAzureRoutes(ctx, cfg, c.container)
+	checked, failed = checked+ac, failed+af
 	if checked == 0 {
-		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3) or gcs.check_bucket (GCS), --path or set upstream.check_path (HTTP routes)")
+		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3) or gcs.check_bucket (GCS), --container or set azure.check_container (Azure), --path or set upstream.check_path (HTTP routes)")
 	}
 	if failed > 0 {
 		return &doctorFailed{failed}

@@ -1,0 +1,106 @@
+package azure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+
+	"github.com/fencegate/fencegate/precondition"
+)
+
+// ProbeBlob is the blob the racing probe writes and deletes.
+const ProbeBlob = ".fencegate-probe"
+
+// ProbeRace runs precondition.Probe on the store with the gateway's
+// credentials, through the official SDK (azblob) rather than the gateway's
+// own signing: n uploads with If-None-Match: * race to create the probe
+// blob in container, then n with its ETag race to replace it, and a write
+// on a wrong ETag must be refused. Exactly one of each round may win;
+// anything else means precondition: etag gives no protection on this
+// store. The probe blob is deleted afterwards.
+func (u *Upstream) ProbeRace(ctx context.Context, container string, n int) error {
+	c, err := u.sdkClient(container, ProbeBlob)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", container, err)
+	}
+	p := &probe{c: c}
+	p.del(ctx)
+	defer p.del(context.WithoutCancel(ctx))
+	if err := precondition.Probe(ctx, p, n); err != nil {
+		return fmt.Errorf("container %s: %w", container, err)
+	}
+	return nil
+}
+
+// sdkClient is azblob's client of one blob, with the gateway's
+// credentials and transport and without the SDK's retries (the probe
+// counts every answer).
+func (u *Upstream) sdkClient(container, name string) (*blockblob.Client, error) {
+	opts := &blockblob.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Transport: &http.Client{Transport: u.transport},
+		Retry:     policy.RetryOptions{MaxRetries: -1},
+	}}
+	target := u.blobURL(container, name).String()
+	if u.cred == nil {
+		return blockblob.NewClientWithNoCredential(target, opts)
+	}
+	cred, err := blob.NewSharedKeyCredential(u.cred.account, u.cred.b64())
+	if err != nil {
+		return nil, err
+	}
+	return blockblob.NewClientWithSharedKeyCredential(target, cred, opts)
+}
+
+type probe struct{ c *blockblob.Client }
+
+// Put uploads body on If-Match: ifMatch (If-None-Match: * for "") and
+// returns the status and the written ETag.
+func (p *probe) Put(ctx context.Context, body, ifMatch string) (int, string, error) {
+	cond := &blob.ModifiedAccessConditions{}
+	if ifMatch == "" {
+		cond.IfNoneMatch = to(azcore.ETagAny)
+	} else {
+		cond.IfMatch = to(azcore.ETag(ifMatch))
+	}
+	resp, err := p.c.Upload(ctx, streaming.NopCloser(strings.NewReader(body)),
+		&blockblob.UploadOptions{AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: cond}})
+	var re *azcore.ResponseError
+	switch {
+	case errors.As(err, &re):
+		return re.StatusCode, "", nil
+	case err != nil:
+		return 0, "", err
+	}
+	etag := ""
+	if resp.ETag != nil {
+		etag = string(*resp.ETag)
+	}
+	return http.StatusCreated, etag, nil
+}
+
+// Head returns the probe blob's ETag ("" if it does not exist).
+func (p *probe) Head(ctx context.Context) (string, error) {
+	resp, err := p.c.GetProperties(ctx, nil)
+	var re *azcore.ResponseError
+	switch {
+	case errors.As(err, &re) && re.StatusCode == http.StatusNotFound:
+		return "", nil
+	case err != nil:
+		return "", err
+	case resp.ETag == nil:
+		return "", errors.New("no ETag in the answer")
+	}
+	return string(*resp.ETag), nil
+}
+
+func (p *probe) del(ctx context.Context) { p.c.Delete(ctx, nil) }
+
+func to[T any](v T) *T { return &v }
