@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -67,7 +67,7 @@ func benchDataplane(b *testing.B, only ...string) {
 	u, _ := url.Parse(upstream.URL)
 	plain := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
-		Transport: httpup.NewTransport(nil),
+		Transport: relay.NewTransport(nil),
 	}
 	// tuned is bench/cmd/tunedproxy: pooled 32 KiB buffers, a large idle
 	// pool, a Rewrite that only sets the target.
@@ -93,7 +93,7 @@ func benchDataplane(b *testing.B, only ...string) {
 	fence := gateway.NewLocalFence(tel.Store(st), gateway.LocalFenceOptions{OnDrain: tel.Drained})
 	gw := gateway.New(fence, gateway.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	gw.Observer = tel
-	up, err := httpup.New(httpup.Options{URL: upstream.URL, TokenHeader: "Fencing-Token"})
+	up, err := relay.New(relay.Options{URL: upstream.URL, TokenHeader: "Fencing-Token"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -56,11 +56,11 @@ func BenchmarkPrecondition(b *testing.B) {
 		}
 		defer st.Close()
 		gw := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-		opts := httpup.Options{URL: upstream.URL, Route: "orders"}
+		opts := relay.Options{URL: upstream.URL, Route: "orders"}
 		if pre == "etag" {
 			opts.ETags = st
 		}
-		up, err := httpup.New(opts)
+		up, err := relay.New(opts)
 		if err != nil {
 			b.Fatal(err)
 		}

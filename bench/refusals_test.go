@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -39,7 +39,7 @@ func BenchmarkRefusal(b *testing.B) {
 			store := &memStore{m: make(map[string]fencegate.FenceState)}
 			fence := gateway.NewLocalFence(tel.Store(store), gateway.LocalFenceOptions{OnDrain: tel.Drained})
 			gw := gateway.New(fence, gateway.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-			up, err := httpup.New(httpup.Options{URL: "http://127.0.0.1:1"})
+			up, err := relay.New(relay.Options{URL: "http://127.0.0.1:1"})
 			if err != nil {
 				b.Fatal(err)
 			}

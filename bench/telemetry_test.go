@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/telemetry"
 )
@@ -131,7 +131,7 @@ func newGateway(b *testing.B, mode, upstream, collector string) http.Handler {
 	if mode == "none" {
 		fence := gateway.NewLocalFence(store, gateway.LocalFenceOptions{})
 		gw := gateway.New(fence, gateway.Options{})
-		up, err := httpup.New(httpup.Options{URL: upstream})
+		up, err := relay.New(relay.Options{URL: upstream})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -154,9 +154,9 @@ func newGateway(b *testing.B, mode, upstream, collector string) http.Handler {
 	// The same wiring as server.New and server.Start.
 	fence := gateway.NewLocalFence(tel.Store(store), gateway.LocalFenceOptions{OnDrain: tel.Drained})
 	gw := gateway.New(tel.TraceFence(fence), gateway.Options{})
-	up, err := httpup.New(httpup.Options{
+	up, err := relay.New(relay.Options{
 		URL:       upstream,
-		Transport: telemetry.Transport(httpup.NewTransport(nil)),
+		Transport: telemetry.Transport(relay.NewTransport(nil)),
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/recorder"
@@ -50,7 +50,7 @@ func newTestGatewayFor(t testing.TB, routesYAML string, h http.Handler) *testGat
 	g := gateway.New(f, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	var routes []*gateway.Route
 	for _, rc := range cfg.Gateway.Routes {
-		up, err := httpup.New(server.HTTPUpstreamOptions(rc, ""))
+		up, err := relay.New(server.HTTPUpstreamOptions(rc, ""))
 		if err != nil {
 			t.Fatal(err)
 		}

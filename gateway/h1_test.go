@@ -14,7 +14,7 @@ import (
 	"testing"
 )
 
-// The tests below run plain-http HTTP routes over h1.Transport, the
+// The tests below run plain-http HTTP routes over upstreamconn.Transport, the
 // adapter's default (and `fencegate serve`'s) client for http:// upstreams.
 
 // peers records the upstream connections (remote addresses) requests came on.

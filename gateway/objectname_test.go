@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/recorder"
@@ -15,7 +15,7 @@ import (
 
 // namer is an upstream that names an object with one path segment, "/"
 // sent as %2F (as the GCS JSON API and Azure Blob Storage do).
-type namer struct{ *httpup.Upstream }
+type namer struct{ *relay.Upstream }
 
 func (namer) EncodedSlashNames() bool { return true }
 
@@ -38,7 +38,7 @@ func TestObjectNamerAcceptsEncodedSlash(t *testing.T) {
 	g := gateway.New(gateway.NewLocalFence(openStore(t), gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {
-		h, err := httpup.New(server.HTTPUpstreamOptions(rc, ""))
+		h, err := relay.New(server.HTTPUpstreamOptions(rc, ""))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -339,7 +339,7 @@ func TestHostKeyIsCanonical(t *testing.T) {
 // TestHostTemplateNeedsPinnedHost: callers that build routes without
 // config validation get the same refusal.
 func TestHostTemplateNeedsPinnedHost(t *testing.T) {
-	up, err := httpup.New(httpup.Options{URL: "http://127.0.0.1:1"})
+	up, err := relay.New(relay.Options{URL: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

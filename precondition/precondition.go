@@ -1,5 +1,5 @@
 // Package precondition is the ETag bookkeeping behind `precondition: etag`,
-// shared by the plain HTTP upstream (adapters/http) and the S3
+// shared by the plain HTTP upstream (adapters/relay) and the S3
 // adapter: per fenced object the gateway remembers the ETag its last
 // accepted write produced, makes the next write conditional on it (RFC 9110
 // If-Match, or If-None-Match: * for an object it knows absent) and answers a

@@ -19,8 +19,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 TARGETS=(
-  "./internal/h1serve FuzzMatchesNetHTTP"        # h1serve against net/http's http.Server
-  "./adapters/h1 FuzzTransportMatchesStd"        # the upstream client against http.Transport
+  "./internal/workerserver FuzzMatchesNetHTTP"        # workerserver against net/http's http.Server
+  "./adapters/upstreamconn FuzzTransportMatchesStd"        # the upstream client against http.Transport
   "./adapters/s3 FuzzSigV4Verify"                # SDK-signed requests verify; changed ones do not
   "./adapters/s3 FuzzUpstreamSignerMatchesSDK"   # the upstream signer against the SDK's
   "./adapters/bolt FuzzDecodeRecord"            # advance-log records: no panic, no record failing its checksum

@@ -12,9 +12,10 @@ import (
 	"github.com/caddyserver/certmagic"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/listentls"
 	"github.com/fencegate/fencegate/adapters/postgres"
-	tlsconf "github.com/fencegate/fencegate/adapters/tls"
+	"github.com/fencegate/fencegate/adapters/relay"
+	"github.com/fencegate/fencegate/adapters/upstreamconn"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
@@ -22,7 +23,7 @@ import (
 
 // edgeState is the process's TLS and the authentication of its APIs.
 type edgeState struct {
-	tls *tlsconf.Manager
+	tls *listentls.Manager
 	// API authenticators by listener name ("admin", "coordinator"); a
 	// reload swaps them, which is how a removed key stops working.
 	apiAuth map[string]*atomic.Pointer[auth.Authenticator]
@@ -46,7 +47,7 @@ func (s *Server) setupEdges(ctx context.Context, cfg *config.Config) error {
 		}
 		opts.Storage = storage
 	}
-	m, err := tlsconf.New(opts)
+	m, err := listentls.New(opts)
 	if err != nil {
 		return err
 	}
@@ -199,11 +200,11 @@ func upstreamTransport(u *config.Upstream, shared http.RoundTripper) (http.Round
 	if u.TLS == nil {
 		return shared, nil
 	}
-	tc, err := tlsconf.UpstreamConfig(UpstreamTLSOptions(u.TLS))
+	tc, err := upstreamconn.TLSConfig(UpstreamTLSOptions(u.TLS))
 	if err != nil {
 		return nil, err
 	}
-	return httpup.NewTransport(tc), nil
+	return relay.NewTransport(tc), nil
 }
 
 // routeAuth is a route's Authenticator; a nil interface when the route

@@ -1,9 +1,10 @@
 package server
 
 import (
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/listentls"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/adapters/s3"
-	tlsconf "github.com/fencegate/fencegate/adapters/tls"
+	"github.com/fencegate/fencegate/adapters/upstreamconn"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
@@ -42,8 +43,8 @@ func RouteOptions(rc config.Route) gateway.RouteOptions {
 // the gateway's token header, removed from forwarded requests when the
 // route sets forward_token: false. Transport, ETags and Logger are the
 // caller's.
-func HTTPUpstreamOptions(rc config.Route, tokenHeader string) httpup.Options {
-	o := httpup.Options{Route: rc.Name}
+func HTTPUpstreamOptions(rc config.Route, tokenHeader string) relay.Options {
+	o := relay.Options{Route: rc.Name}
 	if rc.Upstream != nil {
 		o.URL, o.Headers, o.PreserveHost = rc.Upstream.URL, rc.Upstream.Headers, rc.Upstream.PreserveHost
 	}
@@ -95,10 +96,10 @@ func AuthOptions(a *config.Auth) auth.Options {
 
 // TLSOptions maps the `tls:` section (the listeners' certificates).
 // Storage, DataDir and Logger are the caller's.
-func TLSOptions(c config.TLS) tlsconf.Options {
-	o := tlsconf.Options{Mode: c.Mode, CertFile: c.CertFile, KeyFile: c.KeyFile, ClientCAFile: c.ClientCAFile}
+func TLSOptions(c config.TLS) listentls.Options {
+	o := listentls.Options{Mode: c.Mode, CertFile: c.CertFile, KeyFile: c.KeyFile, ClientCAFile: c.ClientCAFile}
 	if a := c.ACME; a != nil {
-		o.ACME = &tlsconf.ACME{
+		o.ACME = &listentls.ACME{
 			Domains: a.Domains, Email: a.Email, CA: a.CA, TrustedRoots: a.TrustedRoots,
 			Challenges: a.Challenges, HTTPListen: a.HTTPListen,
 		}
@@ -107,8 +108,8 @@ func TLSOptions(c config.TLS) tlsconf.Options {
 }
 
 // UpstreamTLSOptions maps an `upstream.tls:` section.
-func UpstreamTLSOptions(c *config.UpstreamTLS) tlsconf.UpstreamOptions {
-	return tlsconf.UpstreamOptions{CAFile: c.CAFile, ServerName: c.ServerName, CertFile: c.CertFile, KeyFile: c.KeyFile}
+func UpstreamTLSOptions(c *config.UpstreamTLS) upstreamconn.TLSOptions {
+	return upstreamconn.TLSOptions{CAFile: c.CAFile, ServerName: c.ServerName, CertFile: c.CertFile, KeyFile: c.KeyFile}
 }
 
 // TelemetryOptions maps the `telemetry:` section.

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
@@ -61,7 +61,7 @@ func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transp
 // serving) on an HTTP route with precondition etag and upstream.check_path:
 // an upstream that ignores or races conditional writes would turn the
 // guarantee into a silent no-op.
-func checkHTTPUpstream(rc config.Route, h *httpup.Upstream, stores []gateway.Store) error {
+func checkHTTPUpstream(rc config.Route, h *relay.Upstream, stores []gateway.Store) error {
 	if len(stores) == 0 || rc.Precondition != "etag" || rc.Upstream.CheckPath == "" {
 		return nil
 	}

@@ -21,15 +21,15 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/gcs"
-	"github.com/fencegate/fencegate/adapters/h1"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/adapters/s3"
+	"github.com/fencegate/fencegate/adapters/upstreamconn"
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/coordinator"
 	"github.com/fencegate/fencegate/gateway"
-	"github.com/fencegate/fencegate/internal/h1serve"
+	"github.com/fencegate/fencegate/internal/workerserver"
 	"github.com/fencegate/fencegate/telemetry"
 )
 
@@ -78,7 +78,7 @@ type listener struct {
 }
 
 // httpServer is what a listener is served by: an *http.Server, or the
-// gateway's h1serve.Server in front of one.
+// gateway's workerserver.Server in front of one.
 type httpServer interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -201,10 +201,10 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	if cfg.Gateway == nil {
 		return nil, nil
 	}
-	// Plain-http upstreams: h1's client on the handler's goroutine;
+	// Plain-http upstreams: upstreamconn's client on the handler's goroutine;
 	// https ones (HTTP/2) and upgrades: net/http's.
-	transport := h1.NewTransport(httpup.NewTransport(nil))
-	keepTransport := h1.NewTransport(httpup.NewTransport(nil)) // upstream.keep_alive_writes
+	transport := upstreamconn.NewTransport(relay.NewTransport(nil))
+	keepTransport := upstreamconn.NewTransport(relay.NewTransport(nil)) // upstream.keep_alive_writes
 	keepTransport.KeepBodies = true
 	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
 	gcsTransport := gcs.NewTransport()  // GCS routes: writes keep their connections
@@ -227,7 +227,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			if rc.Precondition == "etag" {
 				opts.ETags = etagStore(store)
 			}
-			h, err := httpup.New(opts)
+			h, err := relay.New(opts)
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
@@ -309,10 +309,10 @@ func (s *Server) Start(ctx context.Context) error {
 		if err := s.listen("gateway", g.Listen, gatewayMaxConnections(cfg), srv); err != nil {
 			return err
 		}
-		// Plain HTTP/1.1 connections start on the fast path (h1serve);
+		// Plain HTTP/1.1 connections start on the fast path (workerserver);
 		// TLS ones, where HTTP/2 is negotiated, stay net/http's.
 		if l := s.listeners[len(s.listeners)-1]; fastPath(g) && s.tlsConfig("gateway") == nil {
-			fast, err := h1serve.New(srv)
+			fast, err := workerserver.New(srv)
 			if err != nil {
 				return err
 			}
@@ -342,7 +342,7 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// fastPath reports whether g serves plain HTTP/1.1 on h1serve's fast path
+// fastPath reports whether g serves plain HTTP/1.1 on workerserver's fast path
 // (the default).
 func fastPath(g *config.Gateway) bool { return g.FastPath == nil || *g.FastPath }
 

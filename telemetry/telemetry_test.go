@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/recorder"
@@ -101,9 +101,9 @@ func newHarness(t *testing.T, tracing bool) *harness {
 		Logger:     slog.New(slog.NewJSONHandler(h.logs, nil)),
 		LogContext: telemetry.LogAttrs,
 	})
-	hu, err := httpup.New(httpup.Options{
+	hu, err := relay.New(relay.Options{
 		URL:       up.URL,
-		Transport: telemetry.Transport(httpup.NewTransport(nil)),
+		Transport: telemetry.Transport(relay.NewTransport(nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -54,7 +54,7 @@ type Upstream struct {
 	tracker     *precondition.Tracker
 	leases      *leaseGuard // nil unless lease_guard
 	transport   http.RoundTripper
-	proxy       *httpup.Proxy
+	proxy       *relay.Proxy
 	now         func() time.Time
 	log         *slog.Logger
 }
@@ -107,7 +107,7 @@ type Options struct {
 	// store.
 	LeaseGuard  bool
 	LeaseSecret []byte
-	// Transport carries upstream requests. Nil: httpup.NewTransport(nil).
+	// Transport carries upstream requests. Nil: relay.NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
 	TokenHeader string
@@ -173,7 +173,7 @@ func New(opts Options) (*Upstream, error) {
 		u.now = time.Now
 	}
 	if u.transport == nil {
-		u.transport = httpup.NewTransport(nil)
+		u.transport = relay.NewTransport(nil)
 	}
 	oneBlob := strings.Contains(opts.Resource, "{container}") && strings.Contains(opts.Resource, "{blob}")
 	if opts.Stamp {
@@ -203,7 +203,7 @@ func New(opts Options) (*Upstream, error) {
 		}
 		u.leases = &leaseGuard{secret: opts.LeaseSecret}
 	}
-	u.proxy = httpup.NewProxy(&transport{u: u}, u.rewrite)
+	u.proxy = relay.NewProxy(&transport{u: u}, u.rewrite)
 	return u, nil
 }
 

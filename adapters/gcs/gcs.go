@@ -44,7 +44,7 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -67,7 +67,7 @@ type Upstream struct {
 	scanKey     string // the stamp's key ScanStamps reads (stamping or not)
 	tracker     *precondition.Tracker
 	transport   http.RoundTripper
-	proxy       *httpup.Proxy
+	proxy       *relay.Proxy
 	log         *slog.Logger
 }
 
@@ -191,7 +191,7 @@ func New(opts Options) (*Upstream, error) {
 		}
 		u.tracker = &precondition.Tracker{Store: opts.Generations, Route: opts.Route, Upstream: "GCS", Log: u.log}
 	}
-	u.proxy = httpup.NewProxy(&transport{u: u}, u.rewrite)
+	u.proxy = relay.NewProxy(&transport{u: u}, u.rewrite)
 	return u, nil
 }
 

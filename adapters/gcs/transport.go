@@ -1,16 +1,16 @@
 package gcs
 
 import (
-	"github.com/fencegate/fencegate/adapters/h1"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
+	"github.com/fencegate/fencegate/adapters/upstreamconn"
 )
 
-// NewTransport returns the transport for GCS upstreams: h1.Transport over
-// the gateway's upstream transport (httpup.NewTransport: no environment
-// proxy, the same pool and timeouts) with h1.ConnBufferSize connection
+// NewTransport returns the transport for GCS upstreams: upstreamconn.Transport over
+// the gateway's upstream transport (relay.NewTransport: no environment
+// proxy, the same pool and timeouts) with upstreamconn.ConnBufferSize connection
 // buffers (answers are small JSON documents; bodies bypass the buffers).
 //
-// Writes keep their connections (h1.Transport.KeepBodies). The store's
+// Writes keep their connections (upstreamconn.Transport.KeepBodies). The store's
 // front ends, and fake-gcs-server (Go's net/http server), read or discard
 // the body of every request they answer, or close the connection, so no
 // worker's body is ever taken for a request of its own on a kept
@@ -20,10 +20,10 @@ import (
 // gateway take twice as long as one straight to fake-gcs-server.
 // `fencegate doctor` checks the store's behaviour (the unread-body probe)
 // and fails the route of a store that takes an unread body for a request.
-func NewTransport() *h1.Transport {
-	std := httpup.NewTransport(nil)
-	std.ReadBufferSize, std.WriteBufferSize = h1.ConnBufferSize, h1.ConnBufferSize
-	t := h1.NewTransport(std)
+func NewTransport() *upstreamconn.Transport {
+	std := relay.NewTransport(nil)
+	std.ReadBufferSize, std.WriteBufferSize = upstreamconn.ConnBufferSize, upstreamconn.ConnBufferSize
+	t := upstreamconn.NewTransport(std)
 	t.KeepBodies = true
 	return t
 }

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 )
 
 // chunkSigner re-signs a signed aws-chunked body
@@ -66,7 +66,7 @@ func (c *sigChain) trailerSig(canonical []byte) string {
 
 func newChunkSigner(body io.Reader, a *authRequest, key []byte, trailer bool, max int) *chunkSigner {
 	return &chunkSigner{
-		src:     bufio.NewReaderSize(body, httpup.BufferSize),
+		src:     bufio.NewReaderSize(body, relay.BufferSize),
 		in:      sigChain{key: key, amzDate: a.amzDateRaw, scope: a.scope(), prev: a.signature},
 		trailer: trailer,
 		max:     max,

@@ -33,7 +33,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/fencegate/fencegate"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -62,7 +62,7 @@ type Upstream struct {
 	stampHeader  string                     // "" unless s3.stamp: the metadata header carrying the token
 	bucketConfig bool                       // bucket configuration writes are fenced, not refused
 	transport    http.RoundTripper
-	proxy        *httpup.Proxy
+	proxy        *relay.Proxy
 	log          *slog.Logger
 	now          func() time.Time
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
@@ -220,7 +220,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	if u.precondEtag {
 		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: c.Route, Upstream: "S3", Log: u.log}
 	}
-	u.proxy = httpup.NewProxy(&signingTransport{u: u}, u.rewrite)
+	u.proxy = relay.NewProxy(&signingTransport{u: u}, u.rewrite)
 	return u, nil
 }
 

@@ -8,7 +8,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/fencegate/fencegate/adapters/gcs"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
@@ -72,16 +72,16 @@ func doctorGCSUnreadBody(ctx context.Context, rc config.Route, endpoint, bucket 
 			headers["Authorization"] = tok.Type() + " " + tok.AccessToken
 		}
 	}
-	f := httpup.BodyRead
+	f := relay.BodyRead
 	if err == nil {
-		f, err = httpup.ProbeUnreadBody(cctx, endpoint, "storage/v1/b/"+url.PathEscape(bucket)+"/o", headers, nil)
+		f, err = relay.ProbeUnreadBody(cctx, endpoint, "storage/v1/b/"+url.PathEscape(bucket)+"/o", headers, nil)
 	}
 	up := config.RedactURL(endpoint)
 	switch {
 	case err != nil:
 		fmt.Printf("route %s: FAIL: unread-body probe (bucket %s): %v\n", rc.Name, bucket, err)
 		return false
-	case f != httpup.BodyRead:
+	case f != relay.BodyRead:
 		fmt.Printf("route %s: FAIL: %s answers a write without reading its body and takes the body for a request of its own; GCS routes keep their connections across writes, so a worker's body could carry requests the fence never sees (bucket %s)\n", rc.Name, up, bucket)
 		return false
 	}

@@ -5,8 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 
-	httpup "github.com/fencegate/fencegate/adapters/http"
-	tlsconf "github.com/fencegate/fencegate/adapters/tls"
+	"github.com/fencegate/fencegate/adapters/relay"
+	"github.com/fencegate/fencegate/adapters/upstreamconn"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
@@ -30,7 +30,7 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 			continue
 		}
 		checked++
-		h, err := httpup.New(server.HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader))
+		h, err := relay.New(server.HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader))
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
 			err = h.CheckConditionalWrites(cctx, p, 0)
@@ -47,7 +47,7 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 }
 
 // doctorUnreadBodies probes every plain HTTP route's upstream for answering
-// writes without reading their bodies (httpup.ProbeUnreadBody): a PUT of a
+// writes without reading their bodies (relay.ProbeUnreadBody): a PUT of a
 // probe object under path (default: the route's upstream.check_path) whose
 // body is itself a request. It prints one line per route and returns how
 // many it checked and how many failed. An upstream that honours
@@ -70,12 +70,12 @@ func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (c
 		var tc *tls.Config
 		var err error
 		if rc.Upstream.TLS != nil {
-			tc, err = tlsconf.UpstreamConfig(server.UpstreamTLSOptions(rc.Upstream.TLS))
+			tc, err = upstreamconn.TLSConfig(server.UpstreamTLSOptions(rc.Upstream.TLS))
 		}
-		var f httpup.UnreadBodyFinding
+		var f relay.UnreadBodyFinding
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
-			f, err = httpup.ProbeUnreadBody(cctx, rc.Upstream.URL, p, rc.Upstream.Headers, tc)
+			f, err = relay.ProbeUnreadBody(cctx, rc.Upstream.URL, p, rc.Upstream.Headers, tc)
 			cancel()
 		}
 		up := config.RedactURL(rc.Upstream.URL)
@@ -83,13 +83,13 @@ func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (c
 		case err != nil:
 			failed++
 			fmt.Printf("route %s: FAIL: unread-body probe (path %s): %v\n", rc.Name, p, err)
-		case f == httpup.BodyUnreadAlways:
+		case f == relay.BodyUnreadAlways:
 			failed++
 			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and then acts on the body as a request of its own, even with Connection: close: a worker's body can carry requests the fence never sees; fix the upstream (read or discard a body it does not want, or close the connection) (path %s)\n", rc.Name, up, p)
-		case f == httpup.BodyUnreadKeepAlive && rc.Upstream.KeepAliveWrites:
+		case f == relay.BodyUnreadKeepAlive && rc.Upstream.KeepAliveWrites:
 			failed++
 			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and takes the body for its next request on a kept connection, and upstream.keep_alive_writes keeps that connection: a worker's body can carry requests the fence never sees, and their answers reach other workers; remove keep_alive_writes (path %s)\n", rc.Name, up, p)
-		case f == httpup.BodyUnreadKeepAlive:
+		case f == relay.BodyUnreadKeepAlive:
 			fmt.Printf("route %s: note: %s answers a write without reading its body and takes the body for its next request on a kept connection; it honours Connection: close, which the gateway sends with every request that has a body, so through the gateway answers stay with their requests, but clients that reach it directly can be desynchronized (path %s)\n", rc.Name, up, p)
 		case !rc.Upstream.KeepAliveWrites && rc.Upstream.TLS == nil:
 			fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request (path %s); upstream.keep_alive_writes: true would keep its connections after writes\n", rc.Name, up, p)

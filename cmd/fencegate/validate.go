@@ -6,8 +6,9 @@ import (
 	"io"
 	"log/slog"
 
-	tlsconf "github.com/fencegate/fencegate/adapters/tls"
+	"github.com/fencegate/fencegate/adapters/listentls"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/certpool"
 	"github.com/fencegate/fencegate/server"
 	"github.com/spf13/cobra"
 )
@@ -53,13 +54,13 @@ func (c *validateCmd) Run(ctx context.Context, args []string) error {
 	if cfg.TLS.Mode == "files" {
 		tlsOptions := server.TLSOptions(cfg.TLS)
 		tlsOptions.Logger = discard
-		m, err := tlsconf.New(tlsOptions)
+		m, err := listentls.New(tlsOptions)
 		if err != nil {
 			return cfg.Redact(fmt.Errorf("%s: tls: %w", path, err))
 		}
 		m.Close()
 	} else if cfg.TLS.ClientCAFile != "" {
-		if _, err := tlsconf.LoadPool(cfg.TLS.ClientCAFile); err != nil {
+		if _, err := certpool.Load(cfg.TLS.ClientCAFile); err != nil {
 			return cfg.Redact(fmt.Errorf("%s: tls.client_ca_file: %w", path, err))
 		}
 	}

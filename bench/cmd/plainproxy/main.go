@@ -10,7 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
 )
 
 func main() {
@@ -26,7 +26,7 @@ func main() {
 			pr.SetURL(u)
 			pr.SetXForwarded()
 		},
-		Transport: httpup.NewTransport(nil),
+		Transport: relay.NewTransport(nil),
 	}
 	log.Fatal(http.ListenAndServe(*addr, rp))
 }

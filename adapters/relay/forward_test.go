@@ -1,4 +1,4 @@
-package http_test
+package relay_test
 
 import (
 	"bufio"
@@ -14,8 +14,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fencegate/fencegate/adapters/h1"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/relay"
+	"github.com/fencegate/fencegate/adapters/upstreamconn"
 )
 
 // seen is what one side of a forward saw: the upstream's request or the
@@ -49,9 +49,9 @@ func TestForwardMatchesReverseProxy(t *testing.T) {
 		pr.Out.Host = ""
 		pr.SetXForwarded()
 	}
-	transport := h1.NewTransport(httpup.NewTransport(nil))
+	transport := upstreamconn.NewTransport(relay.NewTransport(nil))
 	defer transport.CloseIdleConnections()
-	lean := httpup.NewProxy(transport, rewrite)
+	lean := relay.NewProxy(transport, rewrite)
 	oracle := &httputil.ReverseProxy{Rewrite: rewrite, Transport: transport}
 
 	// Both front ends set a header of their own before forwarding, as a
@@ -235,7 +235,7 @@ func TestForwardUpgrade(t *testing.T) {
 	}))
 	defer upstream.Close()
 	target, _ := url.Parse(upstream.URL)
-	p := httpup.NewProxy(h1.NewTransport(httpup.NewTransport(nil)), func(pr *httputil.ProxyRequest) { pr.SetURL(target) })
+	p := relay.NewProxy(upstreamconn.NewTransport(relay.NewTransport(nil)), func(pr *httputil.ProxyRequest) { pr.SetURL(target) })
 	var mu sync.Mutex
 	var ferr error
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

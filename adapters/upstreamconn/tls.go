@@ -1,12 +1,14 @@
-package tls
+package upstreamconn
 
 import (
 	"crypto/tls"
 	"fmt"
+
+	"github.com/fencegate/fencegate/internal/certpool"
 )
 
-// UpstreamOptions configure the TLS client towards an https upstream.
-type UpstreamOptions struct {
+// TLSOptions configure the TLS client towards an https upstream.
+type TLSOptions struct {
 	// CAFile is a PEM bundle of roots to verify the upstream with. Empty:
 	// the system roots.
 	CAFile string
@@ -19,14 +21,14 @@ type UpstreamOptions struct {
 	KeyFile  string
 }
 
-// UpstreamConfig is the TLS client configuration for an https upstream:
+// TLSConfig is the TLS client configuration for an https upstream:
 // roots from ca_file (else the system's), the name to verify (server_name,
 // else the URL's host), and the gateway's client certificate for mutual
 // TLS. Files are read now; a reload (SIGHUP) reads them again.
-func UpstreamConfig(c UpstreamOptions) (*tls.Config, error) {
+func TLSConfig(c TLSOptions) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
 	if c.CAFile != "" {
-		pool, err := LoadPool(c.CAFile)
+		pool, err := certpool.Load(c.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("upstream.tls.ca_file: %w", err)
 		}

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package h1
+package upstreamconn
 
 import "net"
 

@@ -1,18 +1,15 @@
-// Package tls gives fencegate's listeners their certificates: from files
+// Package listentls gives fencegate's own listeners (workers, admin,
+// coordinator) their TLS certificates: from files
 // that are picked up again when they change (mode files), or obtained and
 // renewed through ACME by certmagic (mode acme), with certificates and ACME
 // locks in a certmagic.Storage that replicas share (PostgreSQL, see
-// adapters/postgres.CertStorage). It also builds the TLS clients of
-// upstreams (CA bundle, server name, client certificate for mutual TLS).
-//
-// The package is named after its directory; importers that also use
-// crypto/tls alias it (tlsconf).
-package tls
+// adapters/postgres.CertStorage). The TLS clients of upstreams are
+// upstreamconn's (TLSConfig).
+package listentls
 
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +22,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+
+	"github.com/fencegate/fencegate/internal/certpool"
 )
 
 // Manager holds the listeners' TLS configuration for one process.
@@ -105,7 +104,7 @@ func New(opts Options) (*Manager, error) {
 	m.tls.MinVersion = tls.VersionTLS12
 	m.tls.NextProtos = append([]string{"h2", "http/1.1"}, m.tls.NextProtos...)
 	if opts.ClientCAFile != "" {
-		pool, err := LoadPool(opts.ClientCAFile)
+		pool, err := certpool.Load(opts.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("tls.client_ca_file: %w", err)
 		}
@@ -146,7 +145,7 @@ func (m *Manager) setupACME(opts *Options) error {
 		tmpl.CA = certmagic.LetsEncryptProductionCA
 	}
 	if a.TrustedRoots != "" {
-		pool, err := LoadPool(a.TrustedRoots)
+		pool, err := certpool.Load(a.TrustedRoots)
 		if err != nil {
 			return fmt.Errorf("tls.acme.trusted_roots: %w", err)
 		}
@@ -234,19 +233,6 @@ func (m *Manager) Close() error {
 		m.cache.Stop()
 	}
 	return nil
-}
-
-// LoadPool reads a PEM bundle of certificates.
-func LoadPool(file string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s: no PEM certificate found", file)
-	}
-	return pool, nil
 }
 
 func portOf(addr string) int {

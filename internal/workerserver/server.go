@@ -1,5 +1,5 @@
-// Package h1serve serves the plain HTTP/1.1 requests of the common shape
-// itself and hands every other connection to a net/http Server.
+// Package workerserver serves workers' requests on the gateway's
+// listeners: the plain HTTP/1.1 requests of the common shape itself, and hands every other connection to a net/http Server.
 //
 // The gateway's writes are small HTTP/1.1 requests with a Content-Length on
 // keep-alive connections. For them net/http's server costs about a sixth
@@ -20,7 +20,7 @@
 // the ways clients depend on: the request is parsed by net/http's own
 // ReadRequest, checked as its server checks it, and a request the fast
 // path is unsure of is never answered by it.
-package h1serve
+package workerserver
 
 import (
 	"bufio"
@@ -59,7 +59,7 @@ type Server struct {
 // New returns a Server for fallback (see Server).
 func New(fallback *http.Server) (*Server, error) {
 	if fallback.ReadTimeout > 0 || fallback.WriteTimeout > 0 || fallback.TLSConfig != nil {
-		return nil, errors.New("h1serve: the fallback server must have no ReadTimeout, WriteTimeout or TLSConfig")
+		return nil, errors.New("workerserver: the fallback server must have no ReadTimeout, WriteTimeout or TLSConfig")
 	}
 	return &Server{
 		fallback: fallback,
@@ -101,7 +101,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			// Out of descriptors, an aborted handshake: net/http backs
 			// off and retries such errors too.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.logf("h1serve: accept error: %v; retrying in %v", err, delay)
+			s.logf("workerserver: accept error: %v; retrying in %v", err, delay)
 			time.Sleep(delay)
 			continue
 		}

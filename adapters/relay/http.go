@@ -1,5 +1,5 @@
-// Package http is fencegate's plain HTTP(S) upstream adapter: it forwards
-// admitted requests to an upstream URL (bodies stream both ways, hop-by-hop
+// Package relay relays the writes the gateway admitted to plain HTTP(S)
+// upstreams (the upstream adapter of HTTP routes): it forwards them to an upstream URL (bodies stream both ways, hop-by-hop
 // headers dropped, X-Forwarded-* set; forward.go), injects
 // the route's credentials, removes the token header when asked, and with
 // `precondition: etag` makes fenced writes conditional on the ETag of the
@@ -9,10 +9,7 @@
 // (a reverse proxy whose transport errors go back to the gateway) and
 // NewTransport (the gateway's own transport, never
 // http.DefaultTransport). The S3 adapter builds on them.
-//
-// The package is named after its directory; importers alias it (httpup)
-// where net/http is imported too.
-package http
+package relay
 
 import (
 	"bytes"
@@ -30,7 +27,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/fencegate/fencegate/adapters/h1"
+	"github.com/fencegate/fencegate/adapters/upstreamconn"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -57,7 +54,7 @@ type Options struct {
 	Headers map[string]string
 	// Transport carries the requests. Nil means a transport of the
 	// gateway's own (never http.DefaultTransport, which others may tune):
-	// h1.Transport over NewTransport(nil).
+	// upstreamconn.Transport over NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader, if set, is removed from forwarded requests.
 	TokenHeader string
@@ -90,7 +87,7 @@ func New(opts Options) (*Upstream, error) {
 	}
 	h.transport = opts.Transport
 	if h.transport == nil {
-		h.transport = h1.NewTransport(NewTransport(nil))
+		h.transport = upstreamconn.NewTransport(NewTransport(nil))
 	}
 	if opts.ETags != nil {
 		h.tracker = &precondition.Tracker{Store: opts.ETags, Route: opts.Route, Log: opts.Logger}
@@ -262,7 +259,7 @@ const BufferSize = 32 << 10
 
 // StreamStep is the size of one copy step of a streamed request body
 // (largeSteps).
-const StreamStep = h1.StreamStep
+const StreamStep = upstreamconn.StreamStep
 
 // largeSteps is a streamed request body that copies itself upstream in
 // steps of StreamStep: it fills a step before writing it (as nginx buffers
@@ -274,12 +271,12 @@ const StreamStep = h1.StreamStep
 // a body's size.
 type largeSteps struct{ io.ReadCloser }
 
-// StreamBuffer returns a pooled buffer of StreamStep bytes (h1's pool: one
+// StreamBuffer returns a pooled buffer of StreamStep bytes (upstreamconn's pool: one
 // for every upstream client); give it back with PutStreamBuffer.
-func StreamBuffer() *[]byte { return h1.StreamBuffer() }
+func StreamBuffer() *[]byte { return upstreamconn.StreamBuffer() }
 
 // PutStreamBuffer returns a buffer of StreamBuffer to the pool.
-func PutStreamBuffer(b *[]byte) { h1.PutStreamBuffer(b) }
+func PutStreamBuffer(b *[]byte) { upstreamconn.PutStreamBuffer(b) }
 
 func (b largeSteps) WriteTo(w io.Writer) (int64, error) {
 	buf := StreamBuffer()

@@ -1,4 +1,4 @@
-package http
+package relay
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/fencegate/fencegate/adapters/h1"
+	"github.com/fencegate/fencegate/adapters/upstreamconn"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -56,8 +56,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The one copy of r: its context carries the 1xx relay, and rewrite
 	// must keep Out's context.
-	spell := new(h1.Spelling)
-	out := r.WithContext(h1.WithSpelling(httptrace.WithClientTrace(r.Context(), trace), spell))
+	spell := new(upstreamconn.Spelling)
+	out := r.WithContext(upstreamconn.WithSpelling(httptrace.WithClientTrace(r.Context(), trace), spell))
 	out.Header = requestHeader(r.Header)
 	u := *r.URL
 	out.URL = &u
@@ -199,7 +199,7 @@ func requestHeader(in http.Header) http.Header {
 // as the upstream spelled its name (spell), but for the fields the server
 // writing the answer looks up by their canonical key (serverOwned). src's value slices
 // are taken over where dst has none (src is not used after).
-func copyAnswerHeader(dst, src http.Header, spell *h1.Spelling) {
+func copyAnswerHeader(dst, src http.Header, spell *upstreamconn.Spelling) {
 	dropConnectionNamed(src, src["Connection"])
 	for k, vv := range src {
 		if hopHeader(k) {
@@ -222,7 +222,7 @@ func copyAnswerHeader(dst, src http.Header, spell *h1.Spelling) {
 	}
 }
 
-// serverOwned reports whether net/http's server (and h1serve, which frames
+// serverOwned reports whether net/http's server (and workerserver, which frames
 // answers as it does) reads k from an answer's header by its canonical key
 // to frame the answer, or adds it when that key is absent: under another
 // spelling it would be sent twice, or the framing would be wrong. These

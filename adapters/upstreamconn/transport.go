@@ -1,10 +1,11 @@
-// Package h1 is fencegate's HTTP/1.1 upstream client: a RoundTripper that
+// Package upstreamconn holds the gateway's connections to upstreams: its
+// HTTP/1.1 client, a RoundTripper that
 // writes a request and reads its answer on the caller's goroutine over
 // pooled plain-http connections, with net/http's own framing
 // (Request.Write, http.ReadResponse). S3 routes and plain-http HTTP routes
 // forward through it; https (HTTP/2), upgrades and other Expect values go
 // through net/http's transport.
-package h1
+package upstreamconn
 
 import (
 	"bufio"
@@ -543,7 +544,7 @@ func (b *readErrBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// WriteTo keeps the body's own copy (httpup's large steps) where it has one.
+// WriteTo keeps the body's own copy (relay's large steps) where it has one.
 func (b *readErrBody) WriteTo(w io.Writer) (int64, error) {
 	wt, ok := b.ReadCloser.(io.WriterTo)
 	if !ok {

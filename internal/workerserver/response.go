@@ -1,4 +1,4 @@
-package h1serve
+package workerserver
 
 import (
 	"bufio"
@@ -42,7 +42,7 @@ type response struct {
 }
 
 var (
-	errWriteAfterDone = errors.New("h1serve: write after the handler returned")
+	errWriteAfterDone = errors.New("workerserver: write after the handler returned")
 	crlf              = []byte("\r\n")
 	// Headers not written on answers without a body (net/http's lists).
 	excludedNoBody = map[string]bool{"Content-Length": true, "Transfer-Encoding": true}

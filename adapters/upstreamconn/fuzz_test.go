@@ -1,4 +1,4 @@
-package h1
+package upstreamconn
 
 import (
 	"bufio"
@@ -77,7 +77,7 @@ func roundTrip(tr http.RoundTripper, url, method string) (o outcome) {
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode < 100 {
 		// net/http hands an unrequested switch and a status below 100 on;
-		// the gateway refuses both (adapters/http's forward), as
+		// the gateway refuses both (adapters/relay's forward), as
 		// Transport does.
 		return outcome{Err: true}
 	}

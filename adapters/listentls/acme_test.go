@@ -1,4 +1,4 @@
-package tls_test
+package listentls_test
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
-	httpup "github.com/fencegate/fencegate/adapters/http"
+	"github.com/fencegate/fencegate/adapters/listentls"
 	"github.com/fencegate/fencegate/adapters/postgres"
-	tlsconf "github.com/fencegate/fencegate/adapters/tls"
+	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/acmetest"
 	"github.com/fencegate/fencegate/internal/recorder"
@@ -31,12 +31,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // replica is one gateway process's TLS side: a gateway listener on the
 // CA's TLS-ALPN port and the HTTP listener on its HTTP-01 port.
 type replica struct {
-	m          *tlsconf.Manager
+	m          *listentls.Manager
 	https, web *http.Server
 	addr       string
 }
 
-func startReplica(t *testing.T, c tlsconf.Options, dbURL string, httpsAddr, httpAddr string, h http.Handler) *replica {
+func startReplica(t *testing.T, c listentls.Options, dbURL string, httpsAddr, httpAddr string, h http.Handler) *replica {
 	t.Helper()
 	db, err := postgres.Open(context.Background(), dbURL, postgres.Options{MaxConns: 4})
 	if err != nil {
@@ -44,7 +44,7 @@ func startReplica(t *testing.T, c tlsconf.Options, dbURL string, httpsAddr, http
 	}
 	t.Cleanup(func() { db.Close() })
 	c.Storage, c.Logger = postgres.NewCertStorage(db), quiet
-	m, err := tlsconf.New(c)
+	m, err := listentls.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func fencedGateway(t *testing.T, rec *recorder.Recorder) http.Handler {
 	}
 	t.Cleanup(func() { st.Close() })
 	gw := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: quiet})
-	up2, err := httpup.New(httpup.Options{URL: "http://" + ln.Addr().String()})
+	up2, err := relay.New(relay.Options{URL: "http://" + ln.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestACMEPebble(t *testing.T) {
 			httpPort, tlsPort := testenv.FreePort(t), testenv.FreePort(t)
 			ca := testenv.Pebble(t, testenv.PebbleConfig{HTTPPort: httpPort, TLSPort: tlsPort, Validate: true})
 			dbURL := testenv.Postgres(t).URL
-			c := tlsconf.Options{Mode: "acme", ACME: &tlsconf.ACME{
+			c := listentls.Options{Mode: "acme", ACME: &listentls.ACME{
 				Domains:      []string{"localhost"},
 				Email:        "ops@example.com",
 				CA:           ca.DirectoryURL,

@@ -1,4 +1,4 @@
-package h1serve
+package workerserver
 
 import (
 	"bufio"
@@ -65,7 +65,7 @@ func (rc *recorder) wrap(h http.Handler) http.Handler {
 	})
 }
 
-// pair is net/http's server and h1serve (in front of its own net/http
+// pair is net/http's server and workerserver (in front of its own net/http
 // server) with the same settings and handler.
 type pair struct {
 	stock, fast         string // addresses
@@ -160,7 +160,7 @@ func (p *pair) compare(tb testing.TB, steps []string, gap time.Duration, heads [
 	return p.compareTolerant(tb, steps, gap, heads, false)
 }
 
-// compareTolerant is compare; with later431, an answer 431 from h1serve
+// compareTolerant is compare; with later431, an answer 431 from workerserver
 // where net/http served a later request (see
 // TestMaxHeaderBytesMatchesNetHTTP) ends the comparison there.
 func (p *pair) compareTolerant(tb testing.TB, steps []string, gap time.Duration, heads []string, later431 bool) (fastServed int64) {
@@ -184,14 +184,14 @@ func (p *pair) compareTolerant(tb testing.TB, steps []string, gap time.Duration,
 				}
 				sReqs, fReqs := p.stockReqs.take(), p.fastReqs.take()
 				if len(sReqs) < len(fReqs) || !reflect.DeepEqual(fReqs, sReqs[:len(fReqs)]) {
-					tb.Errorf("requests served differ for %s\n h1serve:  %s\n net/http: %s", short(steps), short(fReqs), short(sReqs))
+					tb.Errorf("requests served differ for %s\n workerserver:  %s\n net/http: %s", short(steps), short(fReqs), short(sReqs))
 				}
 				return fastServed
 			}
 		}
 	}
 	if !reflect.DeepEqual(got, want) {
-		tb.Errorf("answers differ for %s\n h1serve:  %s\n net/http: %s", short(steps), short(got), short(want))
+		tb.Errorf("answers differ for %s\n workerserver:  %s\n net/http: %s", short(steps), short(got), short(want))
 	}
 	// A handler may record just after its answer was read.
 	for range 50 {
@@ -202,7 +202,7 @@ func (p *pair) compareTolerant(tb testing.TB, steps []string, gap time.Duration,
 	}
 	sReqs, fReqs := p.stockReqs.take(), p.fastReqs.take()
 	if !reflect.DeepEqual(fReqs, sReqs) {
-		tb.Errorf("requests served differ for %s\n h1serve:  %s\n net/http: %s", short(steps), short(fReqs), short(sReqs))
+		tb.Errorf("requests served differ for %s\n workerserver:  %s\n net/http: %s", short(steps), short(fReqs), short(sReqs))
 	}
 	return fastServed
 }
@@ -263,7 +263,7 @@ func TestPOSTCRLFReadByWatch(t *testing.T) {
 }
 
 // FuzzMatchesNetHTTP sends the same bytes to net/http's server and to
-// h1serve in front of one: the answers a client reads (status, header but
+// workerserver in front of one: the answers a client reads (status, header but
 // Date, body, trailers, the connection's end) and the requests the handler
 // saw (what the gateway would forward) must be the same. small selects a
 // MaxHeaderBytes of 1 KiB on both, split sends the input in two steps

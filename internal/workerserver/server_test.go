@@ -1,4 +1,4 @@
-package h1serve
+package workerserver
 
 import (
 	"bufio"
@@ -123,7 +123,7 @@ func exchange(t *testing.T, addr string, raw string, heads []string) []answer {
 }
 
 // TestMatchesNetHTTP sends the same raw requests to net/http's server and
-// to h1serve in front of one, and compares the answers as a client reads
+// to workerserver in front of one, and compares the answers as a client reads
 // them: status, header (but Date), body, trailers, and whether the
 // connection ended. It also checks which requests the fast path served.
 func TestMatchesNetHTTP(t *testing.T) {
@@ -226,7 +226,7 @@ func TestMatchesNetHTTP(t *testing.T) {
 			normalize(want)
 			normalize(got)
 			if !reflect.DeepEqual(got, want) {
-				t.Errorf("answers differ\n h1serve:  %+v\n net/http: %+v", got, want)
+				t.Errorf("answers differ\n workerserver:  %+v\n net/http: %+v", got, want)
 			}
 			if n := fastCount.Load() - before; n != tc.fast {
 				t.Errorf("fast path served %d requests, want %d", n, tc.fast)

@@ -1,4 +1,4 @@
-package h1serve
+package workerserver
 
 import (
 	"bufio"
