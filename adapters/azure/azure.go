@@ -51,6 +51,7 @@ type Upstream struct {
 	clients     map[string]*sharedKey
 	tokenHeader string
 	stampHeader string // "" unless stamping
+	stampKey    string // the metadata name of the stamp
 	tracker     *precondition.Tracker
 	leases      *leaseGuard // nil unless lease_guard
 	transport   http.RoundTripper
@@ -183,6 +184,7 @@ func New(opts Options) (*Upstream, error) {
 		}
 		u.stampHeader = "X-Ms-Meta-" + k
 	}
+	u.stampKey = opts.StampKey
 	if opts.PreconditionETag {
 		// An ETag is a blob's; a resource spanning several blobs has no
 		// one ETag to compare.

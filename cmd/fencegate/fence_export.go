@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/azure"
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/adapters/gcs"
 	"github.com/fencegate/fencegate/adapters/postgres"
@@ -377,8 +378,9 @@ func (imp *importer) flush(ctx context.Context) error {
 	return nil
 }
 
-// fenceRebuildCmd raises fences from the stamps `stamp: true` left on S3
-// and GCS objects: each object's fence becomes at least its stamped token.
+// fenceRebuildCmd raises fences from the stamps `stamp: true` left on S3,
+// GCS and Azure objects: each object's fence becomes at least its stamped
+// token.
 type fenceRebuildCmd struct {
 	printer
 	config, route, bucket, prefix string
@@ -389,21 +391,24 @@ func newFenceRebuildCmd() *cobra.Command {
 	c := &fenceRebuildCmd{}
 	cmd := &cobra.Command{
 		Use:   "rebuild [-c FILE] --bucket NAME [--route NAME] [--prefix P] [--max-advance N]",
-		Short: "raise fences from the token stamps on S3 or GCS objects",
-		Long: `Rebuild scans the objects of an S3 or GCS route's bucket for the token
-stamps that s3.stamp: true (gcs.stamp: true) leaves on them, and raises
+		Short: "raise fences from the token stamps on S3, GCS or Azure objects",
+		Long: `Rebuild scans the objects of an S3 or GCS route's bucket (an Azure
+route's container, --container) for the token stamps that s3.stamp: true
+(gcs.stamp, azure.stamp) leaves on them, and raises
 each object's fence to at least its stamped token. A stamp more than
 fence.max_advance above what the store holds stops the rebuild (an object
 written around the gateway can carry any stamp); the fences raised before
 it stay raised, and a rebuild can be run again.
 ` + fenceStoreHelp,
 		Example: `  fencegate fence rebuild -c fencegate.yaml --bucket orders --prefix 2024/
-  fencegate fence rebuild -c fencegate.yaml --bucket orders --max-advance -1   # onto an empty store`,
+  fencegate fence rebuild -c fencegate.yaml --bucket orders --max-advance -1   # onto an empty store
+  fencegate fence rebuild -c fencegate.yaml --route blobs --container orders   # Azure`,
 		Args: noArgs,
 	}
 	configFlag(cmd.Flags(), &c.config)
-	cmd.Flags().StringVar(&c.route, "route", "", "S3 or GCS route whose objects are scanned (default: the only one)")
+	cmd.Flags().StringVar(&c.route, "route", "", "S3, GCS or Azure route whose objects are scanned (default: the only one)")
 	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket to scan (required)")
+	cmd.Flags().StringVar(&c.bucket, "container", "", "Azure container to scan (the same as --bucket)")
 	cmd.Flags().StringVar(&c.prefix, "prefix", "", "scan only keys starting with this prefix")
 	c.ceiling.flag(cmd, "stamp")
 	return wrap(cmd, c)
@@ -420,7 +425,7 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if bucket == "" {
-		return usagef("--bucket is required")
+		return usagef("--bucket (--container) is required")
 	}
 	if err := c.ceiling.apply(cfg); err != nil {
 		return err
@@ -429,17 +434,17 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	if cfg.Gateway != nil {
 		for i := range cfg.Gateway.Routes {
 			r := &cfg.Gateway.Routes[i]
-			if (r.S3 == nil && r.GCS == nil) || (routeName != "" && r.Name != routeName) {
+			if (r.S3 == nil && r.GCS == nil && r.Azure == nil) || (routeName != "" && r.Name != routeName) {
 				continue
 			}
 			if rc != nil {
-				return usagef("several S3 or GCS routes: choose one with --route")
+				return usagef("several S3, GCS or Azure routes: choose one with --route")
 			}
 			rc = r
 		}
 	}
 	if rc == nil {
-		return usagef("no S3 or GCS route %q in %s", routeName, path)
+		return usagef("no S3, GCS or Azure route %q in %s", routeName, path)
 	}
 	var (
 		scan stampScan
@@ -460,6 +465,21 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 		up, vars = s3up, s3up.ObjectVars
 		scan = func(ctx context.Context, fn func(string, string, int64) error) (int, error) {
 			return s3up.ScanStamps(ctx, bucket, prefix, func(s s3.Stamp) error { return fn(s.Bucket, s.Key, s.Token) })
+		}
+	case rc.Azure != nil:
+		if !rc.Azure.Stamp {
+			fmt.Fprintf(c.stderr(), "warning: route %s has no azure.stamp: true; blobs it wrote carry no stamp\n", rc.Name)
+		}
+		opts := server.AzureOptions(*rc, cfg.Gateway.TokenHeader)
+		opts.PreconditionETag = false // the rebuild forwards no write
+		opts.LeaseGuard = false
+		aup, err := azure.New(opts)
+		if err != nil {
+			return fmt.Errorf("route %s: %w", rc.Name, err)
+		}
+		up, vars = aup, aup.ObjectVars
+		scan = func(ctx context.Context, fn func(string, string, int64) error) (int, error) {
+			return aup.ScanStamps(ctx, bucket, prefix, func(s azure.Stamp) error { return fn(s.Container, s.Blob, s.Token) })
 		}
 	default:
 		if !rc.GCS.Stamp {
