@@ -50,7 +50,7 @@ func TestVerifyAzblobSignature(t *testing.T) {
 		}
 		now := time.Now()
 		if got, err := verify(r, clients, now); err != nil || got != "worker1" {
-			sts, _ := stringToSign("worker1", r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header, r.ContentLength)
+			sts, _ := stringToSign("worker1", r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header, r.ContentLength, orderService)
 			t.Logf("headers %v\nstring to sign %q", r.Header, sts)
 			t.Fatalf("%s %s: verify = %q, %v; want worker1", r.Method, r.URL, got, err)
 		}

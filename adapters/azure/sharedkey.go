@@ -27,8 +27,9 @@ import (
 const maxClockSkew = 15 * time.Minute
 
 // stringToSign is the Shared Key string of a request to path (escaped, as
-// on the wire) with query rawQuery, for account.
-func stringToSign(account, method, escapedPath, rawQuery string, h http.Header, contentLength int64) (string, error) {
+// on the wire) with query rawQuery, for account, its x-ms-* headers in
+// order.
+func stringToSign(account, method, escapedPath, rawQuery string, h http.Header, contentLength int64, order headerOrder) (string, error) {
 	cl := h.Get("Content-Length")
 	if contentLength > 0 {
 		cl = fmt.Sprint(contentLength)
@@ -59,13 +60,28 @@ func stringToSign(account, method, escapedPath, rawQuery string, h http.Header, 
 		h.Get("If-None-Match"),
 		h.Get("If-Unmodified-Since"),
 		h.Get("Range"),
-		canonicalHeaders(h) + res,
+		canonicalHeaders(h, order) + res,
 	}, "\n"), nil
 }
 
-// canonicalHeaders is the x-ms-* headers, lower case, sorted, each
-// "name:value\n".
-func canonicalHeaders(h http.Header) string {
+// headerOrder is how a signer sorts the canonicalized x-ms-* headers.
+// The service compares names with a culture-aware, weighted comparison
+// (hyphens and apostrophes skipped at the first level, case ignored, '_'
+// before digits before letters), which azblob reproduces (compareHeaders);
+// other signers, following the REST documentation's "sorted", sort by
+// bytes. The two differ for metadata names such as a_b beside a1, or a-b
+// beside a_b, so the gateway accepts either and signs its forwards in the
+// service's.
+type headerOrder int
+
+const (
+	orderService headerOrder = iota // the service's weighted comparison
+	orderBytes                      // byte order
+)
+
+// canonicalHeaders is the x-ms-* headers, lower case, sorted in order,
+// each "name:value\n".
+func canonicalHeaders(h http.Header, order headerOrder) string {
 	// The map's own keys: a request built in code may hold names that
 	// are not in canonical form, which h.Values would not find.
 	values := map[string][]string{}
@@ -78,7 +94,16 @@ func canonicalHeaders(h http.Header) string {
 			values[lk] = append(values[lk], vs...)
 		}
 	}
-	sort.Strings(names)
+	if order == orderService {
+		sort.Slice(names, func(i, j int) bool {
+			if c := compareHeaders(names[i], names[j]); c != 0 {
+				return c < 0
+			}
+			return names[i] < names[j] // a tie only names outside header syntax make
+		})
+	} else {
+		sort.Strings(names)
+	}
 	var b strings.Builder
 	for _, n := range names {
 		b.WriteString(n)
@@ -174,14 +199,19 @@ func verify(r *http.Request, clients map[string]*sharedKey, now time.Time) (stri
 	}
 	// The length the worker signed is the body's, which the gateway
 	// forwards unchanged.
-	s, err := stringToSign(account, r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header, r.ContentLength)
-	if err != nil {
-		return "", errBadSignature
+	for _, order := range []headerOrder{orderService, orderBytes} {
+		if order == orderBytes && canonicalHeaders(r.Header, orderBytes) == canonicalHeaders(r.Header, orderService) {
+			break
+		}
+		s, err := stringToSign(account, r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header, r.ContentLength, order)
+		if err != nil {
+			return "", errBadSignature
+		}
+		if hmac.Equal([]byte(cred.mac(s)), []byte(sig)) {
+			return account, nil
+		}
 	}
-	if !hmac.Equal([]byte(cred.mac(s)), []byte(sig)) {
-		return "", errBadSignature
-	}
-	return account, nil
+	return "", errBadSignature
 }
 
 // sign sets the gateway's x-ms-date and Shared Key authorization on an
@@ -190,7 +220,8 @@ func sign(req *http.Request, cred *sharedKey, now time.Time) error {
 	req.Header.Set("X-Ms-Date", now.UTC().Format(http.TimeFormat))
 	req.Header.Del("Date")
 	req.Header.Del("Authorization")
-	s, err := stringToSign(cred.account, req.Method, req.URL.EscapedPath(), req.URL.RawQuery, req.Header, req.ContentLength)
+	// The service's order: what Azure itself verifies with.
+	s, err := stringToSign(cred.account, req.Method, req.URL.EscapedPath(), req.URL.RawQuery, req.Header, req.ContentLength, orderService)
 	if err != nil {
 		return err
 	}
