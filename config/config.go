@@ -875,12 +875,3 @@ func (r *Route) validateMethods(f string) Errors {
 	}
 	return errs
 }
-
-// gatewayRoutes is the gateway's routes, none without a gateway section (a
-// coordinator-only process).
-func (c *Config) gatewayRoutes() []Route {
-	if c.Gateway == nil {
-		return nil
-	}
-	return c.Gateway.Routes
-}

@@ -137,7 +137,13 @@ func putObject(t *testing.T, c *s3.Client, key, body string) error {
 // "<absent>".
 func (e *s3Env) objectBody(t *testing.T, key string) string {
 	t.Helper()
-	out, err := e.direct().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(s3Bucket), Key: aws.String(key)})
+	return e.objectIn(t, s3Bucket, key)
+}
+
+// objectIn is what the store holds at bucket/key, read directly.
+func (e *s3Env) objectIn(t *testing.T, bucket, key string) string {
+	t.Helper()
+	out, err := e.direct().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	var nsk *types.NoSuchKey
 	if errors.As(err, &nsk) {
 		return "<absent>"
