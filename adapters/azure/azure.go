@@ -220,11 +220,24 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	if ref != nil {
 		return gateway.Inspection{}, ref
 	}
-	owner, err := verify(r, u.clients, u.now())
+	var (
+		owner string
+		err   error
+	)
+	q := r.URL.Query()
+	switch {
+	case hasSAS(q) && r.Header.Get("Authorization") != "":
+		err = errors.New("a request carries a Shared Key signature or a SAS, not both")
+	case hasSAS(q):
+		owner, err = verifySAS(r, q, t, u.clients, u.now())
+		t.workerSAS = err == nil
+	default:
+		owner, err = verify(r, u.clients, u.now())
+	}
 	if err != nil {
 		// Which check failed is told; no key or signature is.
 		return gateway.Inspection{}, &fencegate.Error{Status: http.StatusForbidden, Code: fencegate.CodeForbidden,
-			Message: "the request is not signed with Shared Key credentials of one of this route's azure.clients: " + err.Error()}
+			Message: "the request is not signed with Shared Key credentials or an account SAS of one of this route's azure.clients: " + err.Error()}
 	}
 	switch {
 	case t.op == opUnsupported:
@@ -344,6 +357,11 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Scheme, out.URL.Host = u.endpoint.Scheme, u.endpoint.Host
 	out.URL.RawPath = u.endpoint.EscapedPath() + f.target.path
 	out.URL.Path, _ = url.PathUnescape(out.URL.RawPath)
+	if f.target.workerSAS {
+		// The worker's SAS is signed with its own key, which the store
+		// does not know; the gateway's credentials authorize the forward.
+		out.URL.RawQuery = withoutSAS(out.URL.RawQuery)
+	}
 	if u.sas != nil {
 		q := out.URL.Query()
 		for k, vs := range u.sas {

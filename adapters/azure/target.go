@@ -35,6 +35,9 @@ type target struct {
 	path string
 	// why says why an unsupported write is refused.
 	why string
+	// workerSAS: the worker authenticated with an account SAS, which
+	// the forward does not carry.
+	workerSAS bool
 }
 
 // parsePath reads the container and blob names from the escaped request
