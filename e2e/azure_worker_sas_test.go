@@ -27,9 +27,15 @@ func azSASWorker(t *testing.T, gw, key string, v sas.AccountSignatureValues, tok
 	if err != nil {
 		t.Fatal(err)
 	}
+	return azSASClient(t, gw, q.Encode(), token)
+}
+
+// azSASClient is azblob pointed at the gateway with the SAS query.
+func azSASClient(t *testing.T, gw, query string, token func() int64) *azblob.Client {
+	t.Helper()
 	o := azblobfence.ClientOptions(token)
 	o.Retry = azNoRetry
-	c, err := azblob.NewClientWithNoCredential(gw+"/?"+q.Encode(), o)
+	c, err := azblob.NewClientWithNoCredential(gw+"/?"+query, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +146,5 @@ func tampered(t *testing.T, gw string, v sas.AccountSignatureValues, token func(
 	if enc == q.Encode() {
 		t.Fatalf("sp not found in %s", enc)
 	}
-	o := azblobfence.ClientOptions(token)
-	o.Retry = azNoRetry
-	c, err := azblob.NewClientWithNoCredential(gw+"/?"+enc, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return azSASClient(t, gw, enc, token)
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 )
 
@@ -24,24 +23,15 @@ func (c *capture) Do(r *http.Request) (*http.Response, error) {
 // refuses the same request with a changed path, query, x-ms-* header,
 // length, key or a stale date.
 func TestVerifyAzblobSignature(t *testing.T) {
-	key := base64.StdEncoding.EncodeToString([]byte("worker-key-0123456789"))
-	cred, err := azblob.NewSharedKeyCredential("worker1", key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cap := &capture{}
-	c, err := azblob.NewClientWithSharedKeyCredential("http://gw.example/", cred,
-		&azblob.ClientOptions{ClientOptions: policy.ClientOptions{Transport: cap, Retry: policy.RetryOptions{MaxRetries: -1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSDKSigner(t)
+	c, cap := s.c, s.cap
 	ctx := context.Background()
 	c.UploadBuffer(ctx, "c", "dir/a b+c", []byte("hello"), &azblob.UploadBufferOptions{Metadata: map[string]*string{"k": to("v")}})
 	c.ServiceClient().NewContainerClient("c").NewBlockBlobClient("dir/x").CommitBlockList(ctx, []string{"YmxvY2s="}, nil)
 	if len(cap.reqs) != 2 {
 		t.Fatalf("captured %d requests", len(cap.reqs))
 	}
-	wk, _ := newSharedKey("worker1", key)
+	wk := s.key
 	clients := map[string]*sharedKey{"worker1": wk}
 	for _, r := range cap.reqs {
 		// As the gateway receives it: the escaped path on the wire.
