@@ -81,10 +81,15 @@ RETURNING highest, ready, owner, etag, updated_at`
 	// belowKnownSQL records the highest token of a collection's members
 	// ($2, $3 as in highestBelowSQL) in its below level, known: every
 	// member write whose row this scan misses reads the collection's rows
-	// after its own advance and raises the level itself.
-	belowKnownSQL = `INSERT INTO fence_below AS b (resource, below, known)
-SELECT $1, coalesce(max(highest), 0), true FROM fence WHERE resource COLLATE "C" >= $2 AND resource COLLATE "C" < $3
-ON CONFLICT (resource) DO UPDATE SET below = greatest(b.below, EXCLUDED.below), known = true
+	// after its own advance and raises the level itself. A level this
+	// scan raises is not ready: no one has waited yet for the collection's
+	// own writes in flight, which a member write between the collection's
+	// token and the new level must wait for (decideScope, belowDrain).
+	belowKnownSQL = `INSERT INTO fence_below AS b (resource, below, ready, known)
+SELECT $1, m.highest, m.highest = 0, true
+  FROM (SELECT coalesce(max(highest), 0) AS highest FROM fence WHERE resource COLLATE "C" >= $2 AND resource COLLATE "C" < $3) m
+ON CONFLICT (resource) DO UPDATE SET below = greatest(b.below, EXCLUDED.below), known = true,
+       ready = b.ready AND b.below >= EXCLUDED.below
  WHERE NOT b.known OR b.below < EXCLUDED.below`
 	// belowRaiseSQL raises a collection's below level to a member's token;
 	// not ready until the collection's own writes in flight have ended.

@@ -150,6 +150,42 @@ func TestSharedHierarchicalDrain(t *testing.T) {
 	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r1, "/c", 12) }, coll, "collection 12 while collection 11 is in flight")
 }
 
+// TestSharedScanRaiseWaits: a collection's scan that raises its below
+// level (here the scan of a collection write refused because a member
+// advanced past it) leaves the level not ready. A member write between
+// the collection's token and the new level must still wait for the
+// collection's own write in flight, which that scan did not wait for.
+func TestSharedScanRaiseWaits(t *testing.T) {
+	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
+	r1, r2 := fs[0], fs[1]
+	for _, w := range []struct {
+		key string
+		tok int64
+	}{{"/s/m", 50}, {"/s", 58}} {
+		p, err := admitTree(r1, w.key, w.tok)
+		if err != nil {
+			t.Fatalf("%s@%d: %v", w.key, w.tok, err)
+		}
+		p.Release()
+	}
+	// The member's own row advances first, as a member write's own-key
+	// admission does before it reads the collections above it.
+	p, err := r2.Admit(context.Background(), gateway.Write{Resource: "/s/m", Token: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	coll, err := admitTree(r1, "/s", 58)
+	if err != nil {
+		t.Fatalf("collection write with its own token: %v", err)
+	}
+	// Scans the members (60) and raises the below level of /s to 60.
+	if _, err := admitTree(r2, "/s", 59); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("collection 59 after member 60: %v; want stale", err)
+	}
+	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r2, "/s/m", 60) }, coll, "member 60 while collection 58 is in flight")
+}
+
 // awaitAdmitted starts admit, checks that it is not admitted while held is
 // in flight, releases held, and checks that it is admitted then.
 func awaitAdmitted(t *testing.T, admit func() (gateway.Permit, error), held gateway.Permit, what string) {
