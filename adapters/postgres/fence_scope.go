@@ -125,6 +125,11 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 		return nil, fencegate.Unavailable(w.Resource, errMemberAlone)
 	}
 	deadline := time.Now().Add(drain)
+	if w.Scope == gateway.ScopeKey && len(above) == 0 {
+		// A key of no hierarchy: its own marker decides it, as Admit does
+		// (no read of the rows around it: there are none to read).
+		return f.admitKey(ctx, w, deadline, drain)
+	}
 	keys := append([]string{w.Resource}, above...)
 	for {
 		p, err := f.admitKey(ctx, w, deadline, drain)

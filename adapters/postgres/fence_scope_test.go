@@ -150,6 +150,35 @@ func TestSharedHierarchicalDrain(t *testing.T) {
 	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r1, "/c", 12) }, coll, "collection 12 while collection 11 is in flight")
 }
 
+// TestSharedKeyWithoutTree: the gateway hands every write of a route
+// without a hierarchy to AdmitTree with no key above it; such a write is
+// decided by its own marker alone, one round trip for a repeated token,
+// not a second one reading rows it does not need.
+func TestSharedKeyWithoutTree(t *testing.T) {
+	fs, _ := replicas(t, 1, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
+	f := fs[0]
+	admit := func(tok int64) error {
+		p, err := f.AdmitTree(context.Background(), gateway.Write{Resource: "flat/k", Token: tok}, nil)
+		if err == nil {
+			p.Release()
+		}
+		return err
+	}
+	if err := admit(7); err != nil {
+		t.Fatal(err)
+	}
+	rt := f.WaitedRoundTrips()
+	if err := admit(7); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.WaitedRoundTrips() - rt; got != 1 {
+		t.Fatalf("a repeated token on a key of no hierarchy waited for %d round trips; want 1", got)
+	}
+	if err := admit(6); refusalCode(err) != fencegate.CodeStaleToken {
+		t.Fatalf("token 6 after 7: %v; want stale", err)
+	}
+}
+
 // TestSharedScanRaiseWaits: a collection's scan that raises its below
 // level (here the scan of a collection write refused because a member
 // advanced past it) leaves the level not ready. A member write between
