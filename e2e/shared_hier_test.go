@@ -121,6 +121,13 @@ func TestSharedDAVCollectionWaitsForMember(t *testing.T) {
 		_, body := call(t, "GET", r[0].URL("admin")+"/v1/fences?resource=/coll/m", "")
 		return strings.Contains(body, `"highest":9`)
 	})
+	// The fence row says 9 from the member's advance on, before its
+	// admission; Apache's file (mod_dav_fs streams into a temporary file
+	// in the collection) says the PUT was admitted and forwarded.
+	waitFor(t, func() bool {
+		entries, err := os.ReadDir(filepath.Join(s.root, "coll"))
+		return err == nil && len(entries) > 0
+	})
 	delDone := startRequest("DELETE", gw2+"/coll/", "10", nil)
 	select {
 	case d := <-delDone:
