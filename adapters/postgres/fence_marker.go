@@ -47,9 +47,14 @@ type session struct {
 	lost  bool
 	wake  chan struct{} // cap 1: the worker has something to send
 	// marks counts the opMark and opPing in queue; unlocksSince is when the
-	// oldest unlock in queue was queued (zero if none).
+	// oldest unlock in queue was queued (zero if none), marksSince the
+	// oldest mark. busy: the last pipeline, sent at lastSend, carried
+	// several marks.
 	marks        int
 	unlocksSince time.Time
+	marksSince   time.Time
+	busy         bool
+	lastSend     time.Time
 }
 
 // entry is the shared advisory lock of one key on one session and the
@@ -261,6 +266,9 @@ func (s *session) enqueue(o *op) {
 			s.unlocksSince = time.Now()
 		}
 	} else {
+		if s.marks == 0 {
+			s.marksSince = time.Now()
+		}
 		s.marks++
 	}
 	s.wakeUp()
@@ -505,39 +513,58 @@ func (s *session) work() {
 		}
 		// Unlocks alone wait up to unlockLinger for a marker to go out
 		// with: they are off every write's critical path, and a pipeline
-		// saved is a round trip saved on both ends.
-		if !closing && s.marks == 0 && len(s.queue) > 0 && len(s.queue) < maxBatch {
-			if wait := unlockLinger - time.Since(s.unlocksSince); wait > 0 {
-				l.mu.Unlock()
-				linger.Reset(wait)
-				select {
-				case <-s.wake:
-				case <-linger.C:
-				case <-f.closing:
-				}
-				linger.Stop()
-				s.wakeUp() // look at the queue again
-				continue
+		// saved is a round trip saved on both ends. Marks of a busy
+		// session wait up to markerLinger for company: under concurrent
+		// writes a statement then serves many (the database's work per
+		// write); a quiet session's write goes at once.
+		wait := time.Duration(0)
+		switch {
+		case closing || len(s.queue) == 0 || len(s.queue) >= maxBatch:
+		case s.marks == 0:
+			wait = unlockLinger - time.Since(s.unlocksSince)
+		case s.busy && s.marks < lingerMarks && time.Since(s.lastSend) < 10*f.markerLinger:
+			wait = f.markerLinger - time.Since(s.marksSince)
+		}
+		if wait > 0 {
+			l.mu.Unlock()
+			linger.Reset(wait)
+			select {
+			case <-s.wake:
+			case <-linger.C:
+			case <-f.closing:
 			}
+			linger.Stop()
+			s.wakeUp() // look at the queue again
+			continue
 		}
 		ops := s.queue
 		if len(ops) > maxBatch {
 			ops, s.queue = ops[:maxBatch:maxBatch], append([]*op(nil), ops[maxBatch:]...)
-			s.marks, s.unlocksSince = 0, time.Time{}
+			s.marks, s.unlocksSince, s.marksSince = 0, time.Time{}, time.Time{}
 			for _, o := range s.queue {
 				if o.kind == opUnlock {
 					if s.unlocksSince.IsZero() {
 						s.unlocksSince = o.start
 					}
 				} else {
+					if s.marks == 0 {
+						s.marksSince = o.start
+					}
 					s.marks++
 				}
 			}
 			s.wakeUp()
 		} else {
 			s.queue = nil
-			s.marks, s.unlocksSince = 0, time.Time{}
+			s.marks, s.unlocksSince, s.marksSince = 0, time.Time{}, time.Time{}
 		}
+		marks := 0
+		for _, o := range ops {
+			if o.kind == opMark {
+				marks++
+			}
+		}
+		s.busy, s.lastSend = marks > 1, time.Now()
 		inflight := 0
 		for _, e := range s.entries {
 			inflight += len(e.flights)

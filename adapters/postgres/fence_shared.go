@@ -73,6 +73,7 @@ type SharedFence struct {
 	log            *slog.Logger
 	replica        string
 	markerIdle     time.Duration
+	markerLinger   time.Duration
 	lanes          []*lane
 	scope          scopeReads // fence_scope.go
 
@@ -120,6 +121,11 @@ type SharedFenceOptions struct {
 	// *fencegate.Error (unknown_fencing_token) to refuse the token; any
 	// other error refuses the write with fence_unavailable.
 	Verify func(ctx context.Context, resource string, token int64) error
+	// MarkerLinger is how long a busy marker session (its last pipeline,
+	// sent within ten lingers, carried several writes) holds a pipeline for more writes to share
+	// it, up to lingerMarks of them. Default markerLinger; negative: none
+	// (every pipeline goes out as soon as the previous one is answered).
+	MarkerLinger time.Duration
 	// markerIdle overrides markerIdle (tests).
 	markerIdle time.Duration
 	// Logger receives warnings (a marker session lost with writes in
@@ -153,6 +159,14 @@ const (
 	// most this long for the next marker statement of its session, to share
 	// its round trip; a drain may wait that much longer for it.
 	unlockLinger = time.Millisecond
+	// markerLinger: a busy marker session holds a pipeline up to this long
+	// for more writes (SharedFenceOptions.MarkerLinger). Under concurrent
+	// writes each statement then serves several of them, which is what
+	// bounds the database's work per write; a write on a quiet session
+	// goes out at once, so it adds nothing at a moderate rate.
+	markerLinger = 300 * time.Microsecond
+	// lingerMarks: a held pipeline goes out once this many writes share it.
+	lingerMarks = 16
 	// maxBatch caps the writes of one pipeline.
 	maxBatch = 512
 	// markerIdle: a marker no write has held for this long is let go.
@@ -193,6 +207,9 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 	if opts.markerIdle <= 0 {
 		opts.markerIdle = markerIdle
 	}
+	if opts.MarkerLinger == 0 {
+		opts.MarkerLinger = markerLinger
+	}
 	if opts.Replica == "" {
 		h, _ := os.Hostname()
 		opts.Replica = h + "/" + strconv.Itoa(os.Getpid())
@@ -209,6 +226,7 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 		log:            opts.Logger,
 		replica:        opts.Replica,
 		markerIdle:     opts.markerIdle,
+		markerLinger:   max(opts.MarkerLinger, 0),
 		closing:        make(chan struct{}),
 	}
 	for range opts.MarkerConns {

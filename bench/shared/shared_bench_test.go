@@ -84,7 +84,10 @@ fence: {mode: shared, verify_tokens: false, max_advance: -1}
 	if n, err := strconv.Atoi(os.Getenv("FENCEGATE_BENCH_MARKER_CONNS")); err == nil && n > 0 {
 		markerConns = n
 	}
-	f := postgres.NewSharedFence(st, postgres.SharedFenceOptions{ForwardTimeout: 30 * time.Second, MarkerConns: markerConns, Logger: log})
+	// FENCEGATE_BENCH_MARKER_LINGER (a Go duration; negative: none)
+	// overrides the marker sessions' linger, to compare.
+	linger, _ := time.ParseDuration(os.Getenv("FENCEGATE_BENCH_MARKER_LINGER"))
+	f := postgres.NewSharedFence(st, postgres.SharedFenceOptions{ForwardTimeout: 30 * time.Second, MarkerConns: markerConns, MarkerLinger: linger, Logger: log})
 	b.Cleanup(func() { f.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
