@@ -566,8 +566,10 @@ func (s *session) work() {
 		}
 		s.busy, s.lastSend = marks > 1, time.Now()
 		inflight := 0
-		for _, e := range s.entries {
-			inflight += len(e.flights)
+		if closing {
+			for _, e := range s.entries {
+				inflight += len(e.flights)
+			}
 		}
 		l.mu.Unlock()
 		if closing && len(ops) == 0 {
