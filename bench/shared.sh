@@ -22,6 +22,9 @@
 # BENCH=Pair (or any -bench pattern) runs only that part.
 # Usage: bench/shared.sh [writes for 1 (default 30000)] [clients for 1 and 3 (default 16)]
 # FENCEGATE_BENCH_SECONDS (default 10) is the length of each side of 2 and 3.
+# FENCEGATE_BENCH_KEEP_ALIVE=1 sets upstream.keep_alive_writes on every
+# route (local and shared alike); FENCEGATE_BENCH_MARKER_LINGER (a Go
+# duration, negative: none) overrides the marker sessions' linger.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

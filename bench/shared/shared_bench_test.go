@@ -65,12 +65,12 @@ gateway:
   routes:
     - name: bench
       match: {path_prefix: /bench/}
-      upstream: {url: %q, timeout: 30s}
+      upstream: {url: %q, timeout: 30s, keep_alive_writes: %t}
       resource: "{path}"
 store:
   postgres: {url: %q}
 fence: {mode: shared, verify_tokens: false, max_advance: -1}
-`, upstream, dbURL)))
+`, upstream, keepAlive(), dbURL)))
 	if err != nil {
 		b.Fatal(err)
 	}

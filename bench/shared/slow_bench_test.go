@@ -74,9 +74,9 @@ gateway:
   routes:
     - name: bench
       match: {path_prefix: /bench/}
-      upstream: {url: %q, timeout: 30s}
+      upstream: {url: %q, timeout: 30s, keep_alive_writes: %t}
       resource: "{path}"
-`, upstream)))
+`, upstream, keepAlive())))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,6 +96,12 @@ gateway:
 	b.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// keepAlive is FENCEGATE_BENCH_KEEP_ALIVE=1: the routes keep their
+// upstream connections open after writes (upstream.keep_alive_writes; the
+// bench upstreams read every body), so the proxy's own cost per write is
+// smaller and the fence's weighs more.
+func keepAlive() bool { return os.Getenv("FENCEGATE_BENCH_KEEP_ALIVE") == "1" }
 
 func slowUpstream(b *testing.B, d time.Duration) string {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
