@@ -558,13 +558,15 @@ func (s *session) work() {
 			s.queue = nil
 			s.marks, s.unlocksSince, s.marksSince = 0, time.Time{}, time.Time{}
 		}
-		marks := 0
-		for _, o := range ops {
-			if o.kind == opMark {
-				marks++
+		if len(ops) > 0 {
+			marks := 0
+			for _, o := range ops {
+				if o.kind == opMark {
+					marks++
+				}
 			}
+			s.busy, s.lastSend = marks > 1, time.Now()
 		}
-		s.busy, s.lastSend = marks > 1, time.Now()
 		inflight := 0
 		if closing {
 			for _, e := range s.entries {
