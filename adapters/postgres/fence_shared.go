@@ -122,9 +122,10 @@ type SharedFenceOptions struct {
 	// other error refuses the write with fence_unavailable.
 	Verify func(ctx context.Context, resource string, token int64) error
 	// MarkerLinger is how long a busy marker session (its last pipeline,
-	// sent within ten lingers, carried several writes) holds a pipeline for more writes to share
-	// it, up to lingerMarks of them. Default markerLinger; negative: none
-	// (every pipeline goes out as soon as the previous one is answered).
+	// sent within ten lingers, carried several writes) holds a pipeline
+	// for more writes to share it, up to lingerMarks of them. Default
+	// markerLinger; negative: none (every pipeline goes out as soon as the
+	// previous one is answered).
 	MarkerLinger time.Duration
 	// markerIdle overrides markerIdle (tests).
 	markerIdle time.Duration
