@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -66,17 +67,14 @@ func TestSharedBehindPgBouncer(t *testing.T) {
 		if code != 1 || !strings.Contains(out, "store.postgres: FAIL") || !strings.Contains(out, "pool_mode = session") {
 			t.Fatalf("doctor behind PgBouncer in transaction mode: exit %d; want 1 naming pool_mode:\n%s", code, out)
 		}
-		cmd := exec.Command(bin, "serve", "-c", cfg)
-		done := make(chan []byte, 1)
-		go func() { out, _ := cmd.CombinedOutput(); done <- out }()
-		select {
-		case out := <-done:
-			if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(out), "pool_mode = session") {
-				t.Fatalf("serve behind PgBouncer in transaction mode: exit %d; want a refusal naming pool_mode:\n%s", cmd.ProcessState.ExitCode(), out)
-			}
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			t.Fatal("serve started behind PgBouncer in transaction mode")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		serveOut, err := exec.CommandContext(ctx, bin, "serve", "-c", cfg).CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("serve started behind PgBouncer in transaction mode (killed after 30 s):\n%s", serveOut)
+		}
+		if err == nil || !strings.Contains(string(serveOut), "pool_mode = session") {
+			t.Fatalf("serve behind PgBouncer in transaction mode: %v; want a refusal naming pool_mode:\n%s", err, serveOut)
 		}
 	})
 }

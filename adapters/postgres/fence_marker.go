@@ -415,50 +415,77 @@ func (l *lane) connect(ctx context.Context) (*session, error) {
 // checkOwnSession fails with ErrPoolMode if conn does not keep one server
 // session between transactions (a pooler in transaction or statement
 // mode): while another client is in a transaction, conn's backend must
-// neither be that client's nor change. A pooler in transaction mode hands
-// the backend conn just released to the next client (PgBouncer reuses the
-// most recently used server first), which the first test catches; the
-// second catches the rest.
+// neither be that client's nor change, and conn's session must keep a
+// setting of its own that no other client sees.
 //
-// The pids alone can be fooled when other clients (another marker lane,
-// another replica) take servers in between: conn's server goes to someone
-// else while the pool's transaction gets another, and conn lands on its
-// old server again. So conn also leaves a session setting with a value of
-// its own: the pool's transaction must not see any such setting (its
-// server was a marker connection's: sessions are shared), and conn's later
-// statement must see its own value (a session of its own). A pooler in
+// A client cannot ask the pooler which server it holds, so the check is a
+// probe, repeated: one round can be fooled when other clients of the
+// pooler (the store's own pool at start, other replicas) take conn's
+// server while the pool's transaction runs and give it back before conn's
+// next statement. So conn's backend must also stay the same over
+// sessionProbeRounds rounds: each round ends by releasing the pool's
+// server just after conn's, and a pooler that shares servers (PgBouncer
+// hands out the most recently released first) then gives conn the other
+// server in the next round; without other clients the first round
+// already lands the pool's transaction on conn's server. A pooler in
 // session mode resets a server before another client gets it
-// (server_reset_query, PgBouncer's default DISCARD ALL).
+// (server_reset_query, PgBouncer's default DISCARD ALL), so the setting
+// never leaks there.
 func checkOwnSession(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) error {
+	var first int32
+	for round := range sessionProbeRounds {
+		pid, err := probeOwnSession(ctx, conn, pool)
+		if err != nil {
+			return err
+		}
+		if round == 0 {
+			first = pid
+		} else if pid != first {
+			return ErrPoolMode
+		}
+	}
+	return nil
+}
+
+// sessionProbeRounds is how many rounds checkOwnSession runs: each costs
+// three round trips, once per marker session opened. Behind a pooler in
+// transaction mode with six other clients hammering it, one round was
+// fooled in about 1 of 300 checks, and a serve in CI started that way
+// once; rounds after the first also catch conn's backend changing.
+const sessionProbeRounds = 8
+
+// probeOwnSession is one round of checkOwnSession; it returns conn's
+// backend pid.
+func probeOwnSession(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) (int32, error) {
 	// The simple protocol: a pooler in transaction mode mixes up prepared
 	// statements, which would hide the answer behind another error.
 	simple := pgx.QueryExecModeSimpleProtocol
 	var nonce [8]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
-		return err
+		return 0, err
 	}
 	mine := hex.EncodeToString(nonce[:])
 	var p1, p2, p3 int32
 	var seen2, seen3 string
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid(), set_config('fencegate.session_probe', $1, false)", simple, mine).Scan(&p1, &seen3); err != nil {
-		return fmt.Errorf("marker session: %w", err)
+		return 0, fmt.Errorf("marker session: %w", err)
 	}
 	const probeSQL = "SELECT pg_backend_pid(), coalesce(current_setting('fencegate.session_probe', true), '')"
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("marker session: %w", err)
+		return 0, fmt.Errorf("marker session: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if err := tx.QueryRow(ctx, probeSQL, simple).Scan(&p2, &seen2); err != nil {
-		return fmt.Errorf("marker session: %w", err)
+		return 0, fmt.Errorf("marker session: %w", err)
 	}
 	if err := conn.QueryRow(ctx, probeSQL, simple).Scan(&p3, &seen3); err != nil {
-		return fmt.Errorf("marker session: %w", err)
+		return 0, fmt.Errorf("marker session: %w", err)
 	}
 	if p1 == p2 || p1 != p3 || seen2 != "" || seen3 != mine {
-		return ErrPoolMode
+		return 0, ErrPoolMode
 	}
-	return nil
+	return p1, nil
 }
 
 // CheckSessionPooling reports ErrPoolMode if the database at url is

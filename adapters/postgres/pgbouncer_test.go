@@ -3,8 +3,11 @@ package postgres
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/testenv"
@@ -70,6 +73,32 @@ func TestSharedFenceBehindPgBouncer(t *testing.T) {
 		}
 		if _, err := f.Admit(ctx, gateway.Write{Resource: "/b", Token: 1}); err == nil {
 			t.Fatal("a write was admitted through a pooler in transaction mode")
+		}
+	})
+
+	// Other clients of the pooler (the store's own pool at start: the
+	// replication check, the coordinator) take the marker's server between
+	// the check's statements and give it back, so one probe can find the
+	// server "its own" by luck. The check must see through it every time.
+	t.Run("transaction, busy pooler", func(t *testing.T) {
+		url := testenv.PgBouncer(t, pg, "transaction")
+		st := openFenceStore(t, url, Options{MaxConns: 8, SkipMigrate: true})
+		nctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for nctx.Err() == nil {
+					st.Pool.Exec(nctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol)
+				}
+			}()
+		}
+		defer func() { stop(); wg.Wait() }()
+		for i := range 60 {
+			if err := CheckSessionPooling(ctx, url); !errors.Is(err, ErrPoolMode) {
+				t.Fatalf("check %d behind a busy pooler in transaction mode: %v; want ErrPoolMode", i, err)
+			}
 		}
 	})
 
