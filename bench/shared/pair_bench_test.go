@@ -42,7 +42,8 @@ const pairResources = 64
 //     FENCEGATE_BENCH_RATE req/s, default 500): p50 and p99 direct to the
 //     upstream, through the local gateway, through the shared pair.
 //
-// FENCEGATE_BENCH_SECONDS (default 10) is the length of each run.
+// FENCEGATE_BENCH_SECONDS (default 10) is the length of each run;
+// FENCEGATE_BENCH_CPUPROFILE profiles the first 0 ms round of each side.
 func BenchmarkSharedPair(b *testing.B) {
 	d := seconds()
 	pg := testenv.Postgres(b)
@@ -73,15 +74,24 @@ func BenchmarkSharedPair(b *testing.B) {
 	var localRPS, sharedRPS, perWrite, rtPerWrite []float64
 	var errs int64
 	b.ResetTimer()
-	for range 3 {
+	for round := range 3 {
+		stop := func() {}
+		if round == 0 {
+			stop = profilePhase(b, "pair-local")
+		}
 		ok, bad, el := drive(writers, d, func(c, i int) string { return url(local, res(c, i)) }, func(c, i int) string { return tok(res(c, i)) })
+		stop()
 		localRPS = append(localRPS, float64(ok)/el.Seconds())
 		errs += bad
 		if _, err := conn.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 			b.Fatal(err)
 		}
 		rt0 := rs[0].fence.RoundTrips() + rs[1].fence.RoundTrips()
+		if round == 0 {
+			stop = profilePhase(b, "pair-shared")
+		}
 		ok, bad, el = drive(writers, d, func(c, i int) string { return url(rs[(c+i)%2].srv.URL, res(c, i)) }, func(c, i int) string { return tok(res(c, i)) })
+		stop()
 		var calls int64
 		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`).Scan(&calls); err != nil {
