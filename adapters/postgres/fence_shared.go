@@ -164,8 +164,12 @@ const (
 	// for more writes (SharedFenceOptions.MarkerLinger). Under concurrent
 	// writes each statement then serves several of them, which is what
 	// bounds the database's work per write; a write on a quiet session
-	// goes out at once, so it adds nothing at a moderate rate.
-	markerLinger = 300 * time.Microsecond
+	// goes out at once, so it adds nothing at a moderate rate. 1 ms: at
+	// 300 µs a pipeline of a saturated pair served four writes, at 1 ms
+	// six, with no change of p50 at 200 or 2,000 writes/s
+	// (docs/performance.md); the writes of a saturated gateway wait far
+	// longer than that for the CPU.
+	markerLinger = time.Millisecond
 	// lingerMarks: a held pipeline goes out once this many writes share it.
 	lingerMarks = 16
 	// maxBatch caps the writes of one pipeline.
