@@ -448,7 +448,8 @@ func checkOwnSession(ctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool) er
 }
 
 // sessionProbeRounds is how many rounds checkOwnSession runs: each costs
-// three round trips, once per marker session opened. Behind a pooler in
+// five round trips (two on conn, three on the pool), once per marker
+// session opened. Behind a pooler in
 // transaction mode with six other clients hammering it, one round was
 // fooled in about 1 of 300 checks, and a serve in CI started that way
 // once; rounds after the first also catch conn's backend changing.
