@@ -76,15 +76,21 @@ func doctorGCSUnreadBody(ctx context.Context, rc config.Route, endpoint, bucket 
 	if err == nil {
 		f, err = relay.ProbeUnreadBody(cctx, endpoint, "storage/v1/b/"+url.PathEscape(bucket)+"/o", headers, nil)
 	}
-	up := config.RedactURL(endpoint)
+	return reportKeptUnreadBody(rc.Name, "GCS", config.RedactURL(endpoint), "bucket "+bucket, f, err)
+}
+
+// reportKeptUnreadBody prints the unread-body probe's finding for a route
+// whose kind ("GCS", "Azure") keeps its connections across writes, and
+// reports whether it passed.
+func reportKeptUnreadBody(route, kind, up, where string, f relay.UnreadBodyFinding, err error) bool {
 	switch {
 	case err != nil:
-		fmt.Printf("route %s: FAIL: unread-body probe (bucket %s): %v\n", rc.Name, bucket, err)
+		fmt.Printf("route %s: FAIL: unread-body probe (%s): %v\n", route, where, err)
 		return false
 	case f != relay.BodyRead:
-		fmt.Printf("route %s: FAIL: %s answers a write without reading its body and takes the body for a request of its own; GCS routes keep their connections across writes, so a worker's body could carry requests the fence never sees (bucket %s)\n", rc.Name, up, bucket)
+		fmt.Printf("route %s: FAIL: %s answers a write without reading its body and takes the body for a request of its own; %s routes keep their connections across writes, so a worker's body could carry requests the fence never sees (%s)\n", route, up, kind, where)
 		return false
 	}
-	fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request: writes keep their connections (bucket %s)\n", rc.Name, up, bucket)
+	fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request: writes keep their connections (%s)\n", route, up, where)
 	return true
 }
