@@ -136,10 +136,22 @@ func (p *Proc) Stop() {
 	}
 }
 
-// Restart starts the process again on the same config and addresses.
+// Restart starts the process again on the same config and addresses. A
+// process still running is stopped first (SIGTERM, a clean exit), so the
+// new one owns the store and the ports: starting a second process beside a
+// running one would leave the test talking to the first while claiming a
+// restart, and leave the first running after the test. Restart returns
+// when the new process (not an old one) accepts on every listener.
 func (p *Proc) Restart(env ...string) {
 	p.t.Helper()
+	if !p.Exited() {
+		p.Stop()
+	}
+	old := p.cmd.Process.Pid
 	p.start(env)
+	if p.cmd.Process.Pid == old || p.Exited() {
+		p.t.Fatalf("restart: no new process serves (pid %d, was %d):\n%s", p.cmd.Process.Pid, old, p.log.Tail(40))
+	}
 }
 
 // Exited reports whether the process has ended.

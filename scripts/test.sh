@@ -31,6 +31,7 @@ phase deps scripts/deps.sh
 phase tools scripts/tools.sh
 phase lint scripts/lint.sh
 phase test go test -race -count=1 -timeout 60m "$@" ./...
+phase leftovers scripts/leftovers.sh
 # The container image, built without a container engine, and its test
 # (tools/ociimage: config, contents, `fencegate version` run from it).
 phase image scripts/image.sh --check

@@ -155,6 +155,9 @@ gateway:
 func TestBindOwnerKeepsLeasesApart(t *testing.T) {
 	yaml := fmt.Sprintf(`
 store: {embedded: {path: $DIR/fg.db}}
+# A free port: the default admin address (127.0.0.1:9090) may be taken by
+# another program on the machine (Prometheus' default).
+admin: {listen: 127.0.0.1:0}
 coordinator:
   enabled: true
   listen: 127.0.0.1:0
