@@ -81,14 +81,21 @@ vulncheck() {
     (cd tools && go run ./vulnreport ${GOVULNCHECK_WARN_STDLIB:+-warn-stdlib})
 }
 
-# toolchain: the GOTOOLCHAIN that .ci/run and scripts/test.sh name is
-# go.mod's go line (the other scripts read it from go.mod, scripts/goenv.sh).
+# toolchain: go.mod's go line is the one place the Go version is kept;
+# scripts read it from there (scripts/goenv.sh). The files a person pastes
+# from or a builder runs without the scripts must name it literally, and
+# must name go.mod's: .ci/run and the README's command blocks
+# (GOTOOLCHAIN=goX), the Dockerfile's build stage (golang:X).
 toolchain() {
-  local want f
-  want=go$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
-  for f in .ci/run scripts/test.sh; do
-    grep -q "GOTOOLCHAIN=$want\b" "$f" || { echo "$f does not name GOTOOLCHAIN=$want (go.mod's go line)" >&2; return 1; }
+  local v f
+  v=$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
+  for f in .ci/run README.md; do
+    grep -q "GOTOOLCHAIN=go$v\b" "$f" || { echo "$f does not name GOTOOLCHAIN=go$v (go.mod's go line)" >&2; return 1; }
+    if grep -o 'GOTOOLCHAIN=go[0-9.]*' "$f" | grep -vqx "GOTOOLCHAIN=go$v"; then
+      echo "$f names a GOTOOLCHAIN other than go$v (go.mod's go line)" >&2; return 1
+    fi
   done
+  grep -q "golang:$v " deploy/Dockerfile || { echo "deploy/Dockerfile does not build with golang:$v (go.mod's go line)" >&2; return 1; }
 }
 
 step toolchain toolchain

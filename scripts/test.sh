@@ -8,9 +8,9 @@
 #
 # Usage: scripts/test.sh [extra go test args, e.g. -run TestFence]
 set -euo pipefail
-# go.mod's toolchain (the machine's Go is older; scripts/lint.sh checks that
-# this version is go.mod's). An explicit GOTOOLCHAIN in the environment wins.
-[ -n "${GOTOOLCHAIN:-}" ] && [ "$GOTOOLCHAIN" != local ] || export GOTOOLCHAIN=go1.27.3
+# go.mod's toolchain (the machine's Go is older); an explicit GOTOOLCHAIN in
+# the environment wins.
+. "$(dirname "${BASH_SOURCE[0]}")/goenv.sh"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 phase() {

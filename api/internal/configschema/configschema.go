@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 
@@ -28,8 +29,9 @@ import (
 // ID is the schema's $id; editors and the tests resolve it.
 const ID = "https://github.com/fencegate/fencegate/api/config.schema.json"
 
-// Command is what regenerates the committed file (from the repository root).
-const Command = "GOTOOLCHAIN=go1.27.3 go generate ./api"
+// Command is what regenerates the committed file (from the repository root),
+// with the toolchain running it: go.mod's, the one place the version is kept.
+var Command = "GOTOOLCHAIN=" + runtime.Version() + " go generate ./api"
 
 const rootDescription = "The YAML file of `fencegate serve -c FILE` (README, Configuration). " +
 	"Decoded strictly: unknown fields are errors. `${NAME}` is replaced by the environment variable " +
