@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 12, the operator side: the admin and coordinator APIs refuse what a
+// The operator's side of the gateway: the admin and coordinator APIs refuse what a
 // browser page can send (CSRF, DNS rebinding); a hand advance is capped and
 // raises the token counter; a fence raised by mistake can be reset only as
 // far as the coordinator's records allow; forged tokens are refused through

@@ -194,9 +194,14 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 	}
 }
 
-// BuildRoutes compiles the routes of cfg with their upstreams. It is used at
-// start, on reload, and by `fencegate validate`. The process's store, if
-// given, keeps the ETags of S3 routes with `precondition: etag`.
+// BuildRoutes compiles the routes of cfg with their upstreams (HTTP, S3,
+// GCS, Azure Blob). It is used at start, on reload, and by `fencegate
+// validate`. The process's store, if given, is the record routes need
+// beside the fence: the ETags of routes with `precondition: etag` (and the
+// check of their upstream's conditional writes at start), the versions of
+// object-store routes with `precondition: generation` or `etag`. Without
+// one (`validate`) the routes are built but not checked against their
+// upstreams.
 func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) ([]*gateway.Route, error) {
 	if cfg.Gateway == nil {
 		return nil, nil
