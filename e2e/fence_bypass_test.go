@@ -379,13 +379,29 @@ func TestBypassRequestSmuggling(t *testing.T) {
 		chunked := "0\r\n\r\n" + smuggled
 		rs := rawExchange(t, addr, "PUT /orders/7 HTTP/1.1\r\nHost: x\r\nFencing-Token: 4\r\n"+
 			fmt.Sprintf("Content-Length: %d\r\n", len(chunked))+"Transfer-Encoding: chunked\r\n\r\n"+chunked)
-		if len(rs) == 0 || rs[0].StatusCode != 409 {
+		if len(rs) == 0 || len(rs) > 2 || rs[0].StatusCode != 409 {
 			t.Fatalf("responses %v; want 409 for the stale outer request", statuses(rs))
 		}
-		for _, r := range rs[1:] {
-			if r.StatusCode != 428 {
-				t.Fatalf("smuggled request answered %d %s; want 428", r.StatusCode, r.Body)
-			}
+		// After a refusal the gateway may close the connection before the
+		// smuggled request is read; whether or not it was answered, it was
+		// not applied.
+		if len(rs) == 2 && rs[1].StatusCode != 428 {
+			t.Fatalf("smuggled request answered %d %s; want 428", rs[1].StatusCode, rs[1].Body)
+		}
+		if got, want := up.summary(t), "PUT /orders/7@5 owner"; got != want {
+			t.Fatalf("upstream applied %q; want only %q", got, want)
+		}
+		// An outer request the fence admits (a fresh token on another
+		// resource) keeps the connection, so the smuggled request is read
+		// as the next one and must be answered, as a request of its own
+		// without a token: 428, not applied.
+		rs = rawExchange(t, addr, "PUT /orders/8 HTTP/1.1\r\nHost: x\r\nFencing-Token: 6\r\n"+
+			fmt.Sprintf("Content-Length: %d\r\n", len(chunked))+"Transfer-Encoding: chunked\r\n\r\n"+chunked)
+		if len(rs) != 2 || rs[0].StatusCode/100 != 2 || rs[1].StatusCode != 428 {
+			t.Fatalf("responses %v; want the admitted outer request's 2xx, then 428 for the smuggled one", statuses(rs))
+		}
+		if got, want := up.summary(t), "PUT /orders/7@5 owner, PUT /orders/8@6 "; got != want {
+			t.Fatalf("upstream applied %q; want only %q", got, want)
 		}
 	})
 	t.Run("two Content-Lengths", func(t *testing.T) {
@@ -439,7 +455,7 @@ func TestBypassRequestSmuggling(t *testing.T) {
 			t.Fatalf("undeclared token trailer: %v; want 428", statuses(rs))
 		}
 	})
-	if got, want := up.summary(t), "PUT /orders/7@5 owner"; got != want {
+	if got, want := up.summary(t), "PUT /orders/7@5 owner, PUT /orders/8@6 "; got != want {
 		t.Fatalf("upstream applied %q; want only %q", got, want)
 	}
 }
