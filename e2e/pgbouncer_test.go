@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/recorder"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
@@ -58,6 +59,13 @@ func TestSharedBehindPgBouncer(t *testing.T) {
 		}
 		st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/pb", "1", "A")
 		wantCode(t, "stale write through the other replica", st, body, 409, "stale_fencing_token")
+		// The upstream's record: B's write landed, A's never reached it.
+		if got, want := recorder.Summary(up.rec.HistoryOf("/orders/pb")), "PUT B@2"; got != want {
+			t.Fatalf("upstream applied %q; want %q", got, want)
+		}
+		if v, _ := up.rec.Get("/orders/pb"); v != "B" {
+			t.Fatalf("upstream holds %q; want B's value", v)
+		}
 	})
 
 	t.Run("transaction", func(t *testing.T) {
