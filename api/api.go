@@ -4,8 +4,6 @@
 // what the code accepts and answers by this package's tests.
 package api
 
-//go:generate go run ./internal/genconfigschema -o config.schema.json -config ../config
-
 import (
 	_ "embed"
 	"net/http"
@@ -23,7 +21,9 @@ var (
 
 // ConfigSchema is the JSON Schema (2020-12) of the configuration file,
 // generated from the config structs (their yaml and jsonschema tags and
-// doc comments) by the go:generate line below.
+// doc comments) by `go generate ./config` (config/internal/schemagen):
+// the generator reads package config, which this package must not import,
+// since the coordinator and the server serve these contracts.
 //
 //go:embed config.schema.json
 var ConfigSchema []byte

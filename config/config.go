@@ -3,6 +3,9 @@
 // a pure Validate that reports every problem with its field path.
 package config
 
+// The JSON Schema of this file's structs, served and embedded by package api.
+//go:generate go run ./internal/genschema -o ../api/config.schema.json -config .
+
 import (
 	"fmt"
 	"net/url"

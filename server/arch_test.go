@@ -13,8 +13,8 @@ const module = "github.com/fencegate/fencegate"
 // wiring are the packages that may know the configuration's shape: config
 // itself, the mapping from it to library options (server) and the binaries
 // (fencegate, and the benchmark drivers that run its serve code), and the
-// generator of the configuration's JSON schema (api/internal: go generate).
-var wiring = []string{module + "/config", module + "/server", module + "/cmd/", module + "/bench/cmd/", module + "/api/internal/"}
+// generator of the configuration's JSON schema (config/internal: go generate).
+var wiring = []string{module + "/config", module + "/config/internal/", module + "/server", module + "/cmd/", module + "/bench/cmd/"}
 
 func isWiring(path string) bool {
 	for _, w := range wiring {

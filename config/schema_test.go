@@ -1,4 +1,4 @@
-package api_test
+package config_test
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api"
-	"github.com/fencegate/fencegate/api/internal/configschema"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/config/internal/schemagen"
 	"github.com/goccy/go-yaml"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -46,7 +46,7 @@ func compileSchema(t *testing.T) *jsonschema.Schema {
 // structs generate. A field added, renamed or documented anew without
 // regenerating fails here with the command that regenerates it.
 func TestConfigSchemaIsGenerated(t *testing.T) {
-	want, err := configschema.Generate("../config")
+	want, err := schemagen.Generate(".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestConfigSchemaIsGenerated(t *testing.T) {
 		return "(end of file)"
 	}
 	t.Fatalf("api/config.schema.json is not what the config structs generate; regenerate it from the repository root with\n\t%s\n"+
-		"first difference at line %d: committed %s; generated %s", configschema.Command, i+1, line(got), line(lines))
+		"first difference at line %d: committed %s; generated %s", schemagen.Command, i+1, line(got), line(lines))
 }
 
 // envRef is config's ${NAME} reference.

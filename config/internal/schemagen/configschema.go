@@ -1,11 +1,11 @@
-// Package configschema generates api/config.schema.json, the JSON Schema
+// Package schemagen generates api/config.schema.json, the JSON Schema
 // of fencegate's YAML configuration, from the config structs: field names
 // from their yaml tags, descriptions from their doc comments, and the
 // keywords a comment cannot carry (enum, default, required) from their
 // jsonschema tags. It reads the comments from the config package's source,
 // so it runs at `go generate` time, not in the binary, which embeds the
 // result.
-package configschema
+package schemagen
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ const ID = "https://github.com/fencegate/fencegate/api/config.schema.json"
 
 // Command is what regenerates the committed file (from the repository root),
 // with the toolchain running it: go.mod's, the one place the version is kept.
-var Command = "GOTOOLCHAIN=" + runtime.Version() + " go generate ./api"
+var Command = "GOTOOLCHAIN=" + runtime.Version() + " go generate ./config"
 
 const rootDescription = "The YAML file of `fencegate serve -c FILE` (README, Configuration). " +
 	"Decoded strictly: unknown fields are errors. `${NAME}` is replaced by the environment variable " +
