@@ -71,14 +71,7 @@ func runAsReader(t *testing.T, script string) (string, error) {
 // pasted, with the machine's go: it must work there as the Quickstart
 // does. (The second, scripts/test.sh, is the whole suite that runs this.)
 func TestReadmeFirstCommand(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := repoFile(t, "README.md")
 	_, block, ok := strings.Cut(string(b), "\n```sh\n")
 	if !ok {
 		t.Fatal("README.md has no ```sh block")
@@ -91,6 +84,20 @@ func TestReadmeFirstCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the README's first command failed: %v\n--- command\n%s\n--- output\n%s", err, first, got)
 	}
+}
+
+// repoFile reads a file at the repository's root.
+func repoFile(t *testing.T, name string) []byte {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // machineGoEnv is this process's environment as a reader's shell would
@@ -126,22 +133,12 @@ func machineGoEnv(t *testing.T) []string {
 // command's, the Quickstart's export) is go.mod's go line, so a reader's
 // packaged Go fetches the toolchain the module needs.
 func TestReadmeToolchain(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	mod := repoFile(t, "go.mod")
 	want := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
 	if want == nil {
 		t.Fatal("go.mod has no go line")
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	readme := repoFile(t, "README.md")
 	named := regexp.MustCompile(`GOTOOLCHAIN=(go[0-9][0-9.]*)`).FindAllSubmatch(readme, -1)
 	if len(named) < 2 {
 		t.Fatalf("README.md names GOTOOLCHAIN %d times; want the first command's and the Quickstart's", len(named))
@@ -160,14 +157,7 @@ func TestReadmeToolchain(t *testing.T) {
 // of README.md.
 func readmeBlock(t *testing.T, heading string) string {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := repoFile(t, "README.md")
 	s := string(b)
 	i := strings.Index(s, "\n## "+heading+"\n")
 	if i < 0 {
