@@ -27,11 +27,13 @@ const DefaultSessionTTL = 8 * time.Hour
 // curl.
 //
 // The cookie carries no key: only its expiry, the SHA-256 the key is
-// configured by, and an HMAC of both under a key this process drew at
-// start. So a session ends when it expires, when the key is removed from
-// the configuration (the identity is looked up on every request), when the
-// browser logs out (End), or when the process restarts; a session is valid
-// only on the replica that started it.
+// configured by, a random number drawn for this login, and an HMAC of the
+// three under a key this process drew at start. Each login is a session of
+// its own, remembered by this process until it ends: when it expires, when
+// the browser logs out (End), when its key is removed from the
+// configuration (Retain, or the first request that finds the key gone: a
+// key added back later does not bring it back), or when the process
+// restarts; a session is valid only on the replica that started it.
 //
 // A session authenticates only GET and HEAD requests (Middleware): it opens
 // the console, which only reads, and never the admin API's writes (fence
@@ -45,13 +47,23 @@ type Sessions struct {
 	key [32]byte
 	now func() time.Time
 
-	mu    sync.Mutex
-	ended map[[sha256.Size]byte]time.Time // MAC of a logged-out session -> its expiry
+	mu   sync.Mutex
+	live map[[sha256.Size]byte]session // by MAC: the sessions not ended
 }
+
+// session is a live session: the key it was started with, and its expiry.
+type session struct {
+	hash [sha256.Size]byte
+	exp  time.Time
+}
+
+// maxSessions bounds the sessions remembered; starting one more ends the
+// one closest to its expiry. Only a valid key starts a session.
+const maxSessions = 10000
 
 // NewSessions returns Sessions with a fresh random key.
 func NewSessions() *Sessions {
-	s := &Sessions{now: time.Now, ended: map[[sha256.Size]byte]time.Time{}}
+	s := &Sessions{now: time.Now, live: map[[sha256.Size]byte]session{}}
 	rand.Read(s.key[:])
 	return s
 }
@@ -63,13 +75,17 @@ func (s *Sessions) ttl() time.Duration {
 	return DefaultSessionTTL
 }
 
-// cookie value: base64url(expiry unix seconds (8 bytes) | key hash (32) | MAC (32)).
-const sessionLen = 8 + sha256.Size + sha256.Size
+// cookie value: base64url(expiry unix seconds (8 bytes) | key hash (32) |
+// login nonce (16) | MAC (32)).
+const (
+	sessionNonce = 16
+	sessionMAC   = 8 + sha256.Size + sessionNonce
+	sessionLen   = sessionMAC + sha256.Size
+)
 
-func (s *Sessions) mac(exp []byte, hash []byte) [sha256.Size]byte {
+func (s *Sessions) mac(signed []byte) [sha256.Size]byte {
 	m := hmac.New(sha256.New, s.key[:])
-	m.Write(exp)
-	m.Write(hash)
+	m.Write(signed)
 	var out [sha256.Size]byte
 	copy(out[:], m.Sum(nil))
 	return out
@@ -90,12 +106,32 @@ func (s *Sessions) Start(a *Authenticator, key string) (*http.Cookie, gateway.Id
 	if key == "" || !ok {
 		return nil, gateway.Identity{}, unauthorized("unknown or revoked API key")
 	}
-	exp := s.now().Add(s.ttl()).Truncate(time.Second)
+	now := s.now()
+	exp := now.Add(s.ttl()).Truncate(time.Second)
 	var b [sessionLen]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(exp.Unix()))
 	copy(b[8:], sum[:])
-	mac := s.mac(b[:8], sum[:])
-	copy(b[8+sha256.Size:], mac[:])
+	rand.Read(b[8+sha256.Size : sessionMAC])
+	mac := s.mac(b[:sessionMAC])
+	copy(b[sessionMAC:], mac[:])
+	s.mu.Lock()
+	for m, l := range s.live {
+		if !now.Before(l.exp) {
+			delete(s.live, m)
+		}
+	}
+	if len(s.live) >= maxSessions {
+		var first [sha256.Size]byte
+		var firstExp time.Time
+		for m, l := range s.live {
+			if firstExp.IsZero() || l.exp.Before(firstExp) {
+				first, firstExp = m, l.exp
+			}
+		}
+		delete(s.live, first)
+	}
+	s.live[mac] = session{hash: sum, exp: exp}
+	s.mu.Unlock()
 	c := s.cookie(base64.RawURLEncoding.EncodeToString(b[:]), exp)
 	id.Credential = SessionCookie
 	return c, id, nil
@@ -113,9 +149,9 @@ func (s *Sessions) cookie(value string, exp time.Time) *http.Cookie {
 	return c
 }
 
-// parse returns the MAC, expiry and key hash of r's session cookie when
-// the MAC is this process's.
-func (s *Sessions) parse(r *http.Request) (mac [sha256.Size]byte, exp time.Time, hash [sha256.Size]byte, ok bool) {
+// parse returns the MAC of r's session cookie when the MAC is this
+// process's.
+func (s *Sessions) parse(r *http.Request) (mac [sha256.Size]byte, ok bool) {
 	c, err := r.Cookie(SessionCookie)
 	if err != nil {
 		return
@@ -124,12 +160,11 @@ func (s *Sessions) parse(r *http.Request) (mac [sha256.Size]byte, exp time.Time,
 	if err != nil || len(b) != sessionLen {
 		return
 	}
-	want := s.mac(b[:8], b[8:8+sha256.Size])
-	if !hmac.Equal(want[:], b[8+sha256.Size:]) {
+	want := s.mac(b[:sessionMAC])
+	if !hmac.Equal(want[:], b[sessionMAC:]) {
 		return
 	}
-	copy(hash[:], b[8:8+sha256.Size])
-	return want, time.Unix(int64(binary.BigEndian.Uint64(b[:8])), 0), hash, true
+	return want, true
 }
 
 // identity is Identity for a nil s too (no sessions).
@@ -141,45 +176,59 @@ func (s *Sessions) identity(a *Authenticator, r *http.Request) (gateway.Identity
 }
 
 // Identity returns the identity of r's session: a cookie this process
-// issued, not expired, not ended, whose key a still holds.
+// issued for a session not expired, not ended, whose key a still holds. A
+// session whose key a does not hold ends here.
 func (s *Sessions) Identity(a *Authenticator, r *http.Request) (gateway.Identity, bool) {
-	if a == nil {
-		return gateway.Identity{}, false
-	}
-	mac, exp, hash, ok := s.parse(r)
-	if !ok || !s.now().Before(exp) {
+	mac, ok := s.parse(r)
+	if !ok {
 		return gateway.Identity{}, false
 	}
 	s.mu.Lock()
-	_, ended := s.ended[mac]
-	s.mu.Unlock()
-	if ended {
+	defer s.mu.Unlock()
+	l, live := s.live[mac]
+	if !live {
 		return gateway.Identity{}, false
 	}
-	id, ok := a.keys[hash]
-	if !ok {
+	id, ok := a.key(l.hash)
+	if !ok || !s.now().Before(l.exp) {
+		delete(s.live, mac)
 		return gateway.Identity{}, false
 	}
 	id.Credential = SessionCookie
 	return id, true
 }
 
+// Retain ends every session whose key a does not hold. Call it whenever
+// the listener's keys change: a session then dies with its key, even when
+// no request came while the key was gone, and a key added back starts
+// sessions afresh.
+func (s *Sessions) Retain(a *Authenticator) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for m, l := range s.live {
+		if _, ok := a.key(l.hash); !ok {
+			delete(s.live, m)
+		}
+	}
+}
+
 // End ends r's session, if it has one, on this process (a copy of the
 // cookie no longer works either), and returns the cookie that deletes it
 // from the browser.
 func (s *Sessions) End(r *http.Request) *http.Cookie {
-	if mac, exp, _, ok := s.parse(r); ok {
-		now := s.now()
+	if mac, ok := s.parse(r); ok {
 		s.mu.Lock()
-		for m, e := range s.ended {
-			if !now.Before(e) {
-				delete(s.ended, m) // expired anyway
-			}
-		}
-		if now.Before(exp) {
-			s.ended[mac] = exp
-		}
+		delete(s.live, mac)
 		s.mu.Unlock()
 	}
 	return s.cookie("", time.Time{})
+}
+
+// key returns the identity of the key of SHA-256 hash; none on a nil a.
+func (a *Authenticator) key(hash [sha256.Size]byte) (gateway.Identity, bool) {
+	if a == nil {
+		return gateway.Identity{}, false
+	}
+	id, ok := a.keys[hash]
+	return id, ok
 }

@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -257,7 +258,8 @@ type Console struct {
 	JaegerUI string
 	Log      *slog.Logger // nil: slog.Default()
 
-	pages map[string]*template.Template
+	pages   map[string]*template.Template
+	limiter loginLimiter // failed logins
 }
 
 //go:embed templates/*.html
@@ -297,6 +299,9 @@ var pageNames = []string{"overview", "routes", "fences", "fence", "leases", "ref
 // Register adds the pages and the JSON endpoints (except GET /v1/fences,
 // which the fence API serves: see FenceList) to mux.
 func (c *Console) Register(mux *http.ServeMux) error {
+	if c.limiter.now == nil {
+		c.limiter.now = time.Now
+	}
 	c.pages = make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS,
@@ -782,12 +787,34 @@ type loginView struct {
 }
 
 // safeNext is where a login sends the browser: a path on this listener,
-// never another site (//host, /\host, a scheme).
+// never another site. It is checked in the form the browser will follow,
+// and answered in exactly that form (the Location header is set as is):
+// printable ASCII without a backslash (browsers drop tabs and newlines
+// and read "\" as "/", so "/\t/evil" and "/\evil" are "//evil" to them),
+// a path-absolute URL with its dot segments and repeated slashes cleaned
+// away, so nothing it turns into afterwards can start with "//".
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.ContainsAny(next, "\r\n") {
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return "/"
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || !strings.HasPrefix(next, "/") || u.Scheme != "" || u.Opaque != "" || u.User != nil || u.Host != "" {
 		return "/"
 	}
-	return next
+	p := u.EscapedPath()
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	if !strings.HasPrefix(clean, "/") || strings.HasPrefix(clean, "//") {
+		return "/"
+	}
+	if u.RawQuery != "" {
+		clean += "?" + u.RawQuery
+	}
+	return clean
 }
 
 func insecure(r *http.Request) bool {
@@ -819,8 +846,19 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
-	cookie, err := c.Sessions.Start(r.PostForm.Get("key"))
+	key := r.PostForm.Get("key")
+	ids := loginIDs(r, key)
+	if d := c.limiter.wait(ids...); d > 0 {
+		secs := int((d + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		c.logger().LogAttrs(r.Context(), slog.LevelWarn, "console_login_limited", slog.String("remote", r.RemoteAddr))
+		c.render(w, r, "login", "Log in", http.StatusTooManyRequests, page{Data: loginView{Next: next,
+			Error: "too many failed logins: try again in " + strconv.Itoa(secs) + " s", Insecure: insecure(r)}})
+		return
+	}
+	cookie, err := c.Sessions.Start(key)
 	if err != nil {
+		c.limiter.fail(ids...)
 		msg := "unknown or revoked API key"
 		var e *fencegate.Error
 		if errors.As(err, &e) {
@@ -831,7 +869,9 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, cookie)
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	// Not http.Redirect: it would clean next again, after the check.
+	w.Header().Set("Location", next)
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/resource"
@@ -65,16 +66,22 @@ fence: {fence_on_issue: false}
 	}
 	b.Cleanup(zc.Close)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	grant, err := ecli.Grant(context.Background(), 600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lease := grant.ID
 
-	// issue returns a token of source for resource res, as a holder of its
-	// lock would have it.
+	// issue returns a token of source for resource res, as the holder of its
+	// lock has it.
 	var issued int
 	issue := func(source, res string) int64 {
 		switch source {
 		case "etcd":
-			// A fresh key, as each acquisition creates one.
+			// A fresh key with a lease, as each acquisition creates one:
+			// the only key of its lock, so its owner.
 			issued++
-			r, err := ecli.Put(context.Background(), fmt.Sprintf("%s/%x", resource.LockName("/locks", res), issued), "")
+			r, err := ecli.Put(context.Background(), fmt.Sprintf("%s/%x", resource.LockName("/locks", res), issued), "", clientv3.WithLease(lease))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -2,21 +2,26 @@ package gateway
 
 import (
 	"context"
+	"net/http"
 	"sync"
+
+	"github.com/fencegate/fencegate"
 )
 
 // A TokenVerifier checks, against the lock service that issued it, that a
-// token is one that service handed out for resource: the create revision of
-// an etcd lock key, the czxid of a ZooKeeper lock node. A route with one
+// token is its lock holder's for resource: the create revision of the
+// etcd lock key that owns the lock, the czxid of the ZooKeeper lock node
+// that is lowest. A route with one
 // (Route.Tokens) has its new tokens checked by it instead of the fence's
 // default verifier (fencegate's own coordinator's records, or
 // fence.max_advance). It is consulted only when a token would advance the
 // fence, never for a repeated one.
 //
 // A *fencegate.Error it returns is the refusal (unknown_fencing_token for a
-// token the service never issued for resource, token_source_unavailable
-// when the service cannot be asked); any other error refuses the write
-// with fence_unavailable.
+// token the service never issued for resource, not_lock_holder for one
+// whose sender it cannot show holds or held the lock,
+// token_source_unavailable when the service cannot be asked); any other
+// error refuses the write with fence_unavailable.
 type TokenVerifier interface {
 	VerifyToken(ctx context.Context, resource string, token int64) error
 }
@@ -90,4 +95,18 @@ func (c *VerifiedCache) VerifyToken(ctx context.Context, resource string, token 
 		c.last[resource] = token
 	}
 	return nil
+}
+
+// CodeNotLockHolder: a route's token source found the token's lock key or
+// node, but not as the lock's holder when it was asked: a waiter's, one
+// put by hand outside the recipe, or one deleted before the token's first
+// write arrived. The number belongs to the lock; the sender is not proven
+// to hold it. 409.
+const CodeNotLockHolder = "not_lock_holder"
+
+// NotLockHolder is the refusal of a token that is not the lock holder's;
+// why says what the lock service showed, for the client's message.
+func NotLockHolder(resource string, token int64, why string) *fencegate.Error {
+	return &fencegate.Error{Status: http.StatusConflict, Code: CodeNotLockHolder, Message: why,
+		Resource: resource, Token: token}
 }

@@ -83,6 +83,11 @@ func (s *Server) setAPIAuth(cfg *config.Config) error {
 			return fmt.Errorf("%s.auth: %w", name, err)
 		}
 		s.edges.apiAuth[name].Store(au)
+		if name == "admin" {
+			// A console session dies with its key, even if the key
+			// comes back in a later reload.
+			s.sessions.Retain(au)
+		}
 	}
 	return nil
 }

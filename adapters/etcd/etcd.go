@@ -1,15 +1,15 @@
 // Package etcd verifies fencing tokens issued by etcd's lock recipe
 // (go.etcd.io/etcd/client/v3/concurrency.Mutex, `etcdctl lock`): a worker
 // holding the lock named resource.LockName(prefix, key) sends its lock key's
-// create revision as its Fencing-Token, and Source checks with etcd that a
-// lock key of that lock was created at that revision.
+// create revision as its Fencing-Token, and Source checks with etcd that
+// the key of that revision owns the lock when the token is first seen.
 //
 // Revisions are one counter for the whole cluster, raised by every write,
 // and the recipe grants the lock in the order of its keys' create
 // revisions: a later holder's key was created after, so its revision is
 // strictly greater. The gateway's compare then needs nothing else; the
-// check here keeps a forged number, or one of another lock, from raising a
-// fence.
+// check here keeps a forged number, another lock's, and a waiter's from
+// raising a fence.
 package etcd
 
 import (
@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -71,48 +72,98 @@ func New(opts Options) (*Source, error) {
 }
 
 // VerifyToken implements gateway.TokenVerifier: token must be the create
-// revision of a key directly under the lock of resource (the recipe's
-// name + "/" + lease ID), one that exists now (the holder's, or a
-// waiter's) or existed at that revision (a lock since released). The
-// first read finds the common case, a holder writing; the second, at the
-// token's revision, exists for a write that arrives after its lock was
-// released, and fails for a revision etcd has compacted away.
+// revision of the lock's owner, as etcd's Mutex decides it (the key under
+// the lock's name with the lowest create revision), directly under the
+// lock (the recipe's name + "/" + lease ID) and held by a lease. That is
+// the sender holding the lock now: a waiter's key, a key put by hand
+// without a lease, or a deleted one (released, expired, given up) proves
+// no more than that the number belongs to the lock, and a fence raised to
+// a waiter's number would refuse the holder for the rest of its lease.
+//
+// A released holder's later writes never come here while the fence holds
+// its token (a repeated token is not verified): the fence decides them,
+// accepted until a newer holder writes and stale after. Only a holder
+// whose first write arrives after its key was deleted is refused here
+// (not_lock_holder), since etcd cannot say cheaply whether that key ever
+// owned the lock.
 func (s *Source) VerifyToken(ctx context.Context, res string, token int64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	dir := resource.LockName(s.prefix, res) + "/"
-	found, err := s.created(ctx, dir, token, 0)
-	if err == nil && !found {
-		found, err = s.created(ctx, dir, token, token)
+	resp, err := s.client.Get(ctx, dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	if err != nil {
+		return s.unavailable(res, token, err)
+	}
+	var owner *mvccpb.KeyValue
+	if len(resp.Kvs) == 1 {
+		owner = resp.Kvs[0]
+		if owner.CreateRevision == token && direct(dir, owner.Key) && owner.Lease != 0 {
+			return nil
+		}
+	}
+	if token > resp.Header.Revision {
+		return unknown(res, token)
+	}
+	// Not the holder: say why, which costs one or two more reads.
+	kv, err := s.created(ctx, dir, token, 0)
+	if err == nil && kv == nil {
+		kv, err = s.created(ctx, dir, token, token)
+		if err == nil && kv != nil {
+			return gateway.NotLockHolder(res, token, fmt.Sprintf(
+				"token %d is the create revision of etcd lock key %s, which was deleted (its lock released or expired, or its waiter gave up) before the token's first write reached the gateway: it cannot be proven to have held the lock",
+				token, kv.Key))
+		}
 	}
 	switch {
-	case errors.Is(err, rpctypes.ErrFutureRev), errors.Is(err, rpctypes.ErrCompacted):
-		// A revision etcd has not reached cannot be a lock key's.
+	case errors.Is(err, rpctypes.ErrCompacted):
+		// A revision etcd no longer keeps: it cannot be proven either way.
+		return gateway.NotLockHolder(res, token, fmt.Sprintf(
+			"token %d is not the create revision of the etcd lock owner of %s, and etcd has compacted that revision away", token, res))
 	case err != nil:
-		return &fencegate.TokenSourceUnavailableError{Source: "etcd", Resource: res, Token: token, Err: err}
-	case found:
-		return nil
+		return s.unavailable(res, token, err)
+	case kv == nil:
+		return unknown(res, token)
+	case kv.Lease == 0:
+		return gateway.NotLockHolder(res, token, fmt.Sprintf(
+			"etcd lock key %s (create revision %d) has no lease: it was not put by the lock recipe", kv.Key, token))
 	}
+	why := fmt.Sprintf("etcd lock key %s (create revision %d) is waiting for the lock of %s", kv.Key, token, res)
+	if owner != nil {
+		why += fmt.Sprintf("; the owner is %s (create revision %d)", owner.Key, owner.CreateRevision)
+	}
+	return gateway.NotLockHolder(res, token, why)
+}
+
+func (s *Source) unavailable(res string, token int64, err error) error {
+	return &fencegate.TokenSourceUnavailableError{Source: "etcd", Resource: res, Token: token, Err: err}
+}
+
+func unknown(res string, token int64) error {
 	return &fencegate.UnknownTokenError{Resource: res, Token: token,
 		Why: fmt.Sprintf("token %d is not the create revision of an etcd lock key of %s", token, res)}
 }
 
-// created reports whether a key directly under dir has create revision
-// token, read at revision rev (0: the current one). etcd filters by create
-// revision itself, so only matching keys travel.
-func (s *Source) created(ctx context.Context, dir string, token, rev int64) (bool, error) {
+// direct reports whether key is directly under dir: a key deeper down
+// belongs to another lock (/orders/7/items).
+func direct(dir string, key []byte) bool {
+	return !strings.Contains(string(key[len(dir):]), "/")
+}
+
+// created returns the key directly under dir with create revision token,
+// read at revision rev (0: the current one), or nil. etcd filters by
+// create revision itself, so only matching keys travel.
+func (s *Source) created(ctx context.Context, dir string, token, rev int64) (*mvccpb.KeyValue, error) {
 	resp, err := s.client.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithMinCreateRev(token), clientv3.WithMaxCreateRev(token), clientv3.WithRev(rev))
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	for _, kv := range resp.Kvs {
-		// A key deeper down belongs to another lock (/orders/7/items).
-		if kv.CreateRevision == token && !strings.Contains(string(kv.Key[len(dir):]), "/") {
-			return true, nil
+		if kv.CreateRevision == token && direct(dir, kv.Key) {
+			return kv, nil
 		}
 	}
-	return false, nil
+	return nil, nil
 }
 
 // Ping reports whether a linearizable read succeeds (a quorum of the

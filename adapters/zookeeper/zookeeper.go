@@ -2,8 +2,8 @@
 // recipe (Curator's InterProcessMutex, the recipe in the ZooKeeper docs): a
 // worker holding the lock at path resource.LockName(path, key) sends its
 // lock node's czxid (the zxid of the transaction that created it) as its
-// Fencing-Token, and Source checks with the ensemble that a lock node of
-// that lock has that czxid.
+// Fencing-Token, and Source checks with the ensemble that the node of that
+// czxid is the lock's holder when the token is first seen.
 //
 // zxids order every transaction of the ensemble, and the recipe grants the
 // lock in the order of its nodes' sequence numbers, which the leader
@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,23 +73,31 @@ type nopLogger struct{}
 // report an outage instead.
 func (nopLogger) Printf(string, ...any) {}
 
-// errNotFound: no lock node of the resource has the token as its czxid.
-var errNotFound = errors.New("no lock node with this czxid")
-
 // VerifyToken implements gateway.TokenVerifier: token must be the czxid of
-// an ephemeral child of the lock path of resource, a lock node that exists
-// now (the holder's, or a waiter's; ZooKeeper keeps no history of deleted
-// nodes). The server the gateway is connected to may lag the leader, so
-// a miss is read again after a sync; a hit never needs one (a node seen
-// was created).
+// the lock's holder as the recipe decides it: of the children of the lock
+// path named in the recipe's way (…lock-NNNNNNNNNN: Curator, go-zookeeper
+// and the ZooKeeper docs; …__lock__NNNNNNNNNN: kazoo), the one with the
+// lowest sequence number, and an ephemeral node. That is the sender
+// holding the lock now: a waiter's node, a child outside the recipe, or a
+// persistent node proves no more than that the number belongs to the
+// lock, and a fence raised to a waiter's number would refuse the holder
+// for the rest of its session.
+//
+// The server the gateway is connected to may lag the leader, so anything
+// but the holder is read again after a sync. A released holder's later
+// writes never come here while the fence holds its token (a repeated token
+// is not verified): the fence decides them. ZooKeeper keeps no record of
+// deleted nodes, so a holder whose first write arrives after its node was
+// deleted is refused as unknown.
 func (s *Source) VerifyToken(ctx context.Context, res string, token int64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	lock := resource.LockName(s.path, res)
-	err := s.find(ctx, lock, token)
-	if errors.Is(err, errNotFound) {
+	err := s.holds(ctx, lock, token)
+	var refusal *fencegate.Error
+	if errors.Is(err, errNotFound) || errors.As(err, &refusal) {
 		if _, err = call(ctx, func() (string, error) { return s.conn.Sync(lock) }); err == nil || errors.Is(err, zk.ErrNoNode) {
-			err = s.find(ctx, lock, token)
+			err = s.holds(ctx, lock, token)
 		}
 	}
 	switch {
@@ -96,14 +106,42 @@ func (s *Source) VerifyToken(ctx context.Context, res string, token int64) error
 	case errors.Is(err, errNotFound):
 		return &fencegate.UnknownTokenError{Resource: res, Token: token,
 			Why: fmt.Sprintf("token %d is not the czxid of a ZooKeeper lock node of %s", token, res)}
+	case errors.As(err, &refusal):
+		refusal.Resource = res
+		return refusal
 	}
 	return &fencegate.TokenSourceUnavailableError{Source: "ZooKeeper", Resource: res, Token: token, Err: err}
 }
 
-// find looks for a child of lock with czxid token. ZooKeeper cannot be
-// asked for a node by czxid: the children are listed and each one's stat
-// read, all at once (the client pipelines them on its one connection).
-func (s *Source) find(ctx context.Context, lock string, token int64) error {
+// errNotFound: no child of the lock path has the token as its czxid.
+var errNotFound = errors.New("no lock node with this czxid")
+
+// seq returns the sequence number of a lock node named in the recipe's
+// way, or false for any other name (a nested lock's path, a stray node).
+func seq(name string) (int64, bool) {
+	for _, mark := range []string{"lock-", "__lock__"} {
+		i := strings.LastIndex(name, mark)
+		if i < 0 {
+			continue
+		}
+		digits := name[i+len(mark):]
+		if len(digits) != 10 || strings.Trim(digits, "0123456789") != "" {
+			continue
+		}
+		n, err := strconv.ParseInt(digits, 10, 64)
+		if err == nil {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// holds returns nil if the lowest lock node of lock is ephemeral with
+// czxid token, a not_lock_holder refusal (Resource unset) if the token is
+// another child's czxid, errNotFound if no child's. The common case, the
+// holder writing, costs two reads: the children, and the lowest one's
+// stat.
+func (s *Source) holds(ctx context.Context, lock string, token int64) error {
 	children, err := call(ctx, func() ([]string, error) {
 		c, _, err := s.conn.Children(lock)
 		return c, err
@@ -114,46 +152,80 @@ func (s *Source) find(ctx context.Context, lock string, token int64) error {
 	if err != nil {
 		return err
 	}
+	lowest, low := "", int64(-1)
+	for _, c := range children {
+		if n, ok := seq(c); ok && (low < 0 || n < low) {
+			lowest, low = c, n
+		}
+	}
+	if lowest != "" {
+		st, err := call(ctx, func() (*zk.Stat, error) {
+			_, st, err := s.conn.Exists(lock + "/" + lowest)
+			return st, err
+		})
+		if err != nil {
+			return err
+		}
+		if st != nil && st.Czxid == token && st.EphemeralOwner != 0 {
+			return nil
+		}
+	}
+	// Not the holder: find the token's node to say why.
+	name, st, err := s.find(ctx, lock, children, token)
+	if err != nil {
+		return err
+	}
+	why := fmt.Sprintf("ZooKeeper node %s/%s (czxid %d) ", lock, name, token)
+	switch _, named := seq(name); {
+	case !named && st.EphemeralOwner == 0:
+		// The path of a lock nested below (/orders/7/items): no lock
+		// node of this lock at all.
+		return errNotFound
+	case !named:
+		why += "is not a lock node of the recipe (…lock-NNNNNNNNNN)"
+	case st.EphemeralOwner == 0:
+		why += "is not ephemeral: the lock recipe did not create it"
+	default:
+		why += "is waiting for the lock; the holder is " + lock + "/" + lowest
+	}
+	return gateway.NotLockHolder("", token, why)
+}
+
+// find looks for the child of lock with czxid token. ZooKeeper cannot be
+// asked for a node by czxid: each child's stat is read, all at once (the
+// client pipelines them on its one connection).
+func (s *Source) find(ctx context.Context, lock string, children []string, token int64) (string, *zk.Stat, error) {
 	type result struct {
-		czxid int64
-		err   error
+		name string
+		st   *zk.Stat
+		err  error
 	}
 	results := make(chan result, len(children))
 	var wg sync.WaitGroup
 	for _, c := range children {
 		wg.Go(func() {
 			_, st, err := s.conn.Exists(lock + "/" + c)
-			if err != nil || st == nil {
-				results <- result{err: err}
-				return
-			}
-			if st.EphemeralOwner == 0 {
-				// Lock nodes are ephemeral; a persistent child is the
-				// path of a lock nested below (/orders/7/items).
-				results <- result{}
-				return
-			}
-			results <- result{czxid: st.Czxid}
+			results <- result{c, st, err}
 		})
 	}
 	var firstErr error
 	for range children {
 		select {
 		case r := <-results:
-			if r.err == nil && r.czxid == token {
-				return nil
+			if r.err == nil && r.st != nil && r.st.Czxid == token {
+				return r.name, r.st, nil
 			}
 			if r.err != nil && firstErr == nil {
 				firstErr = r.err
 			}
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", nil, ctx.Err()
 		}
 	}
 	if firstErr != nil {
-		return firstErr
+		return "", nil, firstErr
 	}
-	return errNotFound
+	return "", nil, errNotFound
 }
 
 // call runs f, a call of the ZooKeeper client (which takes no context),
