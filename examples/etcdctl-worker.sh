@@ -11,7 +11,8 @@
 # only when the lock was free, so the token is read from the key itself.
 #   env: FENCEGATE_URL (gateway, default http://127.0.0.1:8080),
 #        ETCDCTL_ENDPOINTS (etcdctl's own)
-#   exit: 0 written, 3 refused as stale (stopped: never retry the same token), 1 other failure
+#   exit: 0 written, 3 refused as stale or as not the lock's holder (stopped:
+#         never retry the same token), 1 other failure
 set -euo pipefail
 resource=$1 value=$2
 gw=${FENCEGATE_URL:-http://127.0.0.1:8080}
@@ -27,9 +28,9 @@ status=$(curl -sS -o "$body" -w '%{http_code}' -X PUT -H "Fencing-Token: $token"
 case $status in
   2??) echo "written $resource with token $token: $status" ;;
   409)
-    if grep -q '"error":"stale_fencing_token"' "$body"; then
+    if grep -qE '"error":"(stale_fencing_token|not_lock_holder)"' "$body"; then
       # A successful safety decision: stop the dependent work, do not retry.
-      echo "stale_fencing_token: $(cat "$body"); stopping" >&2
+      echo "refused: $(cat "$body"); stopping" >&2
       rm -f "$body"; exit 3
     fi
     cat "$body" >&2; rm -f "$body"; exit 1 ;;

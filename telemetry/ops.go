@@ -8,6 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
 )
 
 // OpsMetrics are the collectors dashboards and alerts need from the first
@@ -89,7 +90,8 @@ var gatewayDecisions = []string{
 	fencegate.CodeFenceUnavailable, fencegate.CodeFenceDraining, fencegate.CodeInvalidResource,
 	fencegate.CodeUnauthorized, fencegate.CodeForbidden, fencegate.CodeBodyTooLarge,
 	fencegate.CodeUpstreamUnavailable, fencegate.CodeUpstreamTimeout, fencegate.CodeTooManyWrites,
-	fencegate.CodePreconditionFailed,
+	fencegate.CodePreconditionFailed, fencegate.CodeTokenSourceUnavailable, fencegate.CodeStoreRegressed,
+	gateway.CodeNotLockHolder,
 }
 
 // InitLabels creates every counter's label sets for the given routes (and
