@@ -48,8 +48,7 @@ func davExists(t *testing.T, s davServer, name string) bool {
 // first.
 func sharedDAVColl(t *testing.T) (davServer, []*Proc, string, string) {
 	pg := testenv.Postgres(t)
-	a := testenv.Apache(t)
-	s := davServer{name: "apache", url: a.URL, root: a.Root}
+	s := apacheDAV(t)
 	r := sharedReplicas(t, 2, sharedDAVYAML(s, pg.URL))
 	gw1, gw2 := "http://"+r[0].addrs["gateway"], "http://"+r[1].addrs["gateway"]
 	if st, body := dav(t, "MKCOL", gw1, "/coll/", "2", "", ""); st/100 != 2 {

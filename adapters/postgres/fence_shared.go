@@ -417,7 +417,7 @@ func (f *SharedFence) admissible(w gateway.Write) error {
 func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, deadline time.Time, drain time.Duration) (gateway.Permit, error) {
 	key := lockKey(w.Resource)
 	l := f.lane(key)
-	verified := false
+	verified := w.Verified
 	backoff := 2 * time.Millisecond
 	for {
 		m, err := l.mark(ctx, w, key)
