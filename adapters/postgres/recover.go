@@ -27,6 +27,14 @@ type RecoverOptions struct {
 	Force bool
 	// By names who ran it, for the audit record. Default hostname/pid.
 	By string
+	// Foreign reports the resources whose tokens come from a lock service
+	// outside fencegate (a route's token_source: etcd revisions, ZooKeeper
+	// czxids). Their fences are left as they are: the floor is a number
+	// of the coordinator's sequence, which theirs never reach, so raising
+	// them to it would refuse their every holder for good. Their writes
+	// are decided by what their source proves (the route's verifier, on
+	// every token above a fence). Nil: none.
+	Foreign func(resource string) bool
 }
 
 // RecoveryResult is what Recover did (Recovered false: nothing to do).
@@ -50,7 +58,8 @@ type RecoveryResult struct {
 //     number the old primary may have issued (I5);
 //   - records that floor: every replica refuses a write whose token is
 //     below it (stale_fencing_token), also on a resource the store has no
-//     fence for, and raises every fence below it to it (I1);
+//     fence for, and raises every fence below it to it (I1); not on the
+//     resources of opts.Foreign, whose tokens are another service's;
 //   - ends every lease: their holders' renewals fail and they re-acquire,
 //     with tokens above the floor;
 //   - records the served timeline, clears the regressed flag, and leaves a
@@ -111,7 +120,12 @@ func (s *Store) Recover(ctx context.Context, opts RecoverOptions) (RecoveryResul
 		if _, err := tx.Exec(ctx, `SELECT setval('resource_fence_token_seq', $1::bigint, true)`, floor); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE fence SET highest = $1, ready = false, owner = 'fencegate fence recover', updated_at = clock_timestamp() WHERE highest < $1`, floor)
+		keep, err := foreignFences(ctx, tx, floor, opts.Foreign)
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE fence SET highest = $1, ready = false, owner = 'fencegate fence recover', updated_at = clock_timestamp()
+ WHERE highest < $1 AND resource <> ALL($2::text[])`, floor, keep)
 		if err != nil {
 			return err
 		}
@@ -153,6 +167,30 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
 			"recovery_id", res.RecoveryID, "at", time.Now().UTC().Format(time.RFC3339))
 	}
 	return res, nil
+}
+
+// foreignFences lists the fences below floor whose resources foreign
+// reports (RecoverOptions.Foreign): left alone by the recovery.
+func foreignFences(ctx context.Context, tx pgx.Tx, floor int64, foreign func(string) bool) ([]string, error) {
+	keep := []string{}
+	if foreign == nil {
+		return keep, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT resource FROM fence WHERE highest < $1`, floor)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			return nil, err
+		}
+		if foreign(r) {
+			keep = append(keep, r)
+		}
+	}
+	return keep, rows.Err()
 }
 
 // Recoveries lists the audit records of past recoveries, newest first.
