@@ -334,3 +334,33 @@ func TestRESTCollectionLeases(t *testing.T) {
 		}
 	}
 }
+
+// TestDoctorFindsWebDAV: `fencegate doctor` asks each HTTP route's
+// upstream for OPTIONS and, on Apache mod_dav (a DAV header), says what the
+// route needs: ok with the defaults, FAIL with hierarchical: false (a stale
+// collection DELETE would remove newer members) or with MOVE left out of
+// fenced_methods; an upstream without DAV gets no such line.
+func TestDoctorFindsWebDAV(t *testing.T) {
+	s := apacheDAV(t)
+	_, plain := newUpstream(t)
+	for _, tc := range []struct {
+		name, yaml string
+		exit       int
+		want       string
+	}{
+		{"defaults", davDefaultRouteYAML(s), 0, "route dav: ok: " + s.url + " speaks WebDAV (DAV: 1"},
+		{"hierarchical false", davDefaultRouteYAML(s) + "      hierarchical: false\n", 1, "hierarchical is off"},
+		{"MOVE not fenced", davDefaultRouteYAML(s) + "      fenced_methods: [PUT, DELETE, COPY]\n", 1, "MOVE is not fenced"},
+		{"not WebDAV", httpRouteYAML("plain", "", plain, "", "10s"), 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runDoctor(t, httpGatewayYAML(tc.yaml))
+			if code != tc.exit || !strings.Contains(out, tc.want) {
+				t.Fatalf("doctor exit %d; want %d and %q:\n%s", code, tc.exit, tc.want, out)
+			}
+			if tc.want == "" && strings.Contains(out, "WebDAV (DAV:") {
+				t.Fatalf("doctor found WebDAV on an upstream without DAV:\n%s", out)
+			}
+		})
+	}
+}

@@ -355,6 +355,13 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 // Hierarchical reports whether the route's keys form a hierarchy (Scope).
 func (rt *Route) Hierarchical() bool { return rt.hier }
 
+// Fences reports whether the route fences method (for `fencegate doctor`).
+func (rt *Route) Fences(method string) bool { return rt.fences(method) }
+
+// FencesDestination reports whether a request with method is fenced on the
+// key its Destination header names too (RouteOptions.DestinationMethods).
+func (rt *Route) FencesDestination(method string) bool { return rt.dest[method] }
+
 // admission is one fence a request is admitted on.
 type admission struct {
 	key   string
