@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestRecoverSparesTokenSourceRoutes (issue 43): `fencegate fence recover`
@@ -38,6 +39,11 @@ func TestRecoverSparesTokenSourceRoutes(t *testing.T) {
 		t.Fatalf("coordinator lease's write before the recovery: %d %s", st, body)
 	}
 	probe := acquire(t, coord, "/reports/probe", "reporter") // issued, never written
+	c := mustEtcdLock(t, cli, "/orders/stuck", 30)
+	defer c.sess.Close()
+	if st, body := write(t, "PUT", gw+"/orders/stuck", tok(c.token), "c1"); st != 200 {
+		t.Fatalf("etcd holder's write before the recovery: %d %s", st, body)
+	}
 
 	out := startCLI(t, nil, "fence", "recover", "-c", p.CfgPath, "--force", "--by", "e2e")
 	if code := out.Wait(); code != 0 {
@@ -90,5 +96,25 @@ func TestRecoverSparesTokenSourceRoutes(t *testing.T) {
 	}
 	if st := getStatus(t, p.URL("admin")+"/readyz"); st != 200 {
 		t.Fatalf("/readyz %d after the recovery", st)
+	}
+
+	// A fence a recovery raised to the floor (as one did before such
+	// routes were left alone) refuses every holder of the resource: no
+	// replica says it is ready while one does.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	conn, err := pgx.Connect(ctx2, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx2)
+	if _, err := conn.Exec(ctx2, `UPDATE fence SET highest = $1, owner = 'fencegate fence recover' WHERE resource = '/orders/stuck'`, res.TokenFloor); err != nil {
+		t.Fatal(err)
+	}
+	st, body = write(t, "PUT", gw+"/orders/stuck", tok(c.token), "c2")
+	wantCode(t, "the holder of a fence raised to the floor", st, body, 409, "stale_fencing_token")
+	p2 := startFencegate(t, yaml)
+	if st, body := call(t, "GET", p2.URL("admin")+"/readyz", ""); st != 503 || !strings.Contains(body, "etcd (route orders)") {
+		t.Fatalf("/readyz with an etcd route's fence at the floor: %d %s; want 503 naming the route", st, body)
 	}
 }

@@ -124,8 +124,8 @@ func (s *Store) Recover(ctx context.Context, opts RecoverOptions) (RecoveryResul
 		if err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE fence SET highest = $1, ready = false, owner = 'fencegate fence recover', updated_at = clock_timestamp()
- WHERE highest < $1 AND resource <> ALL($2::text[])`, floor, keep)
+		tag, err := tx.Exec(ctx, `UPDATE fence SET highest = $1, ready = false, owner = $3, updated_at = clock_timestamp()
+ WHERE highest < $1 AND resource <> ALL($2::text[])`, floor, keep, recoverOwner)
 		if err != nil {
 			return err
 		}
@@ -204,4 +204,32 @@ func (s *Store) Recoveries(ctx context.Context) ([]RecoveryResult, error) {
 		err := r.Scan(&x.RecoveryID, &x.Timeline, &x.Cause, &x.SequenceBefore, &x.TokenFloor, &x.FencesRaised, &x.LeasesEnded)
 		return x, err
 	})
+}
+
+// recoverOwner is the owner a recovery writes on the fences it raises.
+const recoverOwner = "fencegate fence recover"
+
+// RaisedForeign lists up to limit resources that foreign reports
+// (RecoverOptions.Foreign) whose fence a recovery raised to its floor and
+// no write has moved since: a recovery before token-source routes were
+// left alone, or one run without Foreign. Their routes take tokens from
+// another counter, which stays below that floor, so every holder of
+// those resources is refused until an operator resets the fence.
+func (s *Store) RaisedForeign(ctx context.Context, foreign func(string) bool, limit int) ([]string, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT resource FROM fence WHERE owner = $1 ORDER BY resource`, recoverOwner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() && len(out) < limit {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			return nil, err
+		}
+		if foreign(r) {
+			out = append(out, r)
+		}
+	}
+	return out, rows.Err()
 }
