@@ -172,25 +172,37 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
 // foreignFences lists the fences below floor whose resources foreign
 // reports (RecoverOptions.Foreign): left alone by the recovery.
 func foreignFences(ctx context.Context, tx pgx.Tx, floor int64, foreign func(string) bool) ([]string, error) {
-	keep := []string{}
 	if foreign == nil {
-		return keep, nil
+		return []string{}, nil
 	}
-	rows, err := tx.Query(ctx, `SELECT resource FROM fence WHERE highest < $1`, floor)
+	keep, err := resourcesWhere(ctx, tx, foreign, 0, `SELECT resource FROM fence WHERE highest < $1`, floor)
+	if keep == nil {
+		keep = []string{}
+	}
+	return keep, err
+}
+
+// resourcesWhere returns the resources query selects that keep reports,
+// at most limit of them (0: all).
+func resourcesWhere(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, keep func(string) bool, limit int, query string, args ...any) ([]string, error) {
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
+	var out []string
+	for rows.Next() && (limit == 0 || len(out) < limit) {
 		var r string
 		if err := rows.Scan(&r); err != nil {
 			return nil, err
 		}
-		if foreign(r) {
-			keep = append(keep, r)
+		if keep(r) {
+			out = append(out, r)
 		}
 	}
-	return keep, rows.Err()
+	return out, rows.Err()
 }
 
 // Recoveries lists the audit records of past recoveries, newest first.
@@ -216,20 +228,5 @@ const recoverOwner = "fencegate fence recover"
 // another counter, which stays below that floor, so every holder of
 // those resources is refused until an operator resets the fence.
 func (s *Store) RaisedForeign(ctx context.Context, foreign func(string) bool, limit int) ([]string, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT resource FROM fence WHERE owner = $1 ORDER BY resource`, recoverOwner)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() && len(out) < limit {
-		var r string
-		if err := rows.Scan(&r); err != nil {
-			return nil, err
-		}
-		if foreign(r) {
-			out = append(out, r)
-		}
-	}
-	return out, rows.Err()
+	return resourcesWhere(ctx, s.Pool, foreign, limit, `SELECT resource FROM fence WHERE owner = $1 ORDER BY resource`, recoverOwner)
 }
