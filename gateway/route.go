@@ -100,6 +100,12 @@ type Route struct {
 	// hier: the route's keys form a hierarchy (Scope); dest: the methods
 	// whose Destination header names a second key the request writes.
 	hier bool
+	// strict: every write of a key is a tree write of it, checked against
+	// the collections' own keys (the rule before trees went by method),
+	// kept where the route names COPY or MOVE or sets hierarchical: true,
+	// so that the collection writes such a route recorded before go on
+	// refusing older member writes.
+	strict bool
 	dest map[string]bool
 	// collections: the upstream names each request's collection
 	// (RouteOptions.Collections).
@@ -263,9 +269,11 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 	declared := slices.Contains(c.Methods, "COPY") || slices.Contains(c.Methods, "MOVE") ||
 		slices.Contains(c.FencedMethods, "COPY") || slices.Contains(c.FencedMethods, "MOVE")
 	rt.hier = (dav && declared) || strings.HasSuffix(tmpl.String(), "{path}") || c.Collections
+	rt.strict = declared
 	rt.collections = c.Collections
 	if c.Hierarchical != nil {
 		rt.hier = *c.Hierarchical
+		rt.strict = *c.Hierarchical
 	}
 	rt.inspector, _ = up.(Inspector)
 	rt.errWriter, _ = up.(ErrorWriter)
@@ -429,6 +437,9 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 		}
 		return buf
 	}
+	if rt.strict {
+		return rt.strictAdmissions(host, keys, buf)
+	}
 	for _, k := range keys {
 		switch tk := TreeKey(k); {
 		case tk == k:
@@ -439,10 +450,7 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 		default:
 			buf = append(buf, admission{k, ScopeKey})
 		}
-		for _, p := range resource.Parents(k) {
-			if rt.tmpl.String() == "{path}" && !rt.matches(host, p, "") {
-				continue // above the route's prefix: another route's keys
-			}
+		for _, p := range rt.parents(host, k) {
 			buf = append(buf, admission{TreeKey(p), ScopeMember})
 		}
 	}
@@ -456,6 +464,33 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 		return scopeRank(a.scope) - scopeRank(b.scope)
 	})
 	return slices.CompactFunc(buf, func(a, b admission) bool { return a.key == b.key })
+}
+
+// strictAdmissions are the admissions of a strict route (Route.strict):
+// ScopeTree on each key, ScopeMember on every key above each one that the
+// route serves, a key of the request itself taking precedence.
+func (rt *Route) strictAdmissions(host string, keys []string, buf []admission) []admission {
+	for _, k := range keys {
+		buf = append(buf, admission{k, ScopeTree})
+		for _, p := range rt.parents(host, k) {
+			if _, found := slices.BinarySearch(keys, p); !found {
+				buf = append(buf, admission{p, ScopeMember})
+			}
+		}
+	}
+	slices.SortFunc(buf, func(a, b admission) int { return strings.Compare(a.key, b.key) })
+	return slices.CompactFunc(buf, func(a, b admission) bool { return a.key == b.key })
+}
+
+// parents are the keys above k (resource.Parents) that the route serves:
+// on a {path} route, those below its prefix; the others are another
+// route's keys.
+func (rt *Route) parents(host, k string) []string {
+	ps := resource.Parents(k)
+	if rt.tmpl.String() != "{path}" {
+		return ps
+	}
+	return slices.DeleteFunc(ps, func(p string) bool { return !rt.matches(host, p, "") })
 }
 
 // scopeRank orders admissions of one key: the one kept first.

@@ -53,6 +53,11 @@ func TestAdmissionsByMethod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	strict, err := NewRoute(RouteOptions{Name: "webdav", PathPrefix: "/dav/", Resource: "{path}",
+		FencedMethods: []string{"PUT", "DELETE", "COPY", "MOVE"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		rt     *Route
@@ -76,6 +81,12 @@ func TestAdmissionsByMethod(t *testing.T) {
 		{"PUT of the root", root, "PUT", []string{"/"}, "", []admission{{"/", ScopeTree}}},
 		{"PUT below the root", root, "PUT", []string{"/a"}, "", []admission{{"/", ScopeMember}, {"/a", ScopeKey}}},
 		{"hierarchical: false", flat, "DELETE", []string{"/dav/c"}, "", []admission{{"/dav/c", ScopeKey}}},
+		// Naming COPY or MOVE keeps the rule of before: every write a tree
+		// write, on the collections' own keys.
+		{"PUT on a route naming COPY", strict, "PUT", []string{"/dav/c/m"}, "",
+			[]admission{{"/dav", ScopeMember}, {"/dav/c", ScopeMember}, {"/dav/c/m", ScopeTree}}},
+		{"POST of a collection on a route naming COPY", strict, "POST", []string{"/dav/c"}, "",
+			[]admission{{"/dav", ScopeMember}, {"/dav/c", ScopeTree}}},
 	} {
 		var trees []string
 		if TreeMethod(tc.method) {
