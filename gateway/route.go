@@ -106,7 +106,7 @@ type Route struct {
 	// so that the collection writes such a route recorded before go on
 	// refusing older member writes.
 	strict bool
-	dest map[string]bool
+	dest   map[string]bool
 	// collections: the upstream names each request's collection
 	// (RouteOptions.Collections).
 	collections bool
