@@ -125,9 +125,11 @@ type Route struct {
 	// refused afterwards; a POST, PUT or PATCH of a key refuses no lease
 	// below it. Nil: on where the resource template ends with {path} (or
 	// names it and the route names COPY or MOVE) and on S3 and Azure
-	// routes, in either fence mode. false: every write checked on its own
-	// key alone, safe only where no request changes the keys below the one
-	// it names.
+	// routes, in either fence mode. true, or COPY or MOVE named in
+	// match.methods or fenced_methods: every write of a key is a write of
+	// everything below it (the rule before trees went by method). false:
+	// every write checked on its own key alone, safe only where no request
+	// changes the keys below the one it names.
 	Hierarchical *bool `yaml:"hierarchical"`
 	// TokenSource, if set, is the lock service (etcd, ZooKeeper) whose
 	// tokens this route accepts and verifies (tokensource.go).

@@ -177,7 +177,9 @@ type RouteOptions struct {
 	// Destination of a COPY or MOVE) against the keys below it too. Nil:
 	// on where the template ends with {path} (or names it, and the route
 	// names COPY or MOVE), or where the upstream names collections
-	// (Collections).
+	// (Collections). Set true, or on by naming COPY or MOVE in Methods or
+	// FencedMethods: every write of a key is a tree write of it, checked
+	// on the collections' own keys (Route.strict, the rule of before).
 	Hierarchical *bool
 	// Collections: the upstream names the collection of each request
 	// (Inspection.Collection; S3: the bucket). On a hierarchical route an
