@@ -453,7 +453,12 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 			buf = append(buf, admission{k, ScopeKey})
 		}
 		for _, p := range rt.parents(host, k) {
-			buf = append(buf, admission{TreeKey(p), ScopeMember})
+			// TreeKey(p), cut from k: no allocation per level.
+			tk := "/"
+			if p != "/" {
+				tk = k[:len(p)+1]
+			}
+			buf = append(buf, admission{tk, ScopeMember})
 		}
 	}
 	// A tree write of a key takes precedence over a member's admission on
