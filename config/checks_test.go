@@ -137,6 +137,10 @@ func TestWarnings(t *testing.T) {
 			[]string{"gateway.routes[0].match.methods[2]: DELETE matches this route but is not in fenced_methods"}},
 		{"matched writes all fenced", routesYAML(route("o", "path_prefix: /o/, methods: [GET, PUT]", ", fenced_methods: [PUT]")), nil},
 		{"default fenced methods", routesYAML(route("o", "path_prefix: /o/, methods: [PUT, POST]", "")), nil},
+		// Trees off on a route keyed by the path (issue 43): legal, said aloud.
+		{"hierarchical false on a path route", routesYAML(route("dav", "path_prefix: /dav/", ", hierarchical: false")),
+			[]string{"gateway.routes[0].hierarchical: false on a route keyed by the path: a DELETE or MOVE of a collection is not checked"}},
+		{"hierarchical false on a header key", routesYAML(`{name: h, match: {path_prefix: /h/}, upstream: {url: "http://u"}, resource: "{header.X-Tenant}", hierarchical: false}`), nil},
 		{"user info in the upstream URL", routesYAML(`{name: o, match: {path_prefix: /o/}, upstream: {url: "http://svc:s3cr3t@u"}, resource: "{path}"}`),
 			[]string{"gateway.routes[0].upstream.url: user info in the URL is not sent upstream"}},
 	}

@@ -122,10 +122,17 @@ type Route struct {
 	// and its key comes from the path; empty: none.
 	DestinationMethods []string `yaml:"destination_methods"`
 	// Hierarchical makes the route's resource keys a hierarchy separated
-	// by '/': a write is refused when a key above or below it holds a newer
-	// token (gateway.Scope). Nil: on where the route names COPY or MOVE in
-	// match.methods or fenced_methods and its key comes from the path (and
-	// on S3 routes, for bucket writes), in either fence mode.
+	// by '/' (gateway.Scope): a DELETE or MOVE of a key, and a COPY or
+	// MOVE's Destination, is a write of everything below it, refused while
+	// a key below holds a newer token, and a member write older than it is
+	// refused afterwards; a POST, PUT or PATCH of a key refuses no lease
+	// below it. Nil: on where the resource template ends with {path} (or
+	// names it and the route names COPY or MOVE) and on S3 and Azure
+	// routes, in either fence mode. true, or COPY or MOVE named in
+	// match.methods or fenced_methods: every write of a key is a write of
+	// everything below it (the rule before trees went by method). false:
+	// every write checked on its own key alone, safe only where no request
+	// changes the keys below the one it names.
 	Hierarchical *bool `yaml:"hierarchical"`
 	// TokenSource, if set, is the lock service (etcd, ZooKeeper) whose
 	// tokens this route accepts and verifies (tokensource.go).

@@ -217,3 +217,18 @@ func keyStart(r *Route) (string, bool) {
 	}
 	return "", false
 }
+
+// TokenSourceKey reports whether a route of c with a token_source may
+// produce key: its tokens then come from that lock service, not from
+// fencegate's coordinator (a store's recovery leaves its fence alone).
+func (c *Config) TokenSourceKey(key string) bool {
+	if c == nil || c.Gateway == nil {
+		return false
+	}
+	for i := range c.Gateway.Routes {
+		if r := &c.Gateway.Routes[i]; r.TokenSource != nil && r.MayProduceKey(key) {
+			return true
+		}
+	}
+	return false
+}

@@ -41,6 +41,12 @@ func (c *Config) Warnings() Warnings {
 						"set credentials with upstream.headers, e.g. Authorization")
 				}
 			}
+			// Off on a route keyed by the path, a DELETE or MOVE of a
+			// collection is not checked against its members' tokens.
+			if h := later.Hierarchical; h != nil && !*h && later.Upstream != nil && strings.HasSuffix(later.Resource, "{path}") {
+				add(f+".hierarchical", "false on a route keyed by the path: a DELETE or MOVE of a collection is not checked against its members' newer tokens "+
+					"and removes them; safe only where no request changes the keys below the one it names (`fencegate doctor` finds WebDAV upstreams)")
+			}
 			// fenced_methods narrows what is fenced; a write method the
 			// route matches but leaves out goes upstream unchecked, which
 			// is legal but rarely meant when the route names it.

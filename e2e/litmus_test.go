@@ -17,7 +17,8 @@ import (
 
 // TestLitmus runs litmus, the WebDAV server test suite, through the gateway
 // against Apache mod_dav, on a plain route and on a `precondition: etag`
-// route, twice on the same store (the gateway restarted in between): every
+// route naming the WebDAV methods, and on a route with the default
+// fenced_methods (collections by method), twice on the same store (the gateway restarted in between): every
 // test passes both times. A header hop in front of the gateway stands for
 // the workers: it adds a Fencing-Token from a counter, one newer token per
 // request, continuing across the runs. So the second run meets everything
@@ -27,14 +28,11 @@ import (
 // from below and above).
 func TestLitmus(t *testing.T) {
 	bin := testenv.Litmus(t)
-	for _, pre := range []string{"", "etag"} {
-		name := "plain"
-		if pre != "" {
-			name = pre
-		}
+	for _, tc := range []struct{ name, pre, fenced string }{{"plain", "", davFenced}, {"etag", "etag", davFenced}, {"default", "", ""}} {
+		name := tc.name
 		t.Run(name, func(t *testing.T) {
 			a := testenv.Apache(t)
-			p := startFencegate(t, httpGatewayYAML(httpRouteYAML("dav", "", a.URL, pre, "10s")+davFenced))
+			p := startFencegate(t, httpGatewayYAML(httpRouteYAML("dav", "", a.URL, tc.pre, "10s")+tc.fenced))
 			var token atomic.Int64
 			token.Store(100)
 			hop := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {

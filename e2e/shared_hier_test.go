@@ -22,10 +22,11 @@ import (
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
-// sharedDAVYAML is one replica of a WebDAV route (hierarchical by
-// default: it names COPY and MOVE) in fence mode shared on dbURL.
-func sharedDAVYAML(s davServer, dbURL string) string {
-	return "gateway:\n  listen: $GATEWAY\n  routes:\n" + davRouteYAML(s, "") + fmt.Sprintf(`store:
+// sharedDAVYAML is one replica of a WebDAV route (route: davRouteYAML,
+// naming COPY and MOVE, or davDefaultRouteYAML) in fence mode shared on
+// dbURL.
+func sharedDAVYAML(route string, dbURL string) string {
+	return "gateway:\n  listen: $GATEWAY\n  routes:\n" + route + fmt.Sprintf(`store:
   postgres: {url: %q, timeout: 2s}
 fence: {mode: shared, verify_tokens: false}
 admin: {listen: $ADMIN}
@@ -43,15 +44,20 @@ func davExists(t *testing.T, s davServer, name string) bool {
 	return err == nil
 }
 
+// sharedDAVReplicas starts Apache and two replicas of a WebDAV route
+// (route, as sharedDAVYAML takes it) in fence mode shared.
+func sharedDAVReplicas(t *testing.T, route func(davServer) string) (davServer, []*Proc, string, string) {
+	pg := testenv.Postgres(t)
+	s := apacheDAV(t)
+	r := sharedReplicas(t, 2, sharedDAVYAML(route(s), pg.URL))
+	return s, r, "http://" + r[0].addrs["gateway"], "http://" + r[1].addrs["gateway"]
+}
+
 // sharedDAVColl starts Apache and two replicas of a WebDAV route in fence
 // mode shared, and makes the collection /coll/ with token 2 through the
 // first.
-func sharedDAVColl(t *testing.T) (davServer, []*Proc, string, string) {
-	pg := testenv.Postgres(t)
-	a := testenv.Apache(t)
-	s := davServer{name: "apache", url: a.URL, root: a.Root}
-	r := sharedReplicas(t, 2, sharedDAVYAML(s, pg.URL))
-	gw1, gw2 := "http://"+r[0].addrs["gateway"], "http://"+r[1].addrs["gateway"]
+func sharedDAVColl(t *testing.T, route func(davServer) string) (davServer, []*Proc, string, string) {
+	s, r, gw1, gw2 := sharedDAVReplicas(t, route)
 	if st, body := dav(t, "MKCOL", gw1, "/coll/", "2", "", ""); st/100 != 2 {
 		t.Fatalf("MKCOL: %d %s", st, body)
 	}
@@ -64,7 +70,7 @@ func sharedDAVColl(t *testing.T) (davServer, []*Proc, string, string) {
 // Apache; after the collection's owner moved it with a newer token on
 // replica 2, a member write with an older token on replica 1 is refused.
 func TestSharedDAVHierarchy(t *testing.T) {
-	s, _, gw1, gw2 := sharedDAVColl(t)
+	s, _, gw1, gw2 := sharedDAVColl(t, davWebDAVRoute)
 	if st, body := dav(t, "PUT", gw1, "/coll/m", "9", "", "member"); st/100 != 2 {
 		t.Fatalf("member PUT on replica 1: %d %s", st, body)
 	}
@@ -104,12 +110,25 @@ func TestSharedDAVHierarchy(t *testing.T) {
 	}
 }
 
+// davWebDAVRoute is davRouteYAML without a precondition.
+func davWebDAVRoute(s davServer) string { return davRouteYAML(s, "") }
+
+// TestSharedDAVDefaultRouteTrees is TestDAVDefaultRouteTrees in fence mode
+// shared: two replicas over one PostgreSQL in front of Apache, with the
+// default fenced_methods; the member is written through replica 1, the
+// collection through replica 2.
+func TestSharedDAVDefaultRouteTrees(t *testing.T) {
+	s, _, gw1, gw2 := sharedDAVReplicas(t, davDefaultRouteYAML)
+	davCollTrees(t, s, gw1, gw2)
+}
+
 // TestSharedDAVCollectionWaitsForMember proves I2 across levels and
-// replicas on Apache: a collection DELETE with a newer token on replica 2
-// is not forwarded while an older member PUT (its body still arriving) is
-// in flight on replica 1; Apache applies the PUT first, then the DELETE.
+// replicas on Apache, on a route with the default fenced_methods: a
+// collection DELETE with a newer token on replica 2 is not forwarded while
+// an older member PUT (its body still arriving) is in flight on replica 1;
+// Apache applies the PUT first, then the DELETE.
 func TestSharedDAVCollectionWaitsForMember(t *testing.T) {
-	s, r, gw1, gw2 := sharedDAVColl(t)
+	s, r, gw1, gw2 := sharedDAVColl(t, davDefaultRouteYAML)
 	// The member PUT streams its body (unknown length): it is in flight
 	// from its admission until Apache answers.
 	pr, pw := io.Pipe()

@@ -47,6 +47,10 @@ type Write struct {
 	// Scope says which fences around Resource the write is checked against
 	// (hierarchical keys); the zero value checks Resource alone.
 	Scope Scope
+	// Verified: the token was verified for the key Resource stands for,
+	// admitted before it in the same request (Resource is that key's
+	// TreeKey, which no lease names); the fence does not verify it again.
+	Verified bool
 }
 
 // Scope is how a write relates to the keys around its resource in a

@@ -213,14 +213,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if ref != nil {
 		return rt, ref
 	}
+	// The keys the request may change with everything below them.
+	var trees []string
+	if TreeMethod(r.Method) {
+		trees = keys
+	}
 	var dest string // the Destination's key, if the request names one
 	if rt.dest[r.Method] {
 		if r, dest, ref = g.destination(r, rt, host, insp); ref != nil {
 			return rt, ref
 		}
 		if dest != "" {
+			// A COPY or MOVE replaces what is at its Destination, a
+			// collection with its members included.
+			trees = append(slices.Clip(trees), dest)
 			if i, found := slices.BinarySearch(keys, dest); !found {
-				keys = slices.Insert(keys, i, dest)
+				keys = slices.Insert(slices.Clip(keys), i, dest)
 			}
 		}
 	}
@@ -262,7 +270,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	defer abort(nil)
 	fenceStart := time.Now()
 	var one [1]Permit
-	permits, err := g.admit(r.Context(), rt, host, keys, coll, token, insp.Owner, body, abort, o, one[:0])
+	permits, err := g.admit(r.Context(), rt, host, keys, trees, coll, token, insp.Owner, body, abort, o, one[:0])
 	if len(permits) > 0 {
 		g.admitted.Add(1)
 	}
@@ -341,7 +349,7 @@ func readSmallBody(r *http.Request) ([]byte, *fencegate.Error) {
 // two multi-resource requests cannot wait on each other. It returns the
 // permits it got (appended to permits), to be released, and on failure sets
 // o.Resource to the key that failed.
-func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []string, coll admission, token int64, owner string,
+func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys, trees []string, coll admission, token int64, owner string,
 	body *sentBody, abort context.CancelCauseFunc, o *Outcome, permits []Permit) ([]Permit, error) {
 	var sent func() bool // nil: the body is whole in memory, or absent
 	if body != nil {
@@ -349,7 +357,7 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []stri
 	}
 	ctx = withTokenVerifier(ctx, rt.Tokens)
 	var buf [8]admission
-	adms := rt.admissions(host, keys, coll, buf[:0])
+	adms := rt.admissions(host, keys, trees, coll, buf[:0])
 	tf, _ := g.fence.(TreeFence)
 	for i, a := range adms {
 		w := Write{
@@ -358,6 +366,9 @@ func (g *Gateway) admit(ctx context.Context, rt *Route, host string, keys []stri
 			Abort:        abort,
 			BodySent:     sent,
 			Scope:        a.scope,
+			// A tree key's token was checked on the request's own key,
+			// admitted before it (it sorts first): leases name that key.
+			Verified: a.scope == ScopeTree && !slices.Contains(keys, a.key),
 		}
 		var p Permit
 		var err error

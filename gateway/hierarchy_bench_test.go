@@ -22,13 +22,19 @@ func (nopUpstream) Forward(w http.ResponseWriter, r *http.Request) error {
 // BenchmarkHierarchical is the cost of hierarchical keys on the common
 // write: a PUT of one object with a repeated token, through the whole
 // gateway (routing, token, keys, fence, a no-op upstream), on a route with
-// hierarchical: false and true. The objects sit three levels below the
-// route's prefix (/dav/u<N>/d/f<M>), 64 owners, 4096 objects.
+// hierarchical: false, the default (trees by method) and true (every write
+// a tree write). The objects sit three levels below the route's prefix
+// (/dav/u<N>/d/f<M>), 64 owners, 4096 objects.
 func BenchmarkHierarchical(b *testing.B) {
-	for _, hier := range []bool{false, true} {
-		b.Run(fmt.Sprintf("hierarchical=%v", hier), func(b *testing.B) {
+	f, t := false, true
+	for _, hier := range []*bool{&f, nil, &t} {
+		name := "default"
+		if hier != nil {
+			name = fmt.Sprint(*hier)
+		}
+		b.Run("hierarchical="+name, func(b *testing.B) {
 			rt, err := gateway.NewRoute(gateway.RouteOptions{
-				Name: "dav", PathPrefix: "/dav/", Resource: "{path}", Hierarchical: &hier,
+				Name: "dav", PathPrefix: "/dav/", Resource: "{path}", Hierarchical: hier,
 			}, nopUpstream{})
 			if err != nil {
 				b.Fatal(err)

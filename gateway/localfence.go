@@ -196,7 +196,7 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 		drainTimeout = f.drainTimeout
 	}
 	var drainDeadline <-chan time.Time
-	verified := false
+	verified := w.Verified
 	for {
 		sh.mu.Lock()
 		i, created := sh.get(h, w.Resource)

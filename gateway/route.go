@@ -100,7 +100,13 @@ type Route struct {
 	// hier: the route's keys form a hierarchy (Scope); dest: the methods
 	// whose Destination header names a second key the request writes.
 	hier bool
-	dest map[string]bool
+	// strict: every write of a key is a tree write of it, checked against
+	// the collections' own keys (the rule before trees went by method),
+	// kept where the route names COPY or MOVE or sets hierarchical: true,
+	// so that the collection writes such a route recorded before go on
+	// refusing older member writes.
+	strict bool
+	dest   map[string]bool
 	// collections: the upstream names each request's collection
 	// (RouteOptions.Collections).
 	collections bool
@@ -165,11 +171,15 @@ type RouteOptions struct {
 	// too, with the same token. Nil: COPY and MOVE, where the route fences
 	// them and its keys come from the path; empty: none.
 	DestinationMethods []string
-	// Hierarchical makes the route's keys a hierarchy (Scope): a write is
-	// checked against the keys above it and below it. Nil: on where the
-	// route names COPY or MOVE (WebDAV) in Methods or FencedMethods and
-	// its keys come from the path, or where the upstream names
-	// collections (Collections).
+	// Hierarchical makes the route's keys a hierarchy (Scope) separated by
+	// '/': a write of a key is checked against the collections above it,
+	// and a tree write (TreeMethod: a DELETE or MOVE of the key, the
+	// Destination of a COPY or MOVE) against the keys below it too. Nil:
+	// on where the template ends with {path} (or names it, and the route
+	// names COPY or MOVE), or where the upstream names collections
+	// (Collections). Set true, or on by naming COPY or MOVE in Methods or
+	// FencedMethods: every write of a key is a tree write of it, checked
+	// on the collections' own keys (Route.strict, the rule of before).
 	Hierarchical *bool
 	// Collections: the upstream names the collection of each request
 	// (Inspection.Collection; S3: the bucket). On a hierarchical route an
@@ -253,17 +263,19 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 			rt.dest[m] = true
 		}
 	}
-	// Hierarchical by default only where the route declares WebDAV's
-	// namespace methods (in match.methods or fenced_methods): the default
-	// fenced methods include COPY and MOVE too, but on a plain REST route
-	// a write to a collection key (POST /orders under its own lease)
-	// must not refuse every member's older lease.
+	// Hierarchical by default wherever the key is the path: whether a
+	// request changes a collection's members is a property of its method
+	// (TreeMethod), not of the route, so a REST collection written under
+	// its own lease (POST /orders) does not refuse its members' older
+	// leases, and a DELETE of it does (it removes them on every server).
 	declared := slices.Contains(c.Methods, "COPY") || slices.Contains(c.Methods, "MOVE") ||
 		slices.Contains(c.FencedMethods, "COPY") || slices.Contains(c.FencedMethods, "MOVE")
-	rt.hier = (dav && declared) || c.Collections
+	rt.hier = (dav && declared) || strings.HasSuffix(tmpl.String(), "{path}") || c.Collections
+	rt.strict = declared
 	rt.collections = c.Collections
 	if c.Hierarchical != nil {
 		rt.hier = *c.Hierarchical
+		rt.strict = *c.Hierarchical
 	}
 	rt.inspector, _ = up.(Inspector)
 	rt.errWriter, _ = up.(ErrorWriter)
@@ -353,17 +365,61 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 // Hierarchical reports whether the route's keys form a hierarchy (Scope).
 func (rt *Route) Hierarchical() bool { return rt.hier }
 
+// Fences reports whether the route fences method (for `fencegate doctor`).
+func (rt *Route) Fences(method string) bool { return rt.fences(method) }
+
+// FencesDestination reports whether a request with method is fenced on the
+// key its Destination header names too (RouteOptions.DestinationMethods).
+func (rt *Route) FencesDestination(method string) bool { return rt.dest[method] }
+
 // admission is one fence a request is admitted on.
 type admission struct {
 	key   string
 	scope Scope
 }
 
+// TreeKey is the key that holds the tree level of the collection key on a
+// hierarchical route without collections (RouteOptions.Collections): the
+// highest token of the writes that changed key with everything below it
+// (TreeMethod), which is what a write of a member is checked against. It
+// is key+"/", the prefix of its members, which no request's key is (a
+// path's trailing slash is not part of its key); for the root "/" it is
+// "/" itself. A write of key that leaves its members alone (POST, PUT)
+// raises key's own fence, not this one, so it never refuses a member's
+// older lease.
+func TreeKey(key string) string { return resource.MemberPrefix(key) }
+
+// nonTree are the methods that change at most the resource they name
+// (and, for COPY, not even that: its Destination), never the members of a
+// collection at that path: a write of the collection's own content or
+// properties, the creation of one, a lock. Every other method a route
+// fences (DELETE, MOVE, BIND, UNBIND, REBIND, the versioning methods that
+// can act on a whole tree, extension methods) is a tree write: fail
+// closed.
+var nonTree = map[string]bool{
+	"POST": true, "PUT": true, "PATCH": true, "PROPPATCH": true, "COPY": true,
+	"MKCOL": true, "MKCALENDAR": true, "MKWORKSPACE": true, "MKACTIVITY": true,
+	"MKREDIRECTREF": true, "UPDATEREDIRECTREF": true, "LOCK": true, "UNLOCK": true,
+	"ACL": true, "ORDERPATCH": true,
+	// Reads, on a route with fence_reads.
+	"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PROPFIND": true,
+	"REPORT": true, "SEARCH": true,
+}
+
+// TreeMethod reports whether a request with method may change the
+// members of the collection its path names (a WebDAV or REST DELETE of a
+// collection, a MOVE of one): on a hierarchical route it is admitted as a
+// tree write of its key. The Destination of a COPY or MOVE is always one.
+func TreeMethod(method string) bool { return !nonTree[method] }
+
 // admissions lists the fences a write of keys is admitted on, in key
-// order: each key, and on a hierarchical route the keys above each one
-// that the route serves (ScopeMember), a key of the request itself taking
-// precedence. Keys are sorted and distinct.
-func (rt *Route) admissions(host string, keys []string, coll admission, buf []admission) []admission {
+// order. Keys are sorted and distinct; trees are those of keys the request
+// may change with everything below them (TreeMethod, Destinations). On a
+// route with collections: each key, and the collection's key (coll). On a
+// hierarchical route: each key (ScopeKey), the tree key of each of trees
+// (ScopeTree), and the tree key of every collection above each key that
+// the route serves (ScopeMember), a tree write taking precedence.
+func (rt *Route) admissions(host string, keys, trees []string, coll admission, buf []admission) []admission {
 	if rt.collections {
 		// The keys, and the collection's key (collectionAdmission).
 		for _, k := range keys {
@@ -383,12 +439,47 @@ func (rt *Route) admissions(host string, keys []string, coll admission, buf []ad
 		}
 		return buf
 	}
+	if rt.strict {
+		return rt.strictAdmissions(host, keys, buf)
+	}
+	for _, k := range keys {
+		switch tk := TreeKey(k); {
+		case tk == k:
+			// The root (or a key ending in '/'): its tree key is its own.
+			buf = append(buf, admission{k, ScopeTree})
+		case slices.Contains(trees, k):
+			buf = append(buf, admission{k, ScopeKey}, admission{tk, ScopeTree})
+		default:
+			buf = append(buf, admission{k, ScopeKey})
+		}
+		for _, p := range rt.parents(host, k) {
+			// TreeKey(p), cut from k: no allocation per level.
+			tk := "/"
+			if p != "/" {
+				tk = k[:len(p)+1]
+			}
+			buf = append(buf, admission{tk, ScopeMember})
+		}
+	}
+	// A tree write of a key takes precedence over a member's admission on
+	// it (it checks and waits for more); a ScopeKey admission never shares
+	// a key with either (only the root's tree key is a request's key).
+	slices.SortFunc(buf, func(a, b admission) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return scopeRank(a.scope) - scopeRank(b.scope)
+	})
+	return slices.CompactFunc(buf, func(a, b admission) bool { return a.key == b.key })
+}
+
+// strictAdmissions are the admissions of a strict route (Route.strict):
+// ScopeTree on each key, ScopeMember on every key above each one that the
+// route serves, a key of the request itself taking precedence.
+func (rt *Route) strictAdmissions(host string, keys []string, buf []admission) []admission {
 	for _, k := range keys {
 		buf = append(buf, admission{k, ScopeTree})
-		for _, p := range resource.Parents(k) {
-			if rt.tmpl.String() == "{path}" && !rt.matches(host, p, "") {
-				continue // above the route's prefix: another route's keys
-			}
+		for _, p := range rt.parents(host, k) {
 			if _, found := slices.BinarySearch(keys, p); !found {
 				buf = append(buf, admission{p, ScopeMember})
 			}
@@ -396,6 +487,28 @@ func (rt *Route) admissions(host string, keys []string, coll admission, buf []ad
 	}
 	slices.SortFunc(buf, func(a, b admission) int { return strings.Compare(a.key, b.key) })
 	return slices.CompactFunc(buf, func(a, b admission) bool { return a.key == b.key })
+}
+
+// parents are the keys above k (resource.Parents) that the route serves:
+// on a {path} route, those below its prefix; the others are another
+// route's keys.
+func (rt *Route) parents(host, k string) []string {
+	ps := resource.Parents(k)
+	if rt.tmpl.String() != "{path}" {
+		return ps
+	}
+	return slices.DeleteFunc(ps, func(p string) bool { return !rt.matches(host, p, "") })
+}
+
+// scopeRank orders admissions of one key: the one kept first.
+func scopeRank(s Scope) int {
+	switch s {
+	case ScopeTree:
+		return 0
+	case ScopeKey:
+		return 1
+	}
+	return 2
 }
 
 // requestVars are the template variables of a request.

@@ -37,6 +37,16 @@ func withTokenVerifier(ctx context.Context, v TokenVerifier) context.Context {
 	return context.WithValue(ctx, tokenVerifierKey{}, v)
 }
 
+// FromTokenSource reports whether the write whose context ctx is came
+// through a route whose tokens come from a lock service outside fencegate
+// (Route.Tokens): its tokens are that service's numbers, not the
+// coordinator's, so a floor on the coordinator's tokens (a store's
+// recovery) says nothing about them.
+func FromTokenSource(ctx context.Context) bool {
+	_, ok := ctx.Value(tokenVerifierKey{}).(TokenVerifier)
+	return ok
+}
+
 // RouteVerify returns the Verify function of a fence (LocalFenceOptions.Verify,
 // the shared fence's) that checks a write with the TokenVerifier of the
 // route it came through, and every other token (routes without one, hand

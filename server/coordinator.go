@@ -67,6 +67,9 @@ func (s *Server) openPostgres(ctx context.Context, cfg *config.Config) (gateway.
 		MaxConns: p.MaxConns, Timeout: p.Timeout,
 		Logger:      s.log.With("component", "store"),
 		AutoRecover: p.OnRegression == "recover",
+		// The routes' token sources as configured at start, and as
+		// reloaded since.
+		Foreign: func(r string) bool { return cfg.TokenSourceKey(r) || s.foreignSource(r) != "" },
 	})
 	if err != nil {
 		return nil, err

@@ -61,6 +61,7 @@ type Server struct {
 	consoleState consoleState // operator console (console.go)
 
 	tokenSources tokenSources // routes' lock services (tokensource.go)
+	raised       raisedFences // readyz_tokensource.go
 
 	// serving is the embedded store's record of a gateway serving from it
 	// (cleared at a shutdown with no write left in flight); unclean says
@@ -292,6 +293,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if kind, err := s.pingTokenSources(r.Context()); err != nil {
 		s.log.Warn("readyz: token source unavailable", "source", kind, "err", err)
 		http.Error(w, "token source "+kind+" unavailable: new tokens of its routes are refused (details in the log)", http.StatusServiceUnavailable)
+		return
+	}
+	if msg, detail := s.raisedTokenSourceFences(r.Context()); msg != "" {
+		s.log.Warn("readyz: " + detail)
+		http.Error(w, msg, http.StatusServiceUnavailable)
 		return
 	}
 	w.Write([]byte("ready\n"))

@@ -118,7 +118,7 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 	if drain <= 0 {
 		drain = f.drainTimeout
 	}
-	if err := f.admissible(w); err != nil {
+	if err := f.admissible(ctx, w); err != nil {
 		return nil, err
 	}
 	if w.Scope == gateway.ScopeMember {
@@ -575,6 +575,11 @@ func resetBelow(ctx context.Context, tx pgx.Tx, res string) error {
 			continue
 		}
 		colls, los, his = append(colls, p), append(los, lo), append(his, hi)
+		if tk := gateway.TreeKey(p); tk != p {
+			// The collection's tree key ({path} routes) has the same
+			// members.
+			colls, los, his = append(colls, tk), append(los, lo), append(his, hi)
+		}
 	}
 	if len(colls) == 0 {
 		return nil

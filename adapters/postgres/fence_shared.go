@@ -379,7 +379,7 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 	if drain <= 0 {
 		drain = f.drainTimeout
 	}
-	if err := f.admissible(w); err != nil {
+	if err := f.admissible(ctx, w); err != nil {
 		return nil, err
 	}
 	switch w.Scope {
@@ -393,7 +393,7 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 }
 
 // admissible refuses every write while the fence cannot decide any.
-func (f *SharedFence) admissible(w gateway.Write) error {
+func (f *SharedFence) admissible(ctx context.Context, w gateway.Write) error {
 	if f.poolMode.Load() {
 		return fencegate.Unavailable(w.Resource, ErrPoolMode)
 	}
@@ -403,9 +403,11 @@ func (f *SharedFence) admissible(w gateway.Write) error {
 	if err := f.guard.Err(w.Resource); err != nil {
 		return err
 	}
-	if floor := f.guard.Floor(); w.Token <= floor {
+	if floor := f.guard.Floor(); w.Token <= floor && !gateway.FromTokenSource(ctx) {
 		// Issued before the store's last recovery (Store.Recover): worthless
-		// whatever this store's fence row says.
+		// whatever this store's fence row says. Not a token-source route's:
+		// its numbers come from another counter, which the recovery did
+		// not raise (RecoverOptions.Foreign).
 		return fencegate.StaleError(w.Resource, w.Token, floor)
 	}
 	return nil
@@ -417,7 +419,7 @@ func (f *SharedFence) admissible(w gateway.Write) error {
 func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, deadline time.Time, drain time.Duration) (gateway.Permit, error) {
 	key := lockKey(w.Resource)
 	l := f.lane(key)
-	verified := false
+	verified := w.Verified
 	backoff := 2 * time.Millisecond
 	for {
 		m, err := l.mark(ctx, w, key)

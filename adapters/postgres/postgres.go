@@ -49,6 +49,8 @@ type Options struct {
 	// its defaults) itself when it finds the store went back, instead of
 	// refusing until an operator does (store.postgres.on_regression).
 	AutoRecover bool
+	// Foreign is the automatic recovery's RecoverOptions.Foreign.
+	Foreign func(resource string) bool
 }
 
 // Open connects to url and applies pending migrations. The database being
@@ -108,7 +110,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.AutoRecover {
 		g.autoRecover = func(ctx context.Context) error {
-			res, err := s.Recover(ctx, RecoverOptions{By: "fencegate (store.postgres.on_regression: recover)"})
+			res, err := s.Recover(ctx, RecoverOptions{By: "fencegate (store.postgres.on_regression: recover)", Foreign: opts.Foreign})
 			if err == nil {
 				g.log.Warn("store recovered automatically (store.postgres.on_regression: recover)", "token_floor", res.TokenFloor, "leases_ended", res.LeasesEnded)
 				err = s.CheckStore(ctx)

@@ -27,6 +27,14 @@ type RecoverOptions struct {
 	Force bool
 	// By names who ran it, for the audit record. Default hostname/pid.
 	By string
+	// Foreign reports the resources whose tokens come from a lock service
+	// outside fencegate (a route's token_source: etcd revisions, ZooKeeper
+	// czxids). Their fences are left as they are: the floor is a number
+	// of the coordinator's sequence, which theirs never reach, so raising
+	// them to it would refuse their every holder for good. Their writes
+	// are decided by what their source proves (the route's verifier, on
+	// every token above a fence). Nil: none.
+	Foreign func(resource string) bool
 }
 
 // RecoveryResult is what Recover did (Recovered false: nothing to do).
@@ -50,7 +58,8 @@ type RecoveryResult struct {
 //     number the old primary may have issued (I5);
 //   - records that floor: every replica refuses a write whose token is
 //     below it (stale_fencing_token), also on a resource the store has no
-//     fence for, and raises every fence below it to it (I1);
+//     fence for, and raises every fence below it to it (I1); not on the
+//     resources of opts.Foreign, whose tokens are another service's;
 //   - ends every lease: their holders' renewals fail and they re-acquire,
 //     with tokens above the floor;
 //   - records the served timeline, clears the regressed flag, and leaves a
@@ -111,7 +120,12 @@ func (s *Store) Recover(ctx context.Context, opts RecoverOptions) (RecoveryResul
 		if _, err := tx.Exec(ctx, `SELECT setval('resource_fence_token_seq', $1::bigint, true)`, floor); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE fence SET highest = $1, ready = false, owner = 'fencegate fence recover', updated_at = clock_timestamp() WHERE highest < $1`, floor)
+		keep, err := foreignFences(ctx, tx, floor, opts.Foreign)
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE fence SET highest = $1, ready = false, owner = $3, updated_at = clock_timestamp()
+ WHERE highest < $1 AND resource <> ALL($2::text[])`, floor, keep, recoverOwner)
 		if err != nil {
 			return err
 		}
@@ -155,6 +169,42 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
 	return res, nil
 }
 
+// foreignFences lists the fences below floor whose resources foreign
+// reports (RecoverOptions.Foreign): left alone by the recovery.
+func foreignFences(ctx context.Context, tx pgx.Tx, floor int64, foreign func(string) bool) ([]string, error) {
+	if foreign == nil {
+		return []string{}, nil
+	}
+	keep, err := resourcesWhere(ctx, tx, foreign, 0, `SELECT resource FROM fence WHERE highest < $1`, floor)
+	if keep == nil {
+		keep = []string{}
+	}
+	return keep, err
+}
+
+// resourcesWhere returns the resources query selects that keep reports,
+// at most limit of them (0: all).
+func resourcesWhere(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, keep func(string) bool, limit int, query string, args ...any) ([]string, error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() && (limit == 0 || len(out) < limit) {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			return nil, err
+		}
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out, rows.Err()
+}
+
 // Recoveries lists the audit records of past recoveries, newest first.
 func (s *Store) Recoveries(ctx context.Context) ([]RecoveryResult, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT id, timeline, cause, sequence_before, token_floor, fences_raised, leases_ended FROM fencegate_recovery ORDER BY id DESC`)
@@ -166,4 +216,17 @@ func (s *Store) Recoveries(ctx context.Context) ([]RecoveryResult, error) {
 		err := r.Scan(&x.RecoveryID, &x.Timeline, &x.Cause, &x.SequenceBefore, &x.TokenFloor, &x.FencesRaised, &x.LeasesEnded)
 		return x, err
 	})
+}
+
+// recoverOwner is the owner a recovery writes on the fences it raises.
+const recoverOwner = "fencegate fence recover"
+
+// RaisedForeign lists up to limit resources that foreign reports
+// (RecoverOptions.Foreign) whose fence a recovery raised to its floor and
+// no write has moved since: a recovery before token-source routes were
+// left alone, or one run without Foreign. Their routes take tokens from
+// another counter, which stays below that floor, so every holder of
+// those resources is refused until an operator resets the fence.
+func (s *Store) RaisedForeign(ctx context.Context, foreign func(string) bool, limit int) ([]string, error) {
+	return resourcesWhere(ctx, s.Pool, foreign, limit, `SELECT resource FROM fence WHERE owner = $1 ORDER BY resource`, recoverOwner)
 }

@@ -38,7 +38,8 @@ S3 stores and HTTP upstreams with precondition: etag honour If-Match and
 If-None-Match, GCS stores ifGenerationMatch, and Azure Blob stores If-Match
 and If-None-Match, racing writes included,
 that HTTP upstreams read a write's body before its next request (or close
-the connection), and that a shared PostgreSQL store keeps a server session
+the connection), that a route in front of a WebDAV server (OPTIONS answered
+with a DAV header) fences collections and Destinations, and that a shared PostgreSQL store keeps a server session
 per connection (no pooler in transaction mode). It writes probe objects
 under --bucket / --container / --path. Exit status: 0 every check
 passed, 1 a check failed, 2 usage (nothing to check).`,
@@ -58,7 +59,8 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := server.BuildRoutes(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	routes, err := server.BuildRoutes(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
 		return fmt.Errorf("%s: %w", c.config, err)
 	}
 	if cfg.Gateway == nil {
@@ -120,6 +122,8 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	checked, failed = checked+hc, failed+hf
 	uc, uf := doctorUnreadBodies(ctx, cfg, c.path)
 	checked, failed = checked+uc, failed+uf
+	dc, df := doctorDAVRoutes(ctx, cfg, routes, c.path)
+	checked, failed = checked+dc, failed+df
 	gc, gf := doctorGCSRoutes(ctx, cfg, c.bucket)
 	checked, failed = checked+gc, failed+gf
 	ac, af := doctorAzureRoutes(ctx, cfg, c.container)

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 
 	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/adapters/upstreamconn"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
 )
@@ -111,4 +116,80 @@ func probePath(rc config.Route, path, what string) string {
 		fmt.Printf("route %s: skipped%s (no -path and no upstream.check_path)\n", rc.Name, what)
 	}
 	return path
+}
+
+// doctorDAVRoutes asks every plain HTTP route's upstream for OPTIONS (on
+// path, else the route's upstream.check_path or path prefix): one that
+// answers with a DAV header speaks WebDAV (RFC 4918 §10.1), where a DELETE
+// or MOVE of a collection removes its members and a COPY or MOVE writes
+// its Destination. It says what the route (routes[i], compiled) does about
+// them: ok, or FAIL naming what is off. Upstreams without DAV, or that do
+// not answer, are not counted.
+func doctorDAVRoutes(ctx context.Context, cfg *config.Config, routes []*gateway.Route, path string) (checked, failed int) {
+	for i, rc := range cfg.Gateway.Routes {
+		if rc.Upstream == nil || i >= len(routes) {
+			continue
+		}
+		rt := routes[i]
+		p := cmp.Or(path, rc.Upstream.CheckPath, rc.Match.PathPrefix, "/")
+		up := config.RedactURL(rc.Upstream.URL)
+		dav, err := probeDAV(ctx, rc, p)
+		if err != nil {
+			fmt.Printf("route %s: note: WebDAV probe (OPTIONS %s on %s): %v\n", rc.Name, p, up, err)
+			continue
+		}
+		if dav == "" {
+			continue
+		}
+		checked++
+		var off []string
+		if !rt.Hierarchical() {
+			off = append(off, "hierarchical is off, so a DELETE or MOVE of a collection is not checked against its members' newer tokens and removes them (remove hierarchical: false)")
+		}
+		for _, m := range []string{"DELETE", "MOVE", "COPY"} {
+			switch {
+			case !rt.Fences(m):
+				off = append(off, m+" is not fenced (add it to fenced_methods)")
+			case m != "DELETE" && !rt.FencesDestination(m):
+				off = append(off, "the Destination of a "+m+" is not fenced (destination_methods)")
+			}
+		}
+		if len(off) > 0 {
+			failed++
+			fmt.Printf("route %s: FAIL: %s speaks WebDAV (DAV: %s): %s\n", rc.Name, up, dav, strings.Join(off, "; "))
+			continue
+		}
+		fmt.Printf("route %s: ok: %s speaks WebDAV (DAV: %s): a DELETE or MOVE of a collection is fenced as a write of its members, and a COPY or MOVE on its Destination too (path %s)\n", rc.Name, up, dav, p)
+	}
+	return checked, failed
+}
+
+// probeDAV sends OPTIONS for path to rc's upstream and returns its DAV
+// header ("" if none).
+func probeDAV(ctx context.Context, rc config.Route, path string) (string, error) {
+	tr := &http.Transport{}
+	if rc.Upstream.TLS != nil {
+		tc, err := upstreamconn.TLSConfig(server.UpstreamTLSOptions(rc.Upstream.TLS))
+		if err != nil {
+			return "", err
+		}
+		tr.TLSClientConfig = tc
+	}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodOptions, strings.TrimSuffix(rc.Upstream.URL, "/")+path, nil)
+	if err != nil {
+		return "", err
+	}
+	for k, v := range rc.Upstream.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return strings.Join(resp.Header.Values("DAV"), ", "), nil
 }

@@ -32,6 +32,9 @@ an older backup restored). In one transaction, with token issuance held
 off, it raises the coordinator's token sequence by --gap (far above any
 token the lost primary could have issued), refuses every token issued
 before it on every replica (workers re-acquire: every lease is ended),
+except on routes with a token_source (etcd, ZooKeeper: their tokens come
+from another counter; their fences are left as they are and their new
+tokens are verified with that service, as always),
 and leaves an audit record (table fencegate_recovery, and a log line).
 Gateways serve again within a second, without a restart.
 
@@ -66,7 +69,9 @@ func (c *fenceRecoverCmd) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	res, err := st.Recover(ctx, postgres.RecoverOptions{Gap: c.gap, Force: c.force, By: c.by})
+	// Fences of routes whose tokens come from etcd or ZooKeeper are not
+	// raised to the floor of the coordinator's sequence.
+	res, err := st.Recover(ctx, postgres.RecoverOptions{Gap: c.gap, Force: c.force, By: c.by, Foreign: cfg.TokenSourceKey})
 	if err != nil {
 		return err
 	}
