@@ -13,7 +13,14 @@ Every write it applies is recorded (method, path, the Fencing-Token and
 X-Worker headers, whether the connection was to close); GET /_applied
 answers the list as JSON.
 
-Usage: python3 conditional_upstream.py PORT
+Modes (further arguments), each another refusal answered from the head
+alone, the body unread:
+  auth      a PUT without "Authorization: Bearer probe" is answered 401;
+  notfound  a PUT of a path more than two segments deep is answered 404
+            (no such route);
+  redirect  a PUT of a path with // is answered 301 to the cleaned path.
+
+Usage: python3 conditional_upstream.py PORT [auth] [notfound] [redirect]
 """
 import hashlib
 import json
@@ -24,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 applied = []
 etags = {}
 lock = threading.Lock()
+MODES = set(sys.argv[2:])
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -45,6 +53,16 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def do_PUT(self):
+        # Refusals from the head alone: the body unread.
+        if "auth" in MODES and self.headers.get("Authorization") != "Bearer probe":
+            self.answer(401, "unauthorized")
+            return
+        if "notfound" in MODES and len([p for p in self.path.split("/") if p]) > 2:
+            self.answer(404, "no such route")
+            return
+        if "redirect" in MODES and "//" in self.path:
+            self.answer(301, "moved", [("Location", self.path.replace("//", "/"))])
+            return
         with lock:
             etag = etags.get(self.path)
         inm = self.headers.get("If-None-Match")
