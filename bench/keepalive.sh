@@ -20,8 +20,9 @@
 # the upstream's (a connection per write costs the upstream too).
 #
 # Usage: bench/keepalive.sh [seconds per run (8)] [rounds (3)] [connections (32)]
-# Environment: PERF=1 records the gateway with perf during one more
-# default run and prints where its time went. FENCEGATE=path runs that
+# Environment: PERF=1 (or PERF=keep, PERF=h2c) records the gateway with
+# perf during one more run of the default route (or that one) and prints
+# where its time went. FENCEGATE=path runs that
 # binary instead of this tree's.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
@@ -40,7 +41,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  [ -n "${KEEP_WORK:-}" ] && cp "$work/perf.data" "$KEEP_WORK" 2>/dev/null; rm -rf "$work"
 }
 trap cleanup EXIT
 cd "$root"
@@ -173,11 +174,19 @@ for k in ("default", "keep", "h2c"):
 PY
 
 if [ "${PERF:-0}" != 0 ] && command -v perf >/dev/null; then
+  pt=default
+  case "$PERF" in keep|h2c) pt=$PERF ;; esac
   echo
-  echo "where the default route's time goes (perf, gateway process, one run):"
+  echo "where the $pt route's time goes (perf, gateway process, one run):"
   perf record -q -g -o "$work/perf.data" -p "$gwpid" -- sleep "$secs" >/dev/null 2>&1 &
   perfpid=$!
-  wrk -t1 -c"$conns" -d"${secs}s" -s "$work/put.lua" "${url[default]}" >/dev/null
+  wrk -t1 -c"$conns" -d"${secs}s" -s "$work/put.lua" "${url[$pt]}" >/dev/null
   wait "$perfpid" || true
-  perf report -q -i "$work/perf.data" --children -g none --sort symbol --stdio 2>/dev/null | grep -E "upstreamconn|DialContext|net\.\(*netFD\)\.(connect|Close)|syscall\.(Close|connect)|net/http\.\(*conn\)\.serve|ServeHTTP|gateway\.|relay\.|runtime\.gcBgMarkWorker|runtime\.mcall|runtime\.newproc|sys_close|__sys_connect|tcp_v4_connect|inet_release|\[k\] entry_SYSCALL|runtime\.mallocgc |runtime\.netpoll|setsockopt" | head -45
+  # Inclusive shares (children) of the frames that tell the story: the
+  # gateway's forward, the upstream client (dial, close, HTTP/2), the
+  # kernel's connect and close, the runtime's scheduler and GC.
+  perf report -q -i "$work/perf.data" --children -g none --sort symbol --stdio 2>/dev/null |
+    sed 's/[ -]*$//' |
+    grep -E 'Gateway\)\.forward$|upstreamconn\.\(\*(Transport|leanConn)\)\.[a-zA-Z]+$|DialContext$|syscall\.(connect|Close)$|__sys_connect$|__x64_sys_close$|inet_release$|http2[A-Za-z]*\)\.[a-zA-Z]+$|runtime\.(mcall|gcBgMarkWorker|mallocgc|futex)$|setsockopt$' |
+    head -40
 fi
