@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -170,6 +171,37 @@ func TestTransportCloseShortcuts(t *testing.T) {
 			if want := shortcuts && tc.field != ""; closed != want {
 				t.Errorf("%s: Connection: close %v, want %v", path, closed, want)
 			}
+		}
+		tr.CloseIdleConnections()
+	}
+}
+
+// With CloseShortcuts, a write handed to net/http's client over HTTP/1.1
+// (an https upstream without HTTP/2) goes with Connection: close: that
+// client keeps a connection after any answer, so the checks KeepBodies
+// makes are not made there. Without CloseShortcuts it is kept.
+func TestTransportCloseShortcutsStd(t *testing.T) {
+	var ct connTracker
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ct.note(r)
+		io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(srv.Close)
+	for _, shortcuts := range []bool{false, true} {
+		std := srv.Client().Transport.(*http.Transport).Clone()
+		std.ForceAttemptHTTP2 = false
+		tr := NewTransport(std)
+		tr.KeepBodies, tr.CloseShortcuts = true, shortcuts
+		path := fmt.Sprintf("/https-%v", shortcuts)
+		req, _ := http.NewRequest("PUT", srv.URL+path, strings.NewReader("payload"))
+		if st, _ := do(t, tr, req); st != 200 {
+			t.Fatalf("%s: status %d", path, st)
+		}
+		ct.mu.Lock()
+		closed := ct.close[path]
+		ct.mu.Unlock()
+		if closed != shortcuts {
+			t.Errorf("%s: Connection: close %v, want %v", path, closed, shortcuts)
 		}
 		tr.CloseIdleConnections()
 	}

@@ -79,7 +79,10 @@ type Transport struct {
 	// has answered, before the gateway can drop the connection; with
 	// Connection: close it never reads it. For upstreams merely observed
 	// to read bodies (upstream.keep_alive_writes), not for the stores
-	// whose HTTP parsers frame every body (Azure, GCS).
+	// whose HTTP parsers frame every body (Azure, GCS). With it, writes
+	// handed to Std over HTTP/1.1 (an https upstream without HTTP/2,
+	// upgrades) close too: net/http's client keeps a connection after any
+	// answer, and the checks above are this client's.
 	CloseShortcuts bool
 
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -273,7 +276,8 @@ func lean(req *http.Request) bool {
 // connections, and an https upstream that falls back to HTTP/1.1 there
 // does too.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if hasBody(req) && !req.Close && (!t.KeepBodies || t.CloseShortcuts && shortcutProne(req)) && (req.URL.Scheme == "http" || !t.Std.ForceAttemptHTTP2) {
+	keep := t.KeepBodies && !(t.CloseShortcuts && (shortcutProne(req) || !lean(req)))
+	if hasBody(req) && !req.Close && !keep && (req.URL.Scheme == "http" || !t.Std.ForceAttemptHTTP2) {
 		r := *req
 		r.Close = true
 		req = &r
