@@ -161,7 +161,9 @@ type Upstream struct {
 	PreserveHost bool `yaml:"preserve_host"`
 	// KeepAliveWrites keeps the connection to a plain-http upstream after a
 	// request with a body, which otherwise goes with Connection: close
-	// (about half the gateway's CPU per write). Set it only for an upstream
+	// (about half the gateway's CPU per write), when the answer is a 2xx
+	// begun after the body was sent whole; writes with a precondition
+	// (If-*) or an Expect still close. Set it only for an upstream
 	// that reads or discards the body of every request it answers, as
 	// `fencegate doctor` checks: one that answers a write unread would take
 	// the body for its next request, and hand that answer to another
