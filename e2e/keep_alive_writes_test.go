@@ -220,3 +220,73 @@ func headOf(t *testing.T, upstream, path string) string {
 	}
 	return resp.Header.Get("ETag")
 }
+
+// A refusal the gateway cannot foresee (401 to a write without
+// credentials, from the headers alone, the body unread) on a
+// keep_alive_writes route: the upstream takes the body for its next
+// request (what `fencegate doctor` finds), here one whose own body is
+// still to come, but the connection is dropped after any answer that is
+// not a 2xx, so nothing another worker sends completes it and its answer
+// reaches no one. Before, the next write on the connection got it.
+func TestKeepAliveWritesRefusalDropsConnection(t *testing.T) {
+	up := testenv.PythonServer(t, "testdata/conditional_upstream.py", "/_applied", "auth")
+	gw := startFencegate(t, keepRoute(up, "keep_alive_writes: true"))
+	base := gw.URL("gateway")
+	const rounds, workers, perWorker = 10, 3, 3
+	var (
+		mu      sync.Mutex
+		crossed []string
+	)
+	put := func(path, worker, body string, auth bool, want int, wantBody string) {
+		req, _ := http.NewRequest("PUT", base+path, strings.NewReader(body))
+		req.Header.Set("Fencing-Token", "1")
+		if auth {
+			req.Header.Set("Authorization", "Bearer probe")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			crossed = append(crossed, fmt.Sprintf("%s: %v", worker, err))
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || string(b) != wantBody {
+			crossed = append(crossed, fmt.Sprintf("%s got %d %q for %d %q", worker, resp.StatusCode, b, want, wantBody))
+		}
+	}
+	for round := range rounds {
+		var wg sync.WaitGroup
+		// The hidden write's own body is the start of whatever the
+		// connection carries next: it waits for it, the connection looks
+		// idle, and the next write on it gets the hidden write's answer.
+		hidden := fmt.Sprintf("PUT /orders/hidden-%d HTTP/1.1\r\nHost: upstream\r\nAuthorization: Bearer probe\r\nContent-Length: 20\r\n\r\n", round)
+		wg.Go(func() { put(fmt.Sprintf("/orders/r%d-noauth", round), "noauth", hidden, false, 401, "unauthorized") })
+		for w := range workers {
+			wg.Go(func() {
+				for i := range perWorker {
+					path := fmt.Sprintf("/orders/r%d-w%d-%d", round, w, i)
+					put(path, fmt.Sprintf("w%d", w), "payload", true, 200, "PUT "+path)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if len(crossed) > 0 {
+		t.Errorf("%d of %d answers were not the answer to the worker's own request: %q",
+			len(crossed), rounds*(1+workers*perWorker), crossed)
+	}
+	// What the gateway cannot prevent, and doctor reports: the upstream
+	// applied the hidden writes. Checked so that this test keeps
+	// exercising an upstream that takes bodies for requests.
+	hiddenApplied := 0
+	for _, a := range earlyApplieds(t, up) {
+		if strings.HasPrefix(a.Path, "/orders/hidden-") {
+			hiddenApplied++
+		}
+	}
+	if hiddenApplied == 0 {
+		t.Fatalf("the upstream applied no hidden write: it does not behave as this test needs")
+	}
+}
