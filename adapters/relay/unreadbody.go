@@ -117,7 +117,14 @@ func ProbeUnreadBodies(ctx context.Context, rawURL, path string, headers map[str
 			p, err := probeUnreadShape(ctx, rawURL, path, headers, tlsConfig, sh)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
+			switch {
+			case errors.Is(err, errNoAnswer):
+				// The upstream closed the connection rather than answer
+				// this shape (a filter refusing a // path): no body is
+				// taken for a request on a connection that is gone.
+				out = append(out, UnreadProbe{Shape: sh})
+				return
+			case err != nil:
 				errs = append(errs, fmt.Errorf("%s: %w", sh.Name, err))
 				return
 			}
@@ -181,6 +188,9 @@ func probeUnreadShape(ctx context.Context, rawURL, path string, headers map[stri
 			resp, err = http.ReadResponse(br, req)
 		}
 		if err != nil {
+			if closedEarly(err) {
+				err = errors.Join(errNoAnswer, err)
+			}
 			return false, fmt.Errorf("read the answer to the probe: %w", err)
 		}
 		res.Status = resp.StatusCode
@@ -194,8 +204,7 @@ func probeUnreadShape(ctx context.Context, rawURL, path string, headers map[stri
 		conn.SetReadDeadline(time.Now().Add(unreadProbeWait))
 		if _, err := http.ReadResponse(br, nil); err != nil {
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-				errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "connection reset") {
+			if errors.As(err, &ne) && ne.Timeout() || closedEarly(err) {
 				return false, nil
 			}
 			return false, fmt.Errorf("after the answer to the probe: %w", err)
@@ -208,10 +217,22 @@ func probeUnreadShape(ctx context.Context, rawURL, path string, headers map[stri
 	}
 	res.Finding = BodyUnreadKeepAlive
 	unread, err = probe(true)
-	if err == nil && unread {
+	switch {
+	case errors.Is(err, errNoAnswer):
+		err = nil // it closes rather than answer: not a request
+	case err == nil && unread:
 		res.Finding = BodyUnreadAlways
 	}
 	return res, err
+}
+
+// errNoAnswer marks a probe whose connection ended without an answer.
+var errNoAnswer = errors.New("the upstream closed the connection without an answer")
+
+// closedEarly reports whether err is the end of the connection.
+func closedEarly(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "connection reset")
 }
 
 // expectContinue sends req's head with Expect: 100-continue and its body
