@@ -78,22 +78,28 @@ type UnreadProbe struct {
 }
 
 // ProbeUnreadBody checks whether the upstream at rawURL answers a write
+// without reading its body, in any shape of ProbeUnreadBodies, and returns
+// the worst finding. For routes that keep their connections across every
+// write, conditional ones included (GCS, Azure).
+func ProbeUnreadBody(ctx context.Context, rawURL, path string, headers map[string]string, tlsConfig *tls.Config) (UnreadBodyFinding, error) {
+	probes, err := ProbeUnreadBodies(ctx, rawURL, path, headers, tlsConfig)
+	worst := BodyRead
+	for _, p := range probes {
+		worst = max(worst, p.Finding)
+	}
+	return worst, err
+}
+
+// ProbeUnreadBodies checks whether the upstream at rawURL answers a write
 // without reading its body: it sends a PUT of a probe object under path
 // whose body is itself a request (a GET of a second probe path), first on
 // a keep-alive connection, then (if the body was answered as a request)
 // with Connection: close. headers are set on both PUTs (the route's
 // credential injection); tlsConfig is used for an https upstream (nil:
 // system roots). A well-behaved upstream stores the probe object, whose
-// content is the text of the hidden request. ProbeUnreadBodies sends the
-// other shapes too.
-func ProbeUnreadBody(ctx context.Context, rawURL, path string, headers map[string]string, tlsConfig *tls.Config) (UnreadBodyFinding, error) {
-	p, err := probeUnreadShape(ctx, rawURL, path, headers, tlsConfig, UnreadShapes[0])
-	return p.Finding, err
-}
-
-// ProbeUnreadBodies runs ProbeUnreadBody's check with every UnreadShape:
-// an upstream that reads the body of a plain write may still answer a
-// refusal (a precondition, missing credentials, an unknown path, a
+// content is the text of the hidden request. It does so with every
+// UnreadShape: an upstream that reads the body of a plain write may still
+// answer a refusal (a precondition, missing credentials, an unknown path, a
 // redirect, an Expect) from the head alone and take the body for its next
 // request. The first shape runs first (it writes the probe object), the
 // others together. A shape without the route's headers is skipped when
