@@ -171,12 +171,21 @@ type Upstream struct {
 	PreserveHost bool `yaml:"preserve_host"`
 	// KeepAliveWrites keeps the connection to a plain-http upstream after a
 	// request with a body, which otherwise goes with Connection: close
-	// (about half the gateway's CPU per write). Set it only for an upstream
+	// (about half the gateway's CPU per write), when the answer is a 2xx
+	// begun after the body was sent whole; writes with a precondition
+	// (If-*) or an Expect still close. Set it only for an upstream
 	// that reads or discards the body of every request it answers, as
 	// `fencegate doctor` checks: one that answers a write unread would take
 	// the body for its next request, and hand that answer to another
 	// worker. Default false.
 	KeepAliveWrites bool `yaml:"keep_alive_writes"`
+	// H2C speaks HTTP/2 over cleartext to an http:// upstream, with prior
+	// knowledge (no upgrade from HTTP/1.1): the upstream must accept it
+	// (nginx `listen ... http2` without ssl, Go with unencrypted HTTP/2,
+	// Envoy, gRPC servers). HTTP/2 frames every body, so writes keep their
+	// connections whatever the upstream does with a body it does not
+	// read. Default false.
+	H2C bool `yaml:"h2c"`
 }
 
 // S3 is an S3 upstream; see adapters/s3.
@@ -776,6 +785,9 @@ func (c *Config) Validate() Errors {
 			}
 			if r.Upstream.Timeout < 0 {
 				add(f+".upstream.timeout", "must not be negative")
+			}
+			if r.Upstream.H2C && err == nil && u.Scheme != "http" {
+				add(f+".upstream.h2c", "is HTTP/2 over cleartext, for an http:// url (an https upstream negotiates HTTP/2 itself)")
 			}
 			if cp := r.Upstream.CheckPath; cp != "" && (!strings.HasPrefix(cp, "/") || strings.ContainsAny(cp, "?#") || strings.Contains(cp, "..")) {
 				add(f+".upstream.check_path", "must be an absolute path without query, fragment or .., got %q", cp)

@@ -218,6 +218,13 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	// about 80% of direct Azurite, 92–93% with its connection kept.
 	keepTransport := upstreamconn.NewTransport(relay.NewTransport(nil))
 	keepTransport.KeepBodies = true
+	// upstream.keep_alive_writes trusts an upstream observed to read
+	// bodies: its writes with a precondition or an Expect, which servers
+	// answer from the head alone, still close (CloseShortcuts).
+	keepWrites := upstreamconn.NewTransport(relay.NewTransport(nil))
+	keepWrites.KeepBodies, keepWrites.CloseShortcuts = true, true
+	// upstream.h2c: HTTP/2 frames bodies, so writes keep connections.
+	h2cTransport := upstreamconn.NewH2C(relay.NewTransport(nil))
 	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
 	gcsTransport := gcs.NewTransport()  // GCS routes: writes keep their connections
 	var routes []*gateway.Route
@@ -225,9 +232,12 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 		var up gateway.Upstream
 		switch {
 		case rc.Upstream != nil:
-			shared := transport
-			if rc.Upstream.KeepAliveWrites {
-				shared = keepTransport
+			var shared http.RoundTripper = transport
+			switch {
+			case rc.Upstream.H2C:
+				shared = h2cTransport
+			case rc.Upstream.KeepAliveWrites:
+				shared = keepWrites
 			}
 			tr, err := upstreamTransport(rc.Upstream, shared)
 			if err != nil {

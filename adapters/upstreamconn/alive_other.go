@@ -4,6 +4,8 @@ package upstreamconn
 
 import "net"
 
-// aliveCheck cannot peek without waiting here; a connection the server
-// closed while idle fails its next request (a GET or HEAD is sent again).
-func aliveCheck(net.Conn) func() bool { return func() bool { return true } }
+// peekCheck cannot peek without waiting here: an idle connection the
+// server closed fails its next request (a GET or HEAD is sent again), and
+// an answer that began before a body was sent whole is not seen, so
+// KeepBodies keeps no connection that carried a body (connUnknown).
+func peekCheck(net.Conn) func() connState { return func() connState { return connUnknown } }

@@ -7,31 +7,42 @@ import (
 	"syscall"
 )
 
-// aliveCheck returns the check of an idle connection: still open with
-// nothing to read, i.e. a peek that does not wait finds no data and no end
-// of stream. An idle HTTP/1.1 connection the server closed reads EOF (or a
-// reset). The raw connection and the peek are made once per connection,
-// not per check.
-func aliveCheck(c net.Conn) func() bool {
+// peekCheck returns the check of a connection's read side that does not
+// wait: a peek finds data waiting (connData), nothing to read on an open
+// connection (connIdle), or the end of the stream or an error (connGone).
+// An idle HTTP/1.1 connection the server closed reads EOF (or a reset); a
+// connection whose answer has begun has data. The raw connection and the
+// peek are made once per connection, not per check.
+func peekCheck(c net.Conn) func() connState {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return func() bool { return true }
+		return func() connState { return connUnknown }
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return func() bool { return false }
+		return func() connState { return connGone }
 	}
 	var (
-		buf  [1]byte
-		open bool
+		buf   [1]byte
+		state connState
 	)
 	peek := func(fd uintptr) bool {
-		_, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		open = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
+		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK:
+			state = connIdle
+		case rerr == nil && n > 0:
+			state = connData
+		default:
+			state = connGone
+		}
 		return true // never wait for the poller
 	}
-	return func() bool {
-		open = false
-		return rc.Read(peek) == nil && open
+	return func() connState {
+		state = connGone
+		if rc.Read(peek) != nil {
+			return connGone
+		}
+		return state
 	}
 }

@@ -62,9 +62,28 @@ type Transport struct {
 	// Google Cloud Storage's front ends, and emulators
 	// built on Go's net/http server (fake-gcs-server), which discards an
 	// unread body of up to 256 KiB and closes the connection after a
-	// larger one. A connection is kept only when the body was sent whole
-	// and the answer read to its end, as for any request.
+	// larger one. A connection that carried a body is kept only when the
+	// body was sent whole before the answer began, the answer is a 2xx
+	// and it was read to its end: an answer that came before the body, or
+	// a refusal (304, 401, 404, 412, a redirect...), is what a server
+	// sends without reading the body, and whatever the body holds must not
+	// be read as the next request's answer.
 	KeepBodies bool
+
+	// CloseShortcuts, with KeepBodies, still sends with Connection: close
+	// the requests with a body that servers commonly answer before
+	// reading it: those carrying a precondition (If-Match, If-None-Match,
+	// If-Modified-Since, any If-* field) or an Expect. An upstream that
+	// answers those unread (a conditional shortcut: 304 or 412 from the
+	// headers alone) takes the body for its next request the moment it
+	// has answered, before the gateway can drop the connection; with
+	// Connection: close it never reads it. For upstreams merely observed
+	// to read bodies (upstream.keep_alive_writes), not for the stores
+	// whose HTTP parsers frame every body (Azure, GCS). With it, writes
+	// handed to Std over HTTP/1.1 (an https upstream without HTTP/2,
+	// upgrades) close too: net/http's client keeps a connection after any
+	// answer, and the checks above are this client's.
+	CloseShortcuts bool
 
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	idleTimeout time.Duration // 0: no limit
@@ -103,15 +122,27 @@ type leanConn struct {
 	t      *Transport
 	addr   string
 	conn   net.Conn
-	alive  func() bool // conn is open with nothing to read (aliveCheck)
-	expire func()      // makes conn's blocked I/O return at once
+	peek   func() connState // conn's read side, without waiting (peekCheck)
+	expire func()           // makes conn's blocked I/O return at once
 	br     *bufio.Reader
 	bw     *bufio.Writer // on connWriter: werr is the connection's write error
 	werr   error
 	wdone  chan error // the body writer's result; nil: none running
-	idled  time.Time  // when it was last put in the pool
-	rleft  int64      // bytes br may still read from conn (connReader)
-	rec    *[]byte    // while an answer's head is read: the bytes read (connReader)
+	// Whether an answer began before its request was sent whole, for a
+	// connection that may be kept after a body: watch is set for such a
+	// request; before each write of its bytes (connWriter) the answer's
+	// start is looked for, by began (bytes of the answer read meanwhile,
+	// connReader: a body written by a goroutine of its own) or, with
+	// nothing reading, by a peek (inline bodies; not before the first
+	// write, which no answer can precede). early records a find.
+	watch  bool
+	inline bool
+	writes int
+	began  atomic.Bool
+	early  atomic.Bool
+	idled  time.Time // when it was last put in the pool
+	rleft  int64     // bytes br may still read from conn (connReader)
+	rec    *[]byte   // while an answer's head is read: the bytes read (connReader)
 }
 
 // defaultMaxHead is net/http's client limit on an answer's head, which
@@ -134,6 +165,9 @@ func (r connReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.c.conn.Read(p)
 	r.c.rleft -= int64(n)
+	if n > 0 {
+		r.c.began.Store(true)
+	}
 	if r.c.rec != nil {
 		*r.c.rec = append(*r.c.rec, p[:n]...)
 	}
@@ -180,6 +214,12 @@ func (c *leanConn) close() {
 type connWriter struct{ c *leanConn }
 
 func (w connWriter) Write(p []byte) (int, error) {
+	if c := w.c; c.watch {
+		if c.began.Load() || c.inline && c.writes > 0 && c.peek() != connIdle {
+			c.early.Store(true)
+		}
+		c.writes++
+	}
 	n, err := w.c.conn.Write(p)
 	if err != nil {
 		w.c.werr = err
@@ -197,6 +237,16 @@ func (w connWriter) ReadFrom(r io.Reader) (int64, error) {
 	defer PutStreamBuffer(bp)
 	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{r}, *bp)
 }
+
+// connState is what a peek at a connection's read side finds.
+type connState int
+
+const (
+	connIdle    connState = iota // open, nothing to read
+	connData                     // bytes are waiting
+	connGone                     // end of stream, or an error
+	connUnknown                  // the platform cannot peek without waiting
+)
 
 // lean reports whether Transport carries req itself.
 func lean(req *http.Request) bool {
@@ -226,7 +276,8 @@ func lean(req *http.Request) bool {
 // connections, and an https upstream that falls back to HTTP/1.1 there
 // does too.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if hasBody(req) && !req.Close && !t.KeepBodies && (req.URL.Scheme == "http" || !t.Std.ForceAttemptHTTP2) {
+	keep := t.KeepBodies && !(t.CloseShortcuts && (shortcutProne(req) || !lean(req)))
+	if hasBody(req) && !req.Close && !keep && (req.URL.Scheme == "http" || !t.Std.ForceAttemptHTTP2) {
 		r := *req
 		r.Close = true
 		req = &r
@@ -276,6 +327,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// shortcutProne reports whether req carries a field servers commonly
+// answer before reading the body: a precondition (any If-* field, in any
+// case: WebDAV's If and CalDAV's If-Schedule-Tag-Match too) or an Expect.
+func shortcutProne(req *http.Request) bool {
+	for k := range req.Header {
+		if len(k) >= 2 && k[0]|0x20 == 'i' && k[1]|0x20 == 'f' && (len(k) == 2 || k[2] == '-') || strings.EqualFold(k, "Expect") {
+			return true
+		}
+	}
+	return false
+}
+
 // hasBody reports whether req sends body bytes.
 func hasBody(req *http.Request) bool {
 	return req.Body != nil && req.Body != http.NoBody
@@ -302,7 +365,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 		c = cs[len(cs)-1]
 		cs[len(cs)-1] = nil
 		t.idle[addr] = cs[:len(cs)-1]
-		if (t.idleTimeout == 0 || now.Sub(c.idled) < t.idleTimeout) && c.br.Buffered() == 0 && c.alive() {
+		if s := c.peek(); (t.idleTimeout == 0 || now.Sub(c.idled) < t.idleTimeout) && c.br.Buffered() == 0 && (s == connIdle || s == connUnknown) {
 			t.mu.Unlock()
 			return c, true, nil
 		}
@@ -313,7 +376,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (c *leanConn, reused 
 	if err != nil {
 		return nil, false, err
 	}
-	c = &leanConn{t: t, addr: addr, conn: nc, alive: aliveCheck(nc)}
+	c = &leanConn{t: t, addr: addr, conn: nc, peek: peekCheck(nc)}
 	c.expire = func() { nc.SetDeadline(aLongTimeAgo) }
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(connReader{c})
@@ -407,7 +470,11 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c.werr = nil
 	body := req.Body != nil && req.Body != http.NoBody
+	c.watch, c.writes = body && !req.Close, 0
+	c.began.Store(false)
+	c.early.Store(false)
 	if !body || req.ContentLength > 0 && req.ContentLength <= inlineBody && len(req.Header["Expect"]) == 0 {
+		c.inline = true
 		werr := req.Write(c.bw)
 		if werr == nil {
 			werr = c.bw.Flush()
@@ -427,7 +494,9 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// An answer to a request not sent whole (the upstream refused
 		// it early and closed) is passed on; the connection is not kept.
-		return c.answer(req, resp, stop, werr == nil)
+		// Nor is it when the answer began before the request was sent
+		// whole: the upstream answered without waiting for the body.
+		return c.answer(req, resp, stop, werr == nil && !c.early.Load())
 	}
 
 	rb := &readErrBody{ReadCloser: req.Body, c: c}
@@ -441,6 +510,7 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	wdone, bw := make(chan error, 1), c.bw // the writer's own: close may detach it
 	c.wdone = wdone
+	c.inline = false
 	go func() {
 		err := w.Write(bw)
 		if err == nil {
@@ -476,7 +546,8 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 				gate.decide(false)
 				return fail(req.Context().Err())
 			case errors.As(err, &ne) && ne.Timeout() && c.br.Buffered() == 0:
-				gate.decide(true) // no answer yet: the body goes
+				c.began.Store(false) // an interim answer (103) is not the answer
+				gate.decide(true)    // no answer yet: the body goes
 				break wait
 			case err != nil:
 				gate.decide(false)
@@ -497,7 +568,10 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 				gate.decide(false)
 				return c.answer(req, resp, stop, false)
 			}
-			gate.decide(true) // 100 Continue
+			// 100 Continue: the body goes, and what is already buffered
+			// after it is the final answer, begun before the body.
+			c.began.Store(c.br.Buffered() > 0)
+			gate.decide(true)
 			break wait
 		}
 	}
@@ -518,7 +592,7 @@ func (c *leanConn) roundTrip(req *http.Request) (*http.Response, error) {
 	reuse := false
 	select {
 	case werr := <-c.wdone:
-		c.wdone, reuse = nil, werr == nil
+		c.wdone, reuse = nil, werr == nil && !c.early.Load()
 	default:
 		// Answered while the body is still going: the connection ends
 		// with the answer.
@@ -629,9 +703,12 @@ var (
 	errOtherInterim = errors.New("upstream: interim answer other than 100 Continue")
 )
 
-// answer hands resp on, its body releasing c.
+// answer hands resp on, its body releasing c. A connection that carried a
+// body is kept only after a 2xx: nothing else proves the upstream read
+// the body, and the refusals (304, 401, 403, 404, 412, redirects...) are
+// what servers send from the head alone.
 func (c *leanConn) answer(req *http.Request, resp *http.Response, stop func() bool, reuse bool) (*http.Response, error) {
-	reuse = reuse && !resp.Close && !req.Close
+	reuse = reuse && !resp.Close && !req.Close && (!hasBody(req) || resp.StatusCode/100 == 2)
 	if resp.Body == http.NoBody {
 		c.release(stop, reuse)
 		return resp, nil

@@ -38,8 +38,11 @@ S3 stores and HTTP upstreams with precondition: etag honour If-Match and
 If-None-Match, GCS stores ifGenerationMatch, and Azure Blob stores If-Match
 and If-None-Match, racing writes included,
 that HTTP upstreams read a write's body before its next request (or close
-the connection), that a route in front of a WebDAV server (OPTIONS answered
-with a DAV header) fences collections and Destinations, and that a shared PostgreSQL store keeps a server session
+the connection), also where servers answer from the head alone (a
+precondition, no credentials, an unknown path, a redirect, an Expect), that
+upstream.h2c upstreams speak HTTP/2 over cleartext, that a route in front of
+a WebDAV server (OPTIONS answered with a DAV header) fences collections and
+Destinations, and that a shared PostgreSQL store keeps a server session
 per connection (no pooler in transaction mode). It writes probe objects
 under --bucket / --container / --path. Exit status: 0 every check
 passed, 1 a check failed, 2 usage (nothing to check).`,

@@ -52,19 +52,32 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 }
 
 // doctorUnreadBodies probes every plain HTTP route's upstream for answering
-// writes without reading their bodies (relay.ProbeUnreadBody): a PUT of a
+// writes without reading their bodies (relay.ProbeUnreadBodies): PUTs of a
 // probe object under path (default: the route's upstream.check_path) whose
-// body is itself a request. It prints one line per route and returns how
-// many it checked and how many failed. An upstream that honours
+// body is itself a request, in the shapes servers commonly answer from the
+// head alone (a precondition, no credentials, a missing parent, a
+// redirect, an Expect). It prints one line per route and returns how many
+// it checked and how many failed. An upstream that honours
 // Connection: close passes with a note: the gateway closes every
 // connection that carried a body, so its answers stay with their requests
-// (unless upstream.keep_alive_writes keeps them: then it fails).
+// (unless upstream.keep_alive_writes keeps them: then a shape it answers
+// unread fails, but for those with a precondition or an Expect, which go
+// with Connection: close on such routes too). An h2c route is checked for
+// speaking HTTP/2 over cleartext instead: it frames bodies.
 func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (checked, failed int) {
 	if cfg.Gateway == nil {
 		return 0, 0
 	}
 	for _, rc := range cfg.Gateway.Routes {
 		if rc.Upstream == nil {
+			continue
+		}
+		up := config.RedactURL(rc.Upstream.URL)
+		if rc.Upstream.H2C {
+			checked++
+			if !doctorH2C(ctx, rc, up) {
+				failed++
+			}
 			continue
 		}
 		p := probePath(rc, path, " unread-body probe")
@@ -77,32 +90,73 @@ func doctorUnreadBodies(ctx context.Context, cfg *config.Config, path string) (c
 		if rc.Upstream.TLS != nil {
 			tc, err = upstreamconn.TLSConfig(server.UpstreamTLSOptions(rc.Upstream.TLS))
 		}
-		var f relay.UnreadBodyFinding
+		var probes []relay.UnreadProbe
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
-			f, err = relay.ProbeUnreadBody(cctx, rc.Upstream.URL, p, rc.Upstream.Headers, tc)
+			probes, err = relay.ProbeUnreadBodies(cctx, rc.Upstream.URL, p, rc.Upstream.Headers, tc)
 			cancel()
 		}
-		up := config.RedactURL(rc.Upstream.URL)
+		var always, kept, keptOther []string // the shapes answered unread
+		for _, pr := range probes {
+			what := fmt.Sprintf("%s: %d", pr.Shape.Name, pr.Status)
+			switch pr.Finding {
+			case relay.BodyUnreadAlways:
+				always = append(always, what)
+			case relay.BodyUnreadKeepAlive:
+				kept = append(kept, what)
+				if !pr.Shape.Shortcut {
+					keptOther = append(keptOther, what)
+				}
+			}
+		}
+		keep := rc.Upstream.KeepAliveWrites
 		switch {
 		case err != nil:
 			failed++
 			fmt.Printf("route %s: FAIL: unread-body probe (path %s): %v\n", rc.Name, p, err)
-		case f == relay.BodyUnreadAlways:
+		case len(always) > 0:
 			failed++
-			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and then acts on the body as a request of its own, even with Connection: close: a worker's body can carry requests the fence never sees; fix the upstream (read or discard a body it does not want, or close the connection) (path %s)\n", rc.Name, up, p)
-		case f == relay.BodyUnreadKeepAlive && rc.Upstream.KeepAliveWrites:
+			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and then acts on the body as a request of its own, even with Connection: close: a worker's body can carry requests the fence never sees; fix the upstream (read or discard a body it does not want, or close the connection) (path %s; answered unread: %s)\n", rc.Name, up, p, strings.Join(always, "; "))
+		case keep && len(keptOther) > 0:
 			failed++
-			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and takes the body for its next request on a kept connection, and upstream.keep_alive_writes keeps that connection: a worker's body can carry requests the fence never sees, and their answers reach other workers; remove keep_alive_writes (path %s)\n", rc.Name, up, p)
-		case f == relay.BodyUnreadKeepAlive:
-			fmt.Printf("route %s: note: %s answers a write without reading its body and takes the body for its next request on a kept connection; it honours Connection: close, which the gateway sends with every request that has a body, so through the gateway answers stay with their requests, but clients that reach it directly can be desynchronized (path %s)\n", rc.Name, up, p)
-		case !rc.Upstream.KeepAliveWrites && rc.Upstream.TLS == nil:
-			fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request (path %s); upstream.keep_alive_writes: true would keep its connections after writes\n", rc.Name, up, p)
+			fmt.Printf("route %s: FAIL: %s answers a write without reading its body and takes the body for its next request on a kept connection, and upstream.keep_alive_writes keeps that connection: a worker's body can carry requests the fence never sees, and their answers reach other workers; remove keep_alive_writes (path %s; answered unread: %s)\n", rc.Name, up, p, strings.Join(keptOther, "; "))
+		case keep && len(kept) > 0:
+			fmt.Printf("route %s: note: %s answers writes with a precondition or an Expect without reading their bodies and takes the body for its next request on a kept connection; upstream.keep_alive_writes sends those writes with Connection: close, which it honours, and keeps the others' connections (path %s; answered unread: %s)\n", rc.Name, up, p, strings.Join(kept, "; "))
+		case len(kept) > 0:
+			more := ""
+			if len(keptOther) == 0 && rc.Upstream.TLS == nil {
+				more = "; upstream.keep_alive_writes: true would keep the connections of the other writes (those with a precondition or an Expect still close)"
+			}
+			fmt.Printf("route %s: note: %s answers a write without reading its body and takes the body for its next request on a kept connection; it honours Connection: close, which the gateway sends with every request that has a body, so through the gateway answers stay with their requests, but clients that reach it directly can be desynchronized (path %s; answered unread: %s)%s\n", rc.Name, up, p, strings.Join(kept, "; "), more)
+		case !keep && rc.Upstream.TLS == nil:
+			fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request (path %s; %d shapes of write probed); upstream.keep_alive_writes: true would keep its connections after writes\n", rc.Name, up, p, len(probes))
 		default:
-			fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request (path %s)\n", rc.Name, up, p)
+			fmt.Printf("route %s: ok: %s reads a write's body (or closes the connection) before its next request (path %s; %d shapes of write probed)\n", rc.Name, up, p, len(probes))
 		}
 	}
 	return checked, failed
+}
+
+// doctorH2C checks that an upstream.h2c route's upstream speaks HTTP/2
+// over cleartext with prior knowledge (an OPTIONS of its URL answered over
+// HTTP/2; any status will do) and reports whether it does.
+func doctorH2C(ctx context.Context, rc config.Route, up string) bool {
+	cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
+	defer cancel()
+	tr := upstreamconn.NewH2C(relay.NewTransport(nil))
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(cctx, http.MethodOptions, rc.Upstream.URL, nil)
+	var resp *http.Response
+	if err == nil {
+		resp, err = tr.RoundTrip(req)
+	}
+	if err != nil {
+		fmt.Printf("route %s: FAIL: %s does not speak HTTP/2 over cleartext with prior knowledge (upstream.h2c): %v\n", rc.Name, up, err)
+		return false
+	}
+	resp.Body.Close()
+	fmt.Printf("route %s: ok: %s speaks HTTP/2 over cleartext (upstream.h2c; answered %s): bodies are framed, so writes keep their connections\n", rc.Name, up, resp.Status)
+	return true
 }
 
 // probePath is the path prefix of an HTTP route's probe objects: path, else

@@ -1,5 +1,7 @@
 // Command benchupstream is the fast upstream of the proxy benchmark: it
-// reads the request body and answers 200 with a short body.
+// reads the request body and answers 200 with a short body. It speaks
+// HTTP/1.1 and, with prior knowledge, HTTP/2 over cleartext (h2c) on the
+// same port, for routes with upstream.h2c.
 package main
 
 import (
@@ -17,5 +19,9 @@ func main() {
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write([]byte("ok\n"))
 	})
-	log.Fatal(http.ListenAndServe(*addr, h))
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Addr: *addr, Handler: h, Protocols: &p}
+	log.Fatal(srv.ListenAndServe())
 }
