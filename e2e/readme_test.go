@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,7 +107,13 @@ func repoFile(t *testing.T, name string) []byte {
 // in.
 func machineGoEnv(t *testing.T) []string {
 	t.Helper()
-	toolchainBin := filepath.Join(runtime.GOROOT(), "bin")
+	// The go command first in PATH is the test's toolchain's (go test puts
+	// it there); its GOROOT is the directory to take out.
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	toolchainBin := filepath.Join(strings.TrimSpace(string(goroot)), "bin")
 	var env []string
 	for _, kv := range os.Environ() {
 		name, value, _ := strings.Cut(kv, "=")
