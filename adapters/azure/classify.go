@@ -295,3 +295,23 @@ func (q query) checkWrite() *fencegate.Error {
 func describe(method string, lvl level, restype, comp string) string {
 	return fmt.Sprintf("%s (method %s, restype %q, comp %q)", lvl, method, restype, comp)
 }
+
+// Classify names what the gateway fences for a write, as Inspect reads it
+// (the signature aside): "C" for a container write (the container and
+// every blob in it), "C/B" for a blob's, "" for a read; an error if the
+// gateway refuses the request. The write-set oracle (e2e) checks it
+// against what the store changed when sent the same request.
+func Classify(r *http.Request) (string, error) {
+	t, ferr := parseTarget(r)
+	switch {
+	case ferr != nil:
+		return "", ferr
+	case t.op == opUnsupported:
+		return "", fencegate.InvalidRequest("%s", t.why)
+	case t.op == opRead:
+		return "", nil
+	case t.op == opContainer:
+		return t.container, nil
+	}
+	return t.container + "/" + t.blob, nil
+}
