@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -330,8 +331,8 @@ func azCorpus(w *azWorld) []azShape {
 		{name: "put blob / name", method: "PUT", target: "/fenced/dir/victim", hdr: [][2]string{bb}, body: "A"},
 		{name: "put blob new name", method: "PUT", target: "/fenced/new", hdr: [][2]string{bb}, body: "A"},
 		{name: "put blob other container", method: "PUT", target: "/other/victim2", hdr: [][2]string{bb}, body: "A"},
-		{name: "create page blob", method: "PUT", target: "/fenced/victim", hdr: [][2]string{{"X-Ms-Blob-Type", "PageBlob"}, {"X-Ms-Blob-Content-Length", "512"}}},
-		{name: "create append blob", method: "PUT", target: "/fenced/victim", hdr: [][2]string{{"X-Ms-Blob-Type", "AppendBlob"}}},
+		{name: "create page blob", method: "PUT", target: "/fenced/dir%2Fvictim", hdr: [][2]string{{"X-Ms-Blob-Type", "PageBlob"}, {"X-Ms-Blob-Content-Length", "512"}}},
+		{name: "create append blob", method: "PUT", target: "/fenced/dir%2Fvictim", hdr: [][2]string{{"X-Ms-Blob-Type", "AppendBlob"}}},
 		{name: "put block", method: "PUT", target: "/fenced/victim?comp=block&blockid=" + id, body: "A-block"},
 		{name: "put block list", method: "PUT", target: "/fenced/staged?comp=blocklist", body: azBlockXML(azBlockID)},
 		{name: "put block from url", method: "PUT", target: "/fenced/victim?comp=block&blockid=" + id, hdr: [][2]string{src}},
@@ -349,15 +350,12 @@ func azCorpus(w *azWorld) []azShape {
 		{name: "set tags", method: "PUT", target: "/fenced/victim?comp=tags", hdr: [][2]string{{"Content-Type", "application/xml"}}, body: tags},
 		{name: "set tier", method: "PUT", target: "/fenced/victim?comp=tier", hdr: [][2]string{{"X-Ms-Access-Tier", "Cool"}}},
 		{name: "snapshot", method: "PUT", target: "/fenced/victim?comp=snapshot"},
-		{name: "lease acquire", method: "PUT", target: "/fenced/victim?comp=lease", hdr: lease("acquire", [2]string{"X-Ms-Lease-Duration", "-1"})},
+		{name: "lease acquire", method: "PUT", target: "/fenced/src?comp=lease", hdr: lease("acquire", [2]string{"X-Ms-Lease-Duration", "-1"})},
 		{name: "lease break", method: "PUT", target: "/fenced/leased?comp=lease", hdr: lease("break")},
 		{name: "lease release", method: "PUT", target: "/fenced/leased?comp=lease", hdr: lease("release", [2]string{"X-Ms-Lease-Id", azLeaseID})},
 		{name: "lease change", method: "PUT", target: "/fenced/leased?comp=lease", hdr: lease("change", [2]string{"X-Ms-Lease-Id", azLeaseID},
 			[2]string{"X-Ms-Proposed-Lease-Id", "99999999-2222-3333-4444-555555555555"})},
 		{name: "lease renew", method: "PUT", target: "/fenced/leased?comp=lease", hdr: lease("renew", [2]string{"X-Ms-Lease-Id", azLeaseID})},
-		{name: "delete blob", method: "DELETE", target: "/fenced/victim", hdr: [][2]string{{"X-Ms-Delete-Snapshots", "include"}}},
-		{name: "delete snapshot", method: "DELETE", target: "/fenced/victim?snapshot=" + url.QueryEscape(w.snapshotID)},
-		{name: "delete %2F blob", method: "DELETE", target: "/fenced/dir%2Fvictim"},
 		{name: "undelete", method: "PUT", target: "/fenced/victim?comp=undelete"},
 		{name: "abort copy", method: "PUT", target: "/fenced/victim?comp=copy&copyid=x", hdr: [][2]string{{"X-Ms-Copy-Action", "abort"}}},
 		{name: "seal", method: "PUT", target: "/fenced/append?comp=seal"},
@@ -368,10 +366,10 @@ func azCorpus(w *azWorld) []azShape {
 		{name: "incremental copy", method: "PUT", target: "/fenced/victim?comp=incrementalcopy", hdr: [][2]string{src}},
 		// Containers.
 		{name: "create container", method: "PUT", target: "/fresh?restype=container"},
-		{name: "delete container", method: "DELETE", target: "/fenced?restype=container"},
 		{name: "container metadata", method: "PUT", target: "/fenced?restype=container&comp=metadata", hdr: [][2]string{{"X-Ms-Meta-Owner", "A"}}},
 		{name: "container acl", method: "PUT", target: "/fenced?restype=container&comp=acl", hdr: [][2]string{{"X-Ms-Blob-Public-Access", "container"}}, body: acl},
-		{name: "container lease", method: "PUT", target: "/fenced?restype=container&comp=lease", hdr: lease("acquire", [2]string{"X-Ms-Lease-Duration", "-1"})},
+		{name: "container lease", method: "PUT", target: "/fenced?restype=container&comp=lease", hdr: lease("acquire", [2]string{"X-Ms-Lease-Duration", "-1"},
+			[2]string{"X-Ms-Proposed-Lease-Id", azLeaseID})},
 		{name: "rename container", method: "PUT", target: "/fresh?restype=container&comp=rename", hdr: [][2]string{{"X-Ms-Source-Container-Name", "fenced"}}},
 		{name: "rename onto a fenced container", method: "PUT", target: "/other?restype=container&comp=rename", hdr: [][2]string{{"X-Ms-Source-Container-Name", "fenced"}}},
 		{name: "restore container", method: "PUT", target: "/fresh?restype=container&comp=undelete",
@@ -416,6 +414,11 @@ func azCorpus(w *azWorld) []azShape {
 		{name: "dfs create file", method: "PUT", target: "/fenced/new?resource=file"},
 		{name: "dfs append", method: "PATCH", target: "/fenced/victim?action=append&position=0", body: "A"},
 		{name: "MERGE", method: "MERGE", target: "/fenced/victim?comp=metadata", hdr: [][2]string{{"X-Ms-Meta-Owner", "A"}}},
+		// Deletes last: the white-box pass sends the corpus to the store in order.
+		{name: "delete snapshot", method: "DELETE", target: "/fenced/victim?snapshot=" + url.QueryEscape(w.snapshotID)},
+		{name: "delete blob", method: "DELETE", target: "/fenced/victim", hdr: [][2]string{{"X-Ms-Delete-Snapshots", "include"}}},
+		{name: "delete %2F blob", method: "DELETE", target: "/fenced/dir%2Fvictim"},
+		{name: "delete container", method: "DELETE", target: "/fenced?restype=container", hdr: [][2]string{{"X-Ms-Lease-Id", azLeaseID}}},
 	}
 }
 
@@ -453,11 +456,16 @@ func TestAzureWriteSetOracle(t *testing.T) {
 	}
 	t.Logf("%d shapes, refusals by code: %v", len(corpus), codes)
 
-	// White-box: each shape sent straight to Azurite with the account's
-	// key; what the store changed is the shape's write set, which the
-	// gateway's classification must cover (the container it fences with
-	// its blobs, or the one blob, snapshots included) or refuse. The
-	// sample must change something: the oracle is not blind to it.
+	// White-box: each shape the gateway admits sent straight to Azurite
+	// with the account's key; what the store changed is the shape's write
+	// set, which the gateway's classification must cover (the container it
+	// fences with its blobs, or the one blob, snapshots included). The
+	// controls must change something: the oracle is not blind to them
+	// (comp=Block, which the gateway refuses, shows what Azurite makes of
+	// it). Other refused shapes are not sent: Azurite answers some of them
+	// (x-ms-lease-action: ACQUIRE) with a state its listing then fails on.
+	controls := []string{"put block", "set metadata", "set tags", "set properties", "snapshot", "lease acquire",
+		"put page", "append block", "put block list", "container metadata", "container acl", "comp=Block", "delete blob"}
 	changedBy := map[string]bool{}
 	for _, s := range corpus {
 		direct := s
@@ -470,11 +478,17 @@ func TestAzureWriteSetOracle(t *testing.T) {
 			t.Fatal(err)
 		}
 		fenced, refusal := azure.Classify(req)
+		if refusal != nil && !slices.Contains(controls, s.name) {
+			continue
+		}
 		st, _, body := azSigned(t, w.srv.Endpoint, w.srv.Account, w.srv.Key, direct, 0)
 		after := w.state(t)
 		d := azDiff(before, after)
 		before = after
 		changedBy[s.name] = len(d) > 0
+		if os.Getenv("AZ_ORACLE_VERBOSE") != "" {
+			t.Logf("direct %s: %d %.160s; %d changes", s.name, st, body, len(d))
+		}
 		if refusal != nil || len(d) == 0 {
 			continue
 		}
@@ -489,8 +503,7 @@ func TestAzureWriteSetOracle(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"put block", "set metadata", "set tags", "set properties", "snapshot", "lease acquire",
-		"put page", "append block", "put block list", "container metadata", "container acl", "comp=Block", "delete blob"} {
+	for _, name := range controls {
 		if !changedBy[name] {
 			t.Errorf("control %s sent to Azurite changed nothing the oracle sees", name)
 		}
