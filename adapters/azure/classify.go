@@ -296,22 +296,32 @@ func describe(method string, lvl level, restype, comp string) string {
 	return fmt.Sprintf("%s (method %s, restype %q, comp %q)", lvl, method, restype, comp)
 }
 
-// Classify names what the gateway fences for a write, as Inspect reads it
-// (the signature aside): "C" for a container write (the container and
-// every blob in it), "C/B" for a blob's, "" for a read; an error if the
-// gateway refuses the request. The write-set oracle (e2e) checks it
-// against what the store changed when sent the same request.
-func Classify(r *http.Request) (string, error) {
+// Classified is what the gateway makes of a write (Classify).
+type Classified struct {
+	// Fenced is "C" for a container write (the container and every blob
+	// in it), "C/B" for a blob's, "" for a read.
+	Fenced string
+	// SetsMetadata: the write replaces the blob's metadata (Put Blob, Put
+	// Block List, copies, Set Blob Metadata), which a stamping route
+	// stamps; any other write leaves the metadata to the store.
+	SetsMetadata bool
+}
+
+// Classify is what the gateway makes of a request, as Inspect reads it
+// (the signature aside); an error if the gateway refuses it. The
+// write-set oracle (e2e) checks it against what the store changed when
+// sent the same request.
+func Classify(r *http.Request) (Classified, error) {
 	t, ferr := parseTarget(r)
 	switch {
 	case ferr != nil:
-		return "", ferr
+		return Classified{}, ferr
 	case t.op == opUnsupported:
-		return "", fencegate.InvalidRequest("%s", t.why)
+		return Classified{}, fencegate.InvalidRequest("%s", t.why)
 	case t.op == opRead:
-		return "", nil
+		return Classified{}, nil
 	case t.op == opContainer:
-		return t.container, nil
+		return Classified{Fenced: t.container}, nil
 	}
-	return t.container + "/" + t.blob, nil
+	return Classified{Fenced: t.container + "/" + t.blob, SetsMetadata: stamped(r.Method, t)}, nil
 }
