@@ -216,7 +216,7 @@ func checkWriteHeaders(r *http.Request) *fencegate.Error {
 // query is a request's query parameters in the order sent.
 type query []param
 
-type param struct{ name, value string }
+type param struct{ name, value, raw string } // raw: the name as sent
 
 // parseQuery reads a query string as Go's url.ParseQuery and the store
 // do, keeping the order, and refuses a name sent twice in any case: the
@@ -244,7 +244,7 @@ func parseQuery(raw string) (query, *fencegate.Error) {
 				return nil, fencegate.InvalidRequest("the query parameter %q must be sent once, in one spelling", strings.ToLower(name))
 			}
 		}
-		q = append(q, param{name, value})
+		q = append(q, param{name, value, k})
 	}
 	return q, nil
 }
@@ -277,10 +277,11 @@ var writeParams = append([]string{"comp", "restype", "blockid", "copyid", "snaps
 
 // checkWrite refuses query parameters of a write the gateway does not
 // classify by, parameters in another spelling than the one the store
-// reads, and empty values.
+// reads (a percent-encoded name too: Azurite dispatches on the decoded
+// name and verifies signatures on the encoded one), and empty values.
 func (q query) checkWrite() *fencegate.Error {
 	for _, p := range q {
-		if !slices.Contains(writeParams, p.name) {
+		if !slices.Contains(writeParams, p.name) || p.raw != p.name {
 			return fencegate.InvalidRequest("the query parameter %q is not accepted on a write: the gateway classifies writes by %s, spelled in lower case",
 				p.name, strings.Join(writeParams[:7], ", "))
 		}
