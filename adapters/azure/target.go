@@ -96,9 +96,17 @@ func escapeSegments(segs []string) string {
 	return b.String()
 }
 
-// parseTarget names what a request writes. The path is relative to the
-// account: the worker's service URL is the gateway's address (the route's
-// endpoint names the account).
+// parseTarget names what a request reads or writes. The path is relative
+// to the account: the worker's service URL is the gateway's address (the
+// route's endpoint names the account).
+//
+// A write is classified from an explicit table (writeRules): its method,
+// its level (container or blob), restype and comp name one row, which
+// gives the operation and what else the request must carry; a write no
+// row names is refused. The store picks the operation it runs by reading
+// the same parameters, and the table is written so that the store can
+// pick no other one (docs/security.md, "How Azure classification fails
+// closed").
 func parseTarget(r *http.Request) (target, *fencegate.Error) {
 	container, blob, slash, err := parsePath(r.URL.EscapedPath())
 	if err != nil {
@@ -112,78 +120,54 @@ func parseTarget(r *http.Request) (target, *fencegate.Error) {
 	if slash && container != "" {
 		t.path += "/"
 	}
-	q, qerr := url.ParseQuery(r.URL.RawQuery)
-	if qerr != nil {
-		return t, fencegate.InvalidRequest("the query string is not valid: %v", qerr)
+	q, ferr := parseQuery(r.URL.RawQuery)
+	if ferr != nil {
+		return t, ferr
 	}
-	for k, vs := range q {
-		// The gateway and the service must read one value; the service
-		// reads query names without regard to case.
-		if len(vs) > 1 {
-			return t, fencegate.InvalidRequest("the query parameter %s must be sent once", k)
-		}
-		lk := strings.ToLower(k)
-		if lk != k && q.Has(lk) {
-			return t, fencegate.InvalidRequest("the query parameter %s must be sent once", lk)
-		}
-	}
-	get := func(name string) string {
-		for k, vs := range q {
-			if strings.EqualFold(k, name) {
-				return vs[0]
-			}
-		}
-		return ""
-	}
-	t.comp = strings.ToLower(get("comp"))
 	if fencegate.ReadMethod(r.Method) {
+		// What a read lists or reads decides the SAS permission it
+		// needs, not a fence.
+		t.comp = strings.ToLower(q.getFold("comp"))
 		return t, nil
 	}
-	if _, ok := r.Header["X-Http-Method-Override"]; ok {
-		return t, fencegate.InvalidRequest("X-HTTP-Method-Override is not accepted by the gateway: send the method itself")
+	if ferr := q.checkWrite(); ferr != nil {
+		return t, ferr
+	}
+	if ferr := checkWriteHeaders(r); ferr != nil {
+		return t, ferr
 	}
 	if slash && t.blob != "" {
 		return t, fencegate.InvalidResource("refused path: a blob name ending in / is not written through the gateway")
 	}
-	restype := strings.ToLower(get("restype"))
+	t.comp = q.get("comp")
 	switch {
 	case t.comp == "batch":
 		t.op, t.why = opUnsupported, "Blob Batch is not supported by the gateway: it would write blobs it does not fence; send each request on its own"
+		return t, nil
 	case container == "":
 		t.op, t.why = opUnsupported, "account-level writes (service properties) are not made through the gateway"
-	case t.blob == "":
-		if restype != "container" {
-			t.op, t.why = opUnsupported, "a container write names restype=container"
-			return t, nil
-		}
-		switch t.comp {
-		case "", "metadata", "acl", "lease", "undelete", "rename", "immutablestoragewithversioning":
-			t.op = opContainer
-		default:
-			t.op, t.why = opUnsupported, "this container operation is not known to the gateway"
-		}
-	case r.Method == http.MethodPut && t.comp == "block":
-		t.op = opBlock
-	case r.Method == http.MethodPut && t.comp == "blocklist":
-		t.op = opBlockList
-	case r.Method == http.MethodPut && t.comp == "lease":
-		t.op = opLease
-	case r.Method == http.MethodPut && t.comp == "" && r.Header.Get("X-Ms-Copy-Source") != "":
+		return t, nil
+	}
+	lvl := levelBlob
+	if t.blob == "" {
+		lvl = levelContainer
+	}
+	rule, ok := findRule(r.Method, lvl, q.get("restype"), t.comp)
+	if !ok {
+		t.op, t.why = opUnsupported, describe(r.Method, lvl, q.get("restype"), t.comp)+
+			" is not a write the gateway knows: it is refused rather than guessed"
+		return t, nil
+	}
+	if rule.refuse != "" {
+		t.op, t.why = opUnsupported, rule.refuse
+		return t, nil
+	}
+	if ferr := rule.check(r, q); ferr != nil {
+		return t, ferr
+	}
+	t.op = rule.op
+	if rule.op == opBlob && t.comp == "" && r.Header.Get("X-Ms-Copy-Source") != "" {
 		t.op = opCopy
-	case r.Method == http.MethodPut:
-		switch t.comp {
-		case "", "metadata", "properties", "tags", "tier", "snapshot", "copy", "page", "appendblock",
-			"seal", "undelete", "expiry", "immutabilitypolicies", "legalhold", "incrementalcopy":
-			t.op = opBlob
-		default:
-			t.op, t.why = opUnsupported, "this blob operation is not known to the gateway"
-		}
-	case r.Method == http.MethodDelete && t.comp == "":
-		t.op = opBlob
-	case r.Method == http.MethodDelete && t.comp == "immutabilitypolicies":
-		t.op = opBlob
-	default:
-		t.op, t.why = opUnsupported, "this blob operation is not known to the gateway"
 	}
 	return t, nil
 }
