@@ -84,13 +84,11 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 			Verify:     verify,
 			Members:    members,
 		}
-		if s.unclean {
-			opts.UnsettledWindow = maxForwardTimeout(cfg)
-			opts.Unsettled = time.Now().Add(opts.UnsettledWindow)
-			s.log.Warn("the previous process stopped with writes possibly in flight (a crash): writes to fences that moved recently wait until those have ended",
-				"until", opts.Unsettled.UTC().Format(time.RFC3339), "window", opts.UnsettledWindow.String())
+		lf, err := s.newLocalFence(cfg, store, opts)
+		if err != nil {
+			return nil, err
 		}
-		fence = gateway.NewLocalFence(s.tel.Store(store), opts)
+		fence = lf
 	}
 	s.fenceOnIssue(cfg, fence, s.tel.TraceFence(fence))
 	return fence, nil

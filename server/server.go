@@ -62,11 +62,9 @@ type Server struct {
 
 	tokenSources tokenSources // routes' lock services (tokensource.go)
 
-	// serving is the embedded store's record of a gateway serving from it
-	// (cleared at a shutdown with no write left in flight); unclean says
-	// the previous process ended without that (a crash).
-	serving interface{ EndServing(context.Context) error }
-	unclean bool
+	// localFence is the local fence when it keeps the store's serving
+	// record (recovery.go): closed at a shutdown with no write in flight.
+	localFence *gateway.LocalFence
 
 	listeners []*listener
 }
@@ -181,13 +179,6 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 		s.tel.StoreCommits(func() (uint64, uint64) { c := st.Stats(); return c.Commits, c.Changes })
 		s.tel.StoreSyncs(func() uint64 { return st.Stats().Syncs })
 		s.tel.StoreLog(func() (int, uint64, uint64) { c := st.Stats(); return c.LogState, c.LogErrors, c.CheckpointErrors })
-		if cfg.Gateway != nil {
-			unclean, err := st.BeginServing(ctx)
-			if err != nil {
-				return nil, err
-			}
-			s.serving, s.unclean = st, unclean
-		}
 		return st, nil
 	default:
 		return s.openPostgres(ctx, cfg)
@@ -287,6 +278,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if kind, err := s.pingTokenSources(r.Context()); err != nil {
 		s.log.Warn("readyz: token source unavailable", "source", kind, "err", err)
 		http.Error(w, "token source "+kind+" unavailable: new tokens of its routes are refused (details in the log)", http.StatusServiceUnavailable)
+		return
+	}
+	if rec := s.recovering(); rec != "" {
+		// Ready: only writes that could overtake one left in flight wait.
+		w.Write([]byte("ready; " + rec + "\n"))
 		return
 	}
 	w.Write([]byte("ready\n"))
@@ -500,11 +496,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	wg.Wait()
 	if err := s.waitWrites(); err != nil {
 		errs = append(errs, err)
-	} else if s.serving != nil {
+	} else if s.localFence != nil {
 		// No write is left in flight: the next start needs no wait.
-		if err := s.serving.EndServing(context.Background()); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), fencegate.DefaultStoreTimeout)
+		if err := s.localFence.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
+		cancel()
 	}
 	errs = append(errs, s.Close())
 	return errors.Join(errs...)

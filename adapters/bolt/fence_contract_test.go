@@ -23,3 +23,18 @@ func TestFenceContract(t *testing.T) {
 		}
 	})
 }
+
+// TestFenceCrash: the crash contract of the local fence on the embedded
+// store (its serving record in the advance log).
+func TestFenceCrash(t *testing.T) {
+	fencetest.RunCrash(t, func(t *testing.T) fencetest.OpenStore {
+		path := filepath.Join(t.TempDir(), "fencegate.db")
+		return func(t *testing.T) (gateway.Store, func()) {
+			st, err := bolt.Open(path, bolt.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st, func() { st.Close() }
+		}
+	})
+}
