@@ -204,7 +204,10 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 		if opts.Log == nil {
 			opts.Log = func(string, ...any) {}
 		}
-		f.q = &quiescence{store: opts.Serving, bound: opts.ForwardBound, delay: opts.QuietAfter, log: opts.Log}
+		q := &quiescence{store: opts.Serving, bound: opts.ForwardBound, delay: opts.QuietAfter, log: opts.Log}
+		q.timer = time.AfterFunc(time.Hour, q.quiet)
+		q.timer.Stop()
+		f.q = q
 	}
 	per := (opts.MaxEntries + len(f.shards) - 1) / len(f.shards)
 	for i := range f.shards {

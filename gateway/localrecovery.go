@@ -91,7 +91,7 @@ type quiescence struct {
 	busy    *busyMark     // the busy record being written
 	quieted chan struct{} // closed when the quiet record being written returned
 	timer   *time.Timer
-	gen     uint64 // counts quiet periods; a timer of an older one does nothing
+	closed  bool // Close was called: no quiet record any more
 	// hold, while it returns true, keeps the record busy whatever is in
 	// flight (a crashed predecessor's writes are being waited out).
 	hold func() bool
@@ -129,7 +129,6 @@ func (q *quiescence) enter() *busyMark {
 		after = nil
 	}
 	q.state.Store(stateBusying)
-	q.gen++
 	m := &busyMark{done: make(chan struct{})}
 	q.busy = m
 	go func() {
@@ -161,22 +160,18 @@ func (q *quiescence) leave() {
 	q.arm()
 }
 
-// arm schedules the quiet record after q.delay.
+// arm schedules the quiet record after q.delay (one timer, reset at every
+// transition to zero: no allocation on the write path).
 func (q *quiescence) arm() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	gen := q.gen
-	if q.timer != nil {
-		q.timer.Stop()
-	}
-	q.timer = time.AfterFunc(q.delay, func() { q.quiet(gen) })
+	q.timer.Reset(q.delay)
 }
 
-// quiet writes the quiet record if no write has been in flight since it
-// was armed.
-func (q *quiescence) quiet(gen uint64) {
+// quiet writes the quiet record if no write is in flight (the timer may
+// fire a little early after a reset that raced it: only the record's
+// timing, never its truth, depends on when).
+func (q *quiescence) quiet() {
 	q.mu.Lock()
-	if gen != q.gen || q.state.Load() != stateBusy || q.hold != nil && q.hold() {
+	if q.closed || q.state.Load() != stateBusy || q.hold != nil && q.hold() {
 		q.mu.Unlock()
 		return
 	}
@@ -407,10 +402,8 @@ func (f *LocalFence) Close(ctx context.Context) error {
 		return nil
 	}
 	f.q.mu.Lock()
-	if f.q.timer != nil {
-		f.q.timer.Stop()
-	}
-	f.q.gen++
+	f.q.closed = true
+	f.q.timer.Stop()
 	f.q.mu.Unlock()
 	if r := f.rec; r != nil && r.status().Recovering {
 		return nil // the predecessor's writes may still be in flight: stay busy
