@@ -65,8 +65,10 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 			MarkerConns:    markers,
 			Verify:         verify,
 			Logger:         s.log.With("component", "fence"),
+			OnRecoveryWait: s.tel.RecoveryWaited,
 		})
 		s.closers = append(s.closers, sf)
+		s.watchRecovery(sf.Recovery)
 		// A database down at start is not an error (writes are refused
 		// until it is back); a pooler that cannot keep the markers is.
 		ctx, cancel := context.WithTimeout(context.Background(), st.Timeout)

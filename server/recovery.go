@@ -37,12 +37,7 @@ func (s *Server) newLocalFence(cfg *config.Config, store gateway.Store, opts gat
 		return nil, err
 	}
 	s.localFence = lf
-	s.tel.Recovering(func() float64 {
-		if lf.Recovery().Recovering {
-			return 1
-		}
-		return 0
-	})
+	s.watchRecovery(lf.Recovery)
 	if st.Recovering {
 		log.Warn("the previous process stopped with writes possibly in flight (a crash): a write that could overtake one of them waits until it has ended, at most its route's forward bound",
 			"until", st.Until.UTC().Format(time.RFC3339), "longest_wait", time.Until(st.Until).Round(time.Millisecond).String())
@@ -50,13 +45,25 @@ func (s *Server) newLocalFence(cfg *config.Config, store gateway.Store, opts gat
 	return lf, nil
 }
 
+// watchRecovery makes status the fence's recovery for /readyz, the
+// console and fencegate_recovering.
+func (s *Server) watchRecovery(status func() gateway.RecoveryStatus) {
+	s.recovery = status
+	s.tel.Recovering(func() float64 {
+		if status().Recovering {
+			return 1
+		}
+		return 0
+	})
+}
+
 // recovering describes a recovery under way for /readyz and the console
 // ("" if none).
 func (s *Server) recovering() string {
-	if s.localFence == nil {
+	if s.recovery == nil {
 		return ""
 	}
-	st := s.localFence.Recovery()
+	st := s.recovery()
 	if !st.Recovering {
 		return ""
 	}

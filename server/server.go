@@ -65,6 +65,9 @@ type Server struct {
 	// localFence is the local fence when it keeps the store's serving
 	// record (recovery.go): closed at a shutdown with no write in flight.
 	localFence *gateway.LocalFence
+	// recovery reports the fence's recovery after a crash or a lost
+	// database session (recovery.go); nil: the fence has none.
+	recovery func() gateway.RecoveryStatus
 
 	listeners []*listener
 }

@@ -45,7 +45,10 @@ type session struct {
 	idle  map[int64]*entry
 	queue []*op
 	lost  bool
-	wake  chan struct{} // cap 1: the worker has something to send
+	// lostLeft counts, once the session is lost, its writes still in
+	// flight; its row is forgotten when it reaches 0 (recovery_shared.go).
+	lostLeft int
+	wake     chan struct{} // cap 1: the worker has something to send
 	// marks counts the opMark and opPing in queue; unlocksSince is when the
 	// oldest unlock in queue was queued (zero if none), marksSince the
 	// oldest mark. busy: the last pipeline, sent at lastSend, carried
@@ -820,7 +823,12 @@ func (s *session) lose(err error, ops []*op) {
 		}
 		o.err = fencegate.Unavailable(o.resource, fmt.Errorf("marker session lost: %w", err))
 	}
+	s.lostLeft = n
 	l.mu.Unlock()
+	if n == 0 {
+		// Nothing of it in flight: drains need not wait for it.
+		f.forget(s.id)
+	}
 	f.log.Warn("marker session to the database lost; aborting its writes in flight", "session", s.id, "writes", n, "err", err)
 	for _, p := range aborts {
 		p.abort(&fencegate.SessionLostError{Resource: p.resource, Err: err})
@@ -877,6 +885,16 @@ func (p *sharedPermit) Release() {
 		l.mu.Lock()
 		delete(p.e.flights, p)
 		p.s.release(p.e)
+		last := false
+		if p.s.lost && p.s.lostLeft > 0 {
+			p.s.lostLeft--
+			last = p.s.lostLeft == 0
+		}
 		l.mu.Unlock()
+		if last {
+			// The last write of a lost session ended: nothing of it can
+			// land any more.
+			l.f.forget(p.s.id)
+		}
 	})
 }
