@@ -198,6 +198,19 @@ func TestSharedRecoveryReplicaDiedWithDatabase(t *testing.T) {
 	if code, body, d := timedWrite(t, r[1].URL("gateway")+"/orders/other", "1", "o"); code != 200 || d > 2*time.Second {
 		t.Fatalf("a write of another resource after the database returned: %d %s in %v; want 200 within 2s", code, body, d)
 	}
+	// While B waits, replica 1 says why.
+	sawRecovering := make(chan bool, 1)
+	go func() {
+		deadline := time.Now().Add(8 * time.Second)
+		for time.Now().Before(deadline) {
+			if code, body := call(t, "GET", r[1].URL("admin")+"/readyz", ""); code == 200 && strings.Contains(body, "recovering until") && strings.Contains(body, "marker session was lost") {
+				sawRecovering <- true
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		sawRecovering <- false
+	}()
 	for i := range 3 {
 		call := h.now()
 		code, body, err := tryWriteTimeout(r[1].URL("gateway")+key, "2", fmt.Sprintf("B%d", i), 30*time.Second)
@@ -210,6 +223,12 @@ func TestSharedRecoveryReplicaDiedWithDatabase(t *testing.T) {
 		}
 	}
 	t.Logf("B was served %v after the database returned (replica 0's forward bound: 11s)", time.Since(back).Round(time.Millisecond))
+	if !<-sawRecovering {
+		t.Fatal("replica 1's /readyz never said it was recovering while B waited")
+	}
+	if m := scrape(t, r[1].URL("admin")); m["fencegate_recovery_wait_seconds_count"] < 1 {
+		t.Fatalf("fencegate_recovery_wait_seconds_count = %v on replica 1; want B's wait counted", m["fencegate_recovery_wait_seconds_count"])
+	}
 	call := h.now()
 	code, body, err := tryWrite(r[1].URL("gateway")+key, "1", "A zombie")
 	h.add(3, call, fencedInput{kind: opWrite, key: key, token: 1, owner: "A"}, writeOutcome(code, body, err))

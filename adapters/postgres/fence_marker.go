@@ -325,6 +325,10 @@ func (e *entry) end() {
 	}
 }
 
+// reconnectMax caps the wait between two tries to open a marker session
+// (a refused connection to a database that is down costs little).
+const reconnectMax = 250 * time.Millisecond
+
 // run keeps a marker session up until the fence is closed.
 func (l *lane) run() {
 	backoff := 50 * time.Millisecond
@@ -358,7 +362,11 @@ func (l *lane) run() {
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, time.Second)
+			// At most reconnectMax between tries: writes wait up to the
+			// acquire timeout (1s) for a session, and a database that
+			// returns (a restart, a failover) must find the replica
+			// serving within that.
+			backoff = min(2*backoff, reconnectMax)
 			continue
 		}
 		backoff = 50 * time.Millisecond
