@@ -211,9 +211,12 @@ type recovery struct {
 	bound    func(resource string) time.Duration
 	maxBound time.Duration
 	draining map[string]Draining
-	reason   string
-	onWait   func(ctx context.Context, resource string, waited time.Duration, err error)
-	onEnd    func(held int)
+	// unknown: the previous run could not be read (the store was down at
+	// start): every resource with a fence is treated as draining.
+	unknown bool
+	reason  string
+	onWait  func(ctx context.Context, resource string, waited time.Duration, err error)
+	onEnd   func(held int)
 
 	mu sync.Mutex
 	// crashHighest: for every resource this process advanced while
@@ -246,6 +249,9 @@ func (r *recovery) until(resource string, token, highest, below int64, scope Sco
 		return time.Time{}
 	case token > hc:
 		// A write of hc (or older) may still be on its way.
+		return end
+	}
+	if r.unknown {
 		return end
 	}
 	if d, ok := r.draining[resource]; ok && d.Token >= hc {
@@ -347,13 +353,19 @@ func (f *LocalFence) Begin(ctx context.Context) (RecoveryStatus, error) {
 		return RecoveryStatus{}, nil
 	}
 	prev, err := f.q.store.LastRun(ctx)
-	if err != nil {
-		return RecoveryStatus{}, fmt.Errorf("read the previous run: %w", err)
+	unknown := err != nil
+	if unknown {
+		// The store is down at start (PostgreSQL): writes are refused
+		// until it is back, and then wait as if the predecessor had
+		// crashed with writes in flight everywhere. Its record is left as
+		// it was: busy if it crashed, and this process writes busy itself
+		// before its first forward.
+		f.q.log("could not read what the previous run left; waiting out writes it may have left in flight on every fence", "err", err)
+		prev = PreviousRun{Unclean: true}
 	}
 	if !prev.Unclean {
-		if err := f.q.store.MarkServing(ctx, false, 0); err != nil {
-			return RecoveryStatus{}, fmt.Errorf("record the gateway serving: %w", err)
-		}
+		// Stopped or quiet: the record says nothing is in flight, which is
+		// so; the first write records busy.
 		return RecoveryStatus{}, nil
 	}
 	maxBound := f.q.bound
@@ -368,19 +380,30 @@ func (f *LocalFence) Begin(ctx context.Context) (RecoveryStatus, error) {
 		bound = func(string) time.Duration { return maxBound }
 	}
 	// Busy until the predecessor's writes have ended: a crash meanwhile
-	// leaves them to the next process to wait out.
-	if err := f.q.store.MarkServing(ctx, true, maxBound); err != nil {
-		return RecoveryStatus{}, fmt.Errorf("record the gateway serving: %w", err)
+	// leaves them to the next process to wait out. If it cannot be written
+	// now, the record says busy still (the predecessor's) or this process
+	// could not have read it; the first write writes it before its
+	// forward.
+	state := stateBusy
+	if unknown {
+		state = stateQuiet
+	} else if err := f.q.store.MarkServing(ctx, true, maxBound); err != nil {
+		f.q.log("could not record the gateway busy at start; its first write will", "err", err)
+		state = stateQuiet
+	}
+	reason := "the previous process stopped with writes possibly in flight (a crash)"
+	if unknown {
+		reason = "what the previous process left could not be read at start (store unavailable): waiting out writes it may have left in flight"
 	}
 	r := &recovery{
-		start: time.Now(), bound: bound, maxBound: maxBound, draining: prev.Draining,
-		reason:       "the previous process stopped with writes possibly in flight (a crash)",
+		start: time.Now(), bound: bound, maxBound: maxBound, draining: prev.Draining, unknown: unknown,
+		reason:       reason,
 		onWait:       f.onRecoveryWait,
 		onEnd:        f.onRecoveryEnd,
 		crashHighest: map[string]int64{},
 		held:         map[string]int{},
 	}
-	f.q.state.Store(stateBusy)
+	f.q.state.Store(state)
 	f.q.hold = func() bool { return r.status().Recovering }
 	r.endTimer = time.AfterFunc(maxBound, func() {
 		r.end()
