@@ -425,7 +425,7 @@ func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, i int32, resou
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
 	var err error
 	if draining {
-		if err = f.q.store.MarkDraining(sctx, resource, token, time.Now()); err != nil {
+		if err = f.q.draining(sctx, resource, token); err != nil {
 			err = fmt.Errorf("record the advance over writes in flight: %w", err)
 		}
 	}

@@ -92,6 +92,9 @@ type quiescence struct {
 	quieted chan struct{} // closed when the quiet record being written returned
 	timer   *time.Timer
 	closed  bool // Close was called: no quiet record any more
+	// marking counts draining records being written: a quiet record,
+	// which forgets them, waits for none (see draining).
+	marking int
 	// hold, while it returns true, keeps the record busy whatever is in
 	// flight (a crashed predecessor's writes are being waited out).
 	hold func() bool
@@ -175,6 +178,13 @@ func (q *quiescence) quiet() {
 		q.mu.Unlock()
 		return
 	}
+	if q.marking > 0 {
+		// A draining record is being written: the quiet record would
+		// forget it (and its write may come before it). Later.
+		q.mu.Unlock()
+		q.arm()
+		return
+	}
 	q.state.Store(stateQuieting)
 	if q.inflight.Load() != 0 {
 		q.state.Store(stateBusy)
@@ -201,6 +211,31 @@ func (q *quiescence) quiet() {
 		q.log("could not record the gateway quiet", "err", err)
 	}
 	q.state.Store(stateQuiet)
+}
+
+// draining writes a draining record (ServingStore.MarkDraining) so that
+// no quiet record forgets it: one being written is waited for, and none
+// starts until it is durable. An advance's writes in flight may not be
+// counted yet (they count once admitted), so the count alone would not do.
+func (q *quiescence) draining(ctx context.Context, resource string, token int64) error {
+	q.mu.Lock()
+	for q.state.Load() == stateQuieting {
+		ch := q.quieted
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		q.mu.Lock()
+	}
+	q.marking++
+	q.mu.Unlock()
+	err := q.store.MarkDraining(ctx, resource, token, time.Now())
+	q.mu.Lock()
+	q.marking--
+	q.mu.Unlock()
+	return err
 }
 
 // recovery is what a local fence knows of the writes a crashed

@@ -3,8 +3,11 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,4 +97,68 @@ func TestLocalFenceRecoveryUnknownPreviousRun(t *testing.T) {
 	if d := time.Since(start); d < bound-20*time.Millisecond {
 		t.Fatalf("/a@3 admitted %v after the start; want it held until the bound %v", d, bound)
 	}
+}
+
+// checkedServing is memServing that checks, as each record lands, that
+// no admitted write is outstanding when the record says quiet.
+type checkedServing struct {
+	memServing
+	outstanding *atomic.Int64
+	violations  atomic.Int64
+}
+
+func (c *checkedServing) MarkServing(ctx context.Context, busy bool, bound time.Duration) error {
+	time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) // a durable write takes a while
+	if !busy && c.outstanding.Load() != 0 {
+		c.violations.Add(1)
+	}
+	return c.memServing.MarkServing(ctx, busy, bound)
+}
+
+// TestLocalFenceQuiescenceRandomized: writers come and go at random, the
+// fence records itself quiet after 1ms with none in flight. Never is the
+// record quiet while a write the fence admitted is outstanding, and every
+// admitted write finds the record busy.
+func TestLocalFenceQuiescenceRandomized(t *testing.T) {
+	var outstanding atomic.Int64
+	st := &checkedServing{memServing: memServing{fences: map[string]int64{}}, outstanding: &outstanding}
+	f := gateway.NewLocalFence(st, gateway.LocalFenceOptions{Serving: st, QuietAfter: time.Millisecond})
+	if _, err := f.Begin(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var notBusy atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(time.Second)
+	for w := range 3 {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
+				p, err := f.Admit(context.Background(), gateway.Write{Resource: fmt.Sprint("/r", w%3), Token: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				outstanding.Add(1)
+				st.mu.Lock()
+				if !st.busy {
+					notBusy.Add(1)
+				}
+				st.mu.Unlock()
+				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+				outstanding.Add(-1)
+				p.Release()
+			}
+		})
+	}
+	wg.Wait()
+	st.mu.Lock()
+	n := len(st.marks)
+	st.mu.Unlock()
+	if v, b := st.violations.Load(), notBusy.Load(); v != 0 || b != 0 {
+		t.Fatalf("%d quiet records with writes outstanding, %d writes admitted with the record not busy (%d records)", v, b, n)
+	}
+	if n < 6 {
+		t.Fatalf("only %d records written: the quiet periods were not exercised", n)
+	}
+	t.Logf("%d serving records over %d fence marks", n, f.QuiescenceMarks())
 }
