@@ -622,8 +622,22 @@ func (w *advanceLog) submit(resource string, token int64, owner string) *advance
 }
 
 // mark logs a serving record (a mark with token serving, serving.go) and
-// returns once it is durable.
+// returns once it is durable. Until the log's first segment exists (none
+// since Open, whose replay removed them), a serving record is written into
+// bbolt instead: creating a segment allocates 8 MiB, which a nearly full
+// disk refuses, and a gateway whose advances are refused there must still
+// serve repeated tokens (TestFullDiskHealsWithoutRestart). No logged mark
+// can then be newer, and every later one is.
 func (w *advanceLog) mark(ctx context.Context, serving uint64) error {
+	if serving != 0 {
+		w.appendMu.Lock()
+		if w.seg == nil && len(w.full) == 0 && w.err == nil {
+			err := w.s.db.Update(func(tx *bbolt.Tx) error { return putServing(tx, serving) })
+			w.appendMu.Unlock()
+			return err
+		}
+		w.appendMu.Unlock()
+	}
 	a := &advance{mark: true, serving: serving, done: make(chan error, 1)}
 	w.mu.Lock()
 	if w.closed {
