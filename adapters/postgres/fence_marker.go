@@ -46,9 +46,11 @@ type session struct {
 	queue []*op
 	lost  bool
 	// lostLeft counts, once the session is lost, its writes still in
-	// flight; its row is forgotten when it reaches 0 (recovery_shared.go).
-	lostLeft int
-	wake     chan struct{} // cap 1: the worker has something to send
+	// flight; its row is forgotten when it reaches 0, and not before
+	// lostUntil (recovery_shared.go).
+	lostLeft  int
+	lostUntil time.Time
+	wake      chan struct{} // cap 1: the worker has something to send
 	// marks counts the opMark and opPing in queue; unlocksSince is when the
 	// oldest unlock in queue was queued (zero if none), marksSince the
 	// oldest mark. busy: the last pipeline, sent at lastSend, carried
@@ -773,7 +775,8 @@ func (s *session) apply(ops []*op) {
 		// this replica (docs/design.md §4).
 		e.listenGen = o.listenGen
 		if e.held && !s.lost && o.m.exists && o.m.highest == e.token && o.m.ready {
-			p := &sharedPermit{s: s, e: e, resource: o.resource, token: e.token, abort: o.w.Abort}
+			p := &sharedPermit{s: s, e: e, resource: o.resource, token: e.token, abort: o.w.Abort,
+				bodySent: o.w.BodySent, start: o.start}
 			e.flights[p] = struct{}{}
 			if o.w.Abort != nil {
 				// The forward must end within the forward timeout counted
@@ -823,6 +826,14 @@ func (s *session) lose(err error, ops []*op) {
 			if p.abort != nil {
 				aborts = append(aborts, p)
 			}
+			// A write whose request went out whole may be applied by the
+			// upstream whatever becomes of its connection: aborting it does
+			// not end it before its forward bound (recovery_shared.go).
+			if p.abort == nil || p.bodySent == nil || p.bodySent() {
+				if end := p.start.Add(f.forwardTimeout); end.After(s.lostUntil) {
+					s.lostUntil = end
+				}
+			}
 		}
 	}
 	for _, o := range ops {
@@ -832,10 +843,11 @@ func (s *session) lose(err error, ops []*op) {
 		o.err = fencegate.Unavailable(o.resource, fmt.Errorf("marker session lost: %w", err))
 	}
 	s.lostLeft = n
+	until := s.lostUntil
 	l.mu.Unlock()
 	if n == 0 {
 		// Nothing of it in flight: drains need not wait for it.
-		f.forget(s.id)
+		f.forget(s.id, until)
 	}
 	f.log.Warn("marker session to the database lost; aborting its writes in flight", "session", s.id, "writes", n, "err", err)
 	for _, p := range aborts {
@@ -878,6 +890,11 @@ type sharedPermit struct {
 	resource string
 	token    int64
 	abort    func(cause error)
+	// bodySent is the write's gateway.Write.BodySent (nil: sent whole);
+	// start is when its marker read was queued, from which its forward
+	// is bounded by the forward timeout.
+	bodySent func() bool
+	start    time.Time
 	timer    *time.Timer
 	once     sync.Once
 }
@@ -898,11 +915,13 @@ func (p *sharedPermit) Release() {
 			p.s.lostLeft--
 			last = p.s.lostLeft == 0
 		}
+		until := p.s.lostUntil
 		l.mu.Unlock()
 		if last {
-			// The last write of a lost session ended: nothing of it can
-			// land any more.
-			l.f.forget(p.s.id)
+			// The last write of a lost session ended (or was cut short
+			// before its request went out whole): once the forward bound
+			// of those that went out has passed, nothing of it can land.
+			l.f.forget(p.s.id, until)
 		}
 	})
 }

@@ -14,12 +14,15 @@ import (
 // every drain waits the session's forward timeout from when it was found
 // gone: its markers vanished while writes they protected might still be on
 // their way. The replica knows those writes: it aborted them when it lost
-// the session, and each ends when its forward does (its answer read, or
-// its connection torn down). Once the last has ended, nothing of that
-// session can land any more, and the replica deletes the row, so drains
-// stop waiting for it: a replica that comes back costs the others only
-// the time to reconnect and end its writes, not the forward timeout. A
-// replica that does not come back is waited out by its own rows' forward
+// the session. One whose request had not gone out whole is cut short and
+// never applied: it has ended when its forward returns. One whose request
+// went out whole may still be applied by the upstream, whatever becomes of
+// its connection, until its forward bound (the forward timeout from its
+// marker read) has passed. Once every write of the session has ended and
+// that bound has passed, nothing of it can land any more, and the replica
+// deletes the row, so drains stop waiting for it: a replica that comes
+// back with nothing in flight costs the others only the time to reconnect.
+// A replica that does not come back is waited out by its own rows' forward
 // timeouts, as before.
 
 // sessionForgetSQL deletes the rows of this replica's lost sessions whose
@@ -43,9 +46,14 @@ type forgetter struct {
 	kick chan struct{}
 }
 
-// forget queues the row of session id for deletion (its writes have all
-// ended).
-func (f *SharedFence) forget(id int32) {
+// forget queues the row of session id for deletion once until has passed
+// (its writes have all ended, and the forward bound of those whose
+// request went out whole ends at until).
+func (f *SharedFence) forget(id int32, until time.Time) {
+	if d := time.Until(until); d > 0 {
+		time.AfterFunc(d, func() { f.forget(id, time.Time{}) })
+		return
+	}
 	f.forgets.mu.Lock()
 	f.forgets.ids = append(f.forgets.ids, id)
 	f.forgets.mu.Unlock()
