@@ -152,20 +152,24 @@ type UpstreamHealth struct {
 
 // Status is the overview.
 type Status struct {
-	Build       telemetry.BuildInfo `json:"build"`
-	Started     time.Time           `json:"started"`
-	Uptime      string              `json:"uptime"`
-	Ready       bool                `json:"ready"`
-	NotReady    string              `json:"not_ready,omitempty"` // why, when not ready
-	FenceMode   string              `json:"fence_mode"`
-	Store       string              `json:"store"` // kind and location, without credentials
-	ConfigFile  string              `json:"config_file,omitempty"`
-	LastReload  Reload              `json:"last_reload"`
-	Routes      int                 `json:"routes"`
-	Coordinator bool                `json:"coordinator"`
-	Refusals    uint64              `json:"refusals"`      // since start
-	RefusalCap  int                 `json:"refusals_kept"` // the buffer's size
-	Listeners   map[string]string   `json:"listeners,omitempty"`
+	Build    telemetry.BuildInfo `json:"build"`
+	Started  time.Time           `json:"started"`
+	Uptime   string              `json:"uptime"`
+	Ready    bool                `json:"ready"`
+	NotReady string              `json:"not_ready,omitempty"` // why, when not ready
+	// Recovering says, while the fence holds writes that a crash or a
+	// lost database session may have left in flight could overtake,
+	// until when, how many resources and why ("" otherwise).
+	Recovering  string            `json:"recovering,omitempty"`
+	FenceMode   string            `json:"fence_mode"`
+	Store       string            `json:"store"` // kind and location, without credentials
+	ConfigFile  string            `json:"config_file,omitempty"`
+	LastReload  Reload            `json:"last_reload"`
+	Routes      int               `json:"routes"`
+	Coordinator bool              `json:"coordinator"`
+	Refusals    uint64            `json:"refusals"`      // since start
+	RefusalCap  int               `json:"refusals_kept"` // the buffer's size
+	Listeners   map[string]string `json:"listeners,omitempty"`
 }
 
 // Reload is the result of the last configuration reload (zero Time: none).

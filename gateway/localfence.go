@@ -33,12 +33,16 @@ type LocalFence struct {
 	storeTimeout time.Duration
 	onDrain      func(ctx context.Context, resource string, waited time.Duration, err error)
 	verify       func(ctx context.Context, resource string, token int64) error
-	// unsettled and unsettledWindow: see LocalFenceOptions.Unsettled.
-	unsettled       time.Time
-	unsettledWindow time.Duration
-	members         MemberStore
-	seed            maphash.Seed
-	shards          [64]fenceShard
+	// q keeps the store's serving record (nil without opts.Serving); rec
+	// waits out a crashed predecessor's writes (nil: none to wait for).
+	q              *quiescence
+	rec            *recovery
+	recoveryBound  func(resource string) time.Duration
+	onRecoveryWait func(ctx context.Context, resource string, waited time.Duration, err error)
+	onRecoveryEnd  func(waited int)
+	members        MemberStore
+	seed           maphash.Seed
+	shards         [64]fenceShard
 }
 
 // LocalFenceOptions tune a LocalFence. Zero values pick the defaults.
@@ -56,18 +60,31 @@ type LocalFenceOptions struct {
 	// any other error refuses it with fence_unavailable. Nil: every token
 	// is accepted.
 	Verify func(ctx context.Context, resource string, token int64) error
-	// Unsettled, if set, is when the writes that a previous process left
-	// in flight when it crashed have ended one way or another: the start
-	// of this process plus UnsettledWindow, the longest forward timeout.
-	// This process has no record of them, so until then a write is
-	// admitted at once only on a resource whose fence moved last more
-	// than UnsettledWindow before this process started (any write in
-	// flight there carried the same token); elsewhere a newer token could
-	// overtake an older write still on its way upstream, and the write
-	// waits until Unsettled. Zero: the previous process stopped with no
-	// write in flight (or there was none).
-	Unsettled       time.Time
-	UnsettledWindow time.Duration
+	// Serving, if set, keeps the durable record of whether this gateway
+	// may have writes in flight (docs/design.md, "After a crash (local
+	// fence)"): busy before the first forward after a quiet period, quiet
+	// once none has been in flight for a moment. Begin reads what a
+	// crashed predecessor left and waits out only its writes that could
+	// land after a newer one. Nil: no record, and no wait after a crash.
+	Serving ServingStore
+	// ForwardBound is the longest time a write of any route stays in
+	// flight (its upstream timeout and a margin), recorded with the busy
+	// mark; RecoveryBound, if set, is that of the routes that may write a
+	// resource (default: ForwardBound). A write waiting out a crashed
+	// predecessor waits at most its resource's bound from the start.
+	ForwardBound  time.Duration
+	RecoveryBound func(resource string) time.Duration
+	// OnRecoveryWait, if set, is called after each wait for a crashed
+	// predecessor's writes; OnRecoveryEnd once that recovery is over, with
+	// the number of writes that waited.
+	OnRecoveryWait func(ctx context.Context, resource string, waited time.Duration, err error)
+	OnRecoveryEnd  func(waited int)
+	// QuietAfter is how long no write must be in flight before the fence
+	// records itself quiet (default 500ms).
+	QuietAfter time.Duration
+	// Log receives what cannot be returned (a serving record that failed).
+	// Nil: discarded.
+	Log func(msg string, args ...any)
 	// Members reads the highest token below a key, for ScopeTree writes
 	// (hierarchical routes). Nil: the store, if it implements
 	// MemberStore; otherwise ScopeTree writes are refused with
@@ -146,6 +163,7 @@ type flight struct {
 	older    bool
 	abort    func(cause error)
 	bodySent func() bool
+	q        *quiescence // counts the fence's writes in flight; nil: none
 	once     sync.Once
 	// prev and next link the entry's inflight, under the shard lock.
 	prev, next *flight
@@ -165,15 +183,31 @@ func NewLocalFence(store Store, opts LocalFenceOptions) *LocalFence {
 		opts.StoreTimeout = fencegate.DefaultStoreTimeout
 	}
 	f := &LocalFence{
-		store:           store,
-		drainTimeout:    opts.DrainTimeout,
-		storeTimeout:    opts.StoreTimeout,
-		onDrain:         opts.OnDrain,
-		verify:          opts.Verify,
-		unsettled:       opts.Unsettled,
-		unsettledWindow: opts.UnsettledWindow,
-		members:         opts.Members,
-		seed:            maphash.MakeSeed(),
+		store:          store,
+		drainTimeout:   opts.DrainTimeout,
+		storeTimeout:   opts.StoreTimeout,
+		onDrain:        opts.OnDrain,
+		verify:         opts.Verify,
+		recoveryBound:  opts.RecoveryBound,
+		onRecoveryWait: opts.OnRecoveryWait,
+		onRecoveryEnd:  opts.OnRecoveryEnd,
+		members:        opts.Members,
+		seed:           maphash.MakeSeed(),
+	}
+	if opts.Serving != nil {
+		if opts.ForwardBound <= 0 {
+			opts.ForwardBound = fencegate.DefaultUpstreamTimeout + fencegate.DrainMargin
+		}
+		if opts.QuietAfter <= 0 {
+			opts.QuietAfter = quietAfter
+		}
+		if opts.Log == nil {
+			opts.Log = func(string, ...any) {}
+		}
+		q := &quiescence{store: opts.Serving, bound: opts.ForwardBound, delay: opts.QuietAfter, log: opts.Log}
+		q.timer = time.AfterFunc(time.Hour, q.quiet)
+		q.timer.Stop()
+		f.q = q
 	}
 	per := (opts.MaxEntries + len(f.shards) - 1) / len(f.shards)
 	for i := range f.shards {
@@ -291,26 +325,34 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 			}
 			continue
 		}
-		if until := f.unsettled; !until.IsZero() && e.updatedAt.After(until.Add(-2*f.unsettledWindow)) {
-			// The fence moved within the window before this process
-			// started, or since: a crashed predecessor's older write may
-			// still be on its way upstream.
-			if d := time.Until(until); d > 0 {
+		if r := f.rec; r != nil && !r.ended.Load() {
+			if until := r.until(w.Resource, w.Token, e.highest, e.below, w.Scope); time.Now().Before(until) {
+				// A crashed predecessor's older write may still be on its
+				// way upstream here.
 				sh.mu.Unlock()
-				waitStart := time.Now()
-				err := sleep(ctx, d)
-				if f.onDrain != nil {
-					f.onDrain(ctx, w.Resource, time.Since(waitStart), err)
-				}
-				if err != nil {
+				if err := r.wait(ctx, w.Resource, until); err != nil {
 					return nil, err
 				}
 				continue
 			}
 		}
-		fl := &flight{sh: sh, e: i, token: w.Token, scope: w.Scope, abort: w.Abort, bodySent: w.BodySent}
+		fl := &flight{sh: sh, e: i, token: w.Token, scope: w.Scope, abort: w.Abort, bodySent: w.BodySent, q: f.q}
 		e.fly(fl)
 		sh.mu.Unlock()
+		if f.q != nil {
+			// Busy durably before the forward: a crash from here on is
+			// waited out by the next process.
+			if m := f.q.enter(); m != nil {
+				if err := wait(ctx, m.done, nil); err != nil {
+					fl.Release()
+					return nil, err
+				}
+				if m.err != nil {
+					fl.Release()
+					return nil, fencegate.Unavailable(w.Resource, m.err)
+				}
+			}
+		}
 		return fl, nil
 	}
 }
@@ -367,17 +409,34 @@ func (f *LocalFence) load(ctx context.Context, sh *fenceShard, i int32, resource
 // with sh.mu held; returns with it released.
 func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, i int32, resource string, token int64, owner string) error {
 	ch := make(chan struct{})
-	sh.entries[i].advancing = ch
+	e := &sh.entries[i]
+	e.advancing = ch
+	// Over older writes in flight (this process's, or a crashed
+	// predecessor's not yet waited out): a crash before they end must
+	// leave the next process a record that this token's writes wait.
+	draining := f.q != nil && e.flying > 0
+	if r := f.rec; r != nil && r.advancing(resource, e.highest) {
+		draining = f.q != nil
+	}
 	sh.mu.Unlock()
 
 	// The advance must not be abandoned half way because one client went
 	// away: other writers are waiting on it. It is bounded by storeTimeout.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.storeTimeout)
-	st, err := f.store.AdvanceFence(sctx, resource, token, owner)
+	var err error
+	if draining {
+		if err = f.q.draining(sctx, resource, token); err != nil {
+			err = fmt.Errorf("record the advance over writes in flight: %w", err)
+		}
+	}
+	var st fencegate.FenceState
+	if err == nil {
+		st, err = f.store.AdvanceFence(sctx, resource, token, owner)
+	}
 	cancel()
 
 	sh.mu.Lock()
-	e := &sh.entries[i]
+	e = &sh.entries[i]
 	e.advancing = nil
 	if err == nil && st.Highest > e.highest {
 		sh.setState(i, resource, st)
@@ -480,6 +539,9 @@ func (fl *flight) Release() {
 			}
 		}
 		sh.mu.Unlock()
+		if fl.q != nil {
+			fl.q.leave()
+		}
 	})
 }
 

@@ -227,6 +227,7 @@ func (cs consoleStatus) Status(ctx context.Context) console.Status {
 			st.Ready, st.NotReady = false, "store unavailable: "+err.Error()
 		}
 	}
+	st.Recovering = s.recovering()
 	for _, l := range s.listeners {
 		st.Listeners[l.name] = l.ln.Addr().String()
 	}

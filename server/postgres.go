@@ -65,8 +65,10 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 			MarkerConns:    markers,
 			Verify:         verify,
 			Logger:         s.log.With("component", "fence"),
+			OnRecoveryWait: s.tel.RecoveryWaited,
 		})
 		s.closers = append(s.closers, sf)
+		s.watchRecovery(sf.Recovery)
 		// A database down at start is not an error (writes are refused
 		// until it is back); a pooler that cannot keep the markers is.
 		ctx, cancel := context.WithTimeout(context.Background(), st.Timeout)
@@ -84,13 +86,11 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 			Verify:     verify,
 			Members:    members,
 		}
-		if s.unclean {
-			opts.UnsettledWindow = maxForwardTimeout(cfg)
-			opts.Unsettled = time.Now().Add(opts.UnsettledWindow)
-			s.log.Warn("the previous process stopped with writes possibly in flight (a crash): writes to fences that moved recently wait until those have ended",
-				"until", opts.Unsettled.UTC().Format(time.RFC3339), "window", opts.UnsettledWindow.String())
+		lf, err := s.newLocalFence(cfg, store, opts)
+		if err != nil {
+			return nil, err
 		}
-		fence = gateway.NewLocalFence(s.tel.Store(store), opts)
+		fence = lf
 	}
 	s.fenceOnIssue(cfg, fence, s.tel.TraceFence(fence))
 	return fence, nil

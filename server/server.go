@@ -63,11 +63,12 @@ type Server struct {
 	tokenSources tokenSources // routes' lock services (tokensource.go)
 	raised       raisedFences // readyz_tokensource.go
 
-	// serving is the embedded store's record of a gateway serving from it
-	// (cleared at a shutdown with no write left in flight); unclean says
-	// the previous process ended without that (a crash).
-	serving interface{ EndServing(context.Context) error }
-	unclean bool
+	// localFence is the local fence when it keeps the store's serving
+	// record (recovery.go): closed at a shutdown with no write in flight.
+	localFence *gateway.LocalFence
+	// recovery reports the fence's recovery after a crash or a lost
+	// database session (recovery.go); nil: the fence has none.
+	recovery func() gateway.RecoveryStatus
 
 	listeners []*listener
 }
@@ -182,13 +183,6 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 		s.tel.StoreCommits(func() (uint64, uint64) { c := st.Stats(); return c.Commits, c.Changes })
 		s.tel.StoreSyncs(func() uint64 { return st.Stats().Syncs })
 		s.tel.StoreLog(func() (int, uint64, uint64) { c := st.Stats(); return c.LogState, c.LogErrors, c.CheckpointErrors })
-		if cfg.Gateway != nil {
-			unclean, err := st.BeginServing(ctx)
-			if err != nil {
-				return nil, err
-			}
-			s.serving, s.unclean = st, unclean
-		}
 		return st, nil
 	default:
 		return s.openPostgres(ctx, cfg)
@@ -308,6 +302,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if msg, detail := s.raisedTokenSourceFences(r.Context()); msg != "" {
 		s.log.Warn("readyz: " + detail)
 		http.Error(w, msg, http.StatusServiceUnavailable)
+		return
+	}
+	if rec := s.recovering(); rec != "" {
+		// Ready: only writes that could overtake one left in flight wait.
+		w.Write([]byte("ready; " + rec + "\n"))
 		return
 	}
 	w.Write([]byte("ready\n"))
@@ -521,11 +520,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	wg.Wait()
 	if err := s.waitWrites(); err != nil {
 		errs = append(errs, err)
-	} else if s.serving != nil {
+	} else if s.localFence != nil {
 		// No write is left in flight: the next start needs no wait.
-		if err := s.serving.EndServing(context.Background()); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), fencegate.DefaultStoreTimeout)
+		if err := s.localFence.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
+		cancel()
 	}
 	errs = append(errs, s.Close())
 	return errors.Join(errs...)

@@ -58,6 +58,8 @@ type Telemetry struct {
 	coord     *CoordinatorMetrics // registered by the first coordinator hook
 
 	routes sync.Map // route name → *routeMetrics
+
+	recovery recoveryMetrics // recovery.go
 }
 
 // Options tune New.

@@ -84,7 +84,8 @@ var segMagic = []byte("FGWAL\x00\x02\x00")
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// walRecord is one logged advance, or a mark (resource "").
+// walRecord is one logged advance, or a mark (resource ""). A mark's token
+// is 0, or a serving record (serving.go).
 type walRecord struct {
 	lsn      uint64
 	prev     uint64 // the last position acknowledged when its batch was written
@@ -298,6 +299,11 @@ type advanceLog struct {
 
 	markTimer *time.Timer // owned by run
 
+	// serving is the last serving mark appended (0: none since Open), at
+	// position servingLSN; servingSaved is the position of the one the
+	// last checkpoint wrote into bbolt (under appendMu).
+	serving, servingLSN, servingSaved uint64
+
 	syncs, batches, changes, checkpoints atomic.Uint64
 	writeErrors, checkpointErrors        atomic.Uint64
 }
@@ -308,8 +314,9 @@ type advance struct {
 	token    int64
 	owner    string
 	result   fenceRecord
-	err      error // this advance's own failure (a corrupt record)
-	mark     bool  // a mark vouching for the batches before it
+	err      error  // this advance's own failure (a corrupt record)
+	mark     bool   // a mark vouching for the batches before it
+	serving  uint64 // a mark's token: a serving record (serving.go), or 0
 	done     chan error
 }
 
@@ -450,6 +457,8 @@ func replay(db *bbolt.DB, known *keyFilter, base string, salvage *SalvageReport)
 		}
 	}
 	var recs []walRecord
+	// serving is the last serving mark read in order (serving.go).
+	var serving walRecord
 	// read is the last position read in order; every position at or below
 	// ckpt is in bbolt, so what the log must show reaches max(read, ckpt).
 	var read uint64
@@ -505,6 +514,8 @@ func replay(db *bbolt.DB, known *keyFilter, base string, salvage *SalvageReport)
 			read = r.lsn
 			if !r.mark() {
 				recs = append(recs, r)
+			} else if r.token != 0 {
+				serving = r
 			}
 			off += n
 		}
@@ -549,6 +560,11 @@ func replay(db *bbolt.DB, known *keyFilter, base string, salvage *SalvageReport)
 				if err := putFence(tx, known, rec.resource, m); err != nil {
 					return err
 				}
+			}
+		}
+		if serving.lsn > ckpt {
+			if err := putServing(tx, uint64(serving.token)); err != nil {
+				return err
 			}
 		}
 		// The segments are removed next: none is needed any more.
@@ -603,6 +619,40 @@ func (w *advanceLog) submit(resource string, token int64, owner string) *advance
 	w.queue = append(w.queue, a)
 	w.cond.Signal()
 	return a
+}
+
+// mark logs a serving record (a mark with token serving, serving.go) and
+// returns once it is durable. Until the log's first segment exists (none
+// since Open, whose replay removed them), a serving record is written into
+// bbolt instead: creating a segment allocates 8 MiB, which a nearly full
+// disk refuses, and a gateway whose advances are refused there must still
+// serve repeated tokens (TestFullDiskHealsWithoutRestart). No logged mark
+// can then be newer, and every later one is.
+func (w *advanceLog) mark(ctx context.Context, serving uint64) error {
+	if serving != 0 {
+		w.appendMu.Lock()
+		if w.seg == nil && len(w.full) == 0 && w.err == nil {
+			err := w.s.db.Update(func(tx *bbolt.Tx) error { return putServing(tx, serving) })
+			w.appendMu.Unlock()
+			return err
+		}
+		w.appendMu.Unlock()
+	}
+	a := &advance{mark: true, serving: serving, done: make(chan error, 1)}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.queue = append(w.queue, a)
+	w.cond.Signal()
+	w.mu.Unlock()
+	select {
+	case err := <-a.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // release puts a, whose answer was received, back for reuse.
@@ -703,6 +753,7 @@ func (w *advanceLog) write(batch []*advance) (bool, error) {
 	for _, a := range batch {
 		rec := walRecord{lsn: w.nextLSN + uint64(len(logged)), prev: w.acked, at: now.UnixNano()}
 		if a.mark {
+			rec.token = int64(a.serving)
 			buf = rec.appendTo(buf)
 			logged = append(logged, rec)
 			continue
@@ -738,6 +789,11 @@ func (w *advanceLog) write(batch []*advance) (bool, error) {
 	w.ok()
 	w.acked = logged[len(logged)-1].lsn
 	w.seg.last = w.acked
+	for _, rec := range logged {
+		if rec.mark() && rec.token != 0 {
+			w.serving, w.servingLSN = uint64(rec.token), rec.lsn
+		}
+	}
 	w.syncs.Add(1)
 	w.batches.Add(1)
 	w.changes.Add(uint64(advances))
@@ -812,21 +868,7 @@ func (w *advanceLog) health(ctx context.Context) error {
 	if err != nil || w.failing.Load() == nil {
 		return err
 	}
-	a := &advance{mark: true, done: make(chan error, 1)}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return ErrClosed
-	}
-	w.queue = append(w.queue, a)
-	w.cond.Signal()
-	w.mu.Unlock()
-	select {
-	case err := <-a.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return w.mark(ctx, 0)
 }
 
 // logState is the advance log's state for the metrics: 0 appending, 1
@@ -1000,6 +1042,8 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		}
 	}()
 	upto := w.acked
+	serving, servingLSN := w.serving, w.servingLSN
+	servingDirty := servingLSN > w.servingSaved
 	// The lowest segment a replay still needs after this checkpoint: the
 	// current one, and any older one with records above upto.
 	keepSeq := w.nextSeq
@@ -1020,7 +1064,7 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 	}
 	s.pending.mu.RUnlock()
 	if fn == nil {
-		if len(snap) == 0 {
+		if len(snap) == 0 && !servingDirty {
 			return nil
 		}
 		w.appendMu.Unlock() // advances go on while bbolt commits
@@ -1063,6 +1107,11 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 					return err
 				}
 			}
+			if servingDirty {
+				if err := putServing(tx, serving); err != nil {
+					return err
+				}
+			}
 			if fn != nil {
 				return fn(tx)
 			}
@@ -1098,6 +1147,7 @@ func (w *advanceLog) checkpointOnce(fn func(tx *bbolt.Tx) error) error {
 		w.appendMu.Lock()
 		held = true
 	}
+	w.servingSaved = max(w.servingSaved, servingLSN)
 	// Only segments below the lowest one still needed go: bbolt now says
 	// every one from keepSeq on exists.
 	keep := w.full[:0]

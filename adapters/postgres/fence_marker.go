@@ -45,7 +45,12 @@ type session struct {
 	idle  map[int64]*entry
 	queue []*op
 	lost  bool
-	wake  chan struct{} // cap 1: the worker has something to send
+	// lostLeft counts, once the session is lost, its writes still in
+	// flight; its row is forgotten when it reaches 0, and not before
+	// lostUntil (recovery_shared.go).
+	lostLeft  int
+	lostUntil time.Time
+	wake      chan struct{} // cap 1: the worker has something to send
 	// marks counts the opMark and opPing in queue; unlocksSince is when the
 	// oldest unlock in queue was queued (zero if none), marksSince the
 	// oldest mark. busy: the last pipeline, sent at lastSend, carried
@@ -322,6 +327,10 @@ func (e *entry) end() {
 	}
 }
 
+// reconnectMax caps the wait between two tries to open a marker session
+// (a refused connection to a database that is down costs little).
+const reconnectMax = 250 * time.Millisecond
+
 // run keeps a marker session up until the fence is closed.
 func (l *lane) run() {
 	backoff := 50 * time.Millisecond
@@ -355,7 +364,11 @@ func (l *lane) run() {
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, time.Second)
+			// At most reconnectMax between tries: writes wait up to the
+			// acquire timeout (1s) for a session, and a database that
+			// returns (a restart, a failover) must find the replica
+			// serving within that.
+			backoff = min(2*backoff, reconnectMax)
 			continue
 		}
 		backoff = 50 * time.Millisecond
@@ -762,7 +775,8 @@ func (s *session) apply(ops []*op) {
 		// this replica (docs/design.md §4).
 		e.listenGen = o.listenGen
 		if e.held && !s.lost && o.m.exists && o.m.highest == e.token && o.m.ready {
-			p := &sharedPermit{s: s, e: e, resource: o.resource, token: e.token, abort: o.w.Abort}
+			p := &sharedPermit{s: s, e: e, resource: o.resource, token: e.token, abort: o.w.Abort,
+				bodySent: o.w.BodySent, start: o.start}
 			e.flights[p] = struct{}{}
 			if o.w.Abort != nil {
 				// The forward must end within the forward timeout counted
@@ -812,6 +826,14 @@ func (s *session) lose(err error, ops []*op) {
 			if p.abort != nil {
 				aborts = append(aborts, p)
 			}
+			// A write whose request went out whole may be applied by the
+			// upstream whatever becomes of its connection: aborting it does
+			// not end it before its forward bound (recovery_shared.go).
+			if p.abort == nil || p.bodySent == nil || p.bodySent() {
+				if end := p.start.Add(f.forwardTimeout); end.After(s.lostUntil) {
+					s.lostUntil = end
+				}
+			}
 		}
 	}
 	for _, o := range ops {
@@ -820,7 +842,13 @@ func (s *session) lose(err error, ops []*op) {
 		}
 		o.err = fencegate.Unavailable(o.resource, fmt.Errorf("marker session lost: %w", err))
 	}
+	s.lostLeft = n
+	until := s.lostUntil
 	l.mu.Unlock()
+	if n == 0 {
+		// Nothing of it in flight: drains need not wait for it.
+		f.forget(s.id, until)
+	}
 	f.log.Warn("marker session to the database lost; aborting its writes in flight", "session", s.id, "writes", n, "err", err)
 	for _, p := range aborts {
 		p.abort(&fencegate.SessionLostError{Resource: p.resource, Err: err})
@@ -862,6 +890,11 @@ type sharedPermit struct {
 	resource string
 	token    int64
 	abort    func(cause error)
+	// bodySent is the write's gateway.Write.BodySent (nil: sent whole);
+	// start is when its marker read was queued, from which its forward
+	// is bounded by the forward timeout.
+	bodySent func() bool
+	start    time.Time
 	timer    *time.Timer
 	once     sync.Once
 }
@@ -877,6 +910,18 @@ func (p *sharedPermit) Release() {
 		l.mu.Lock()
 		delete(p.e.flights, p)
 		p.s.release(p.e)
+		last := false
+		if p.s.lost && p.s.lostLeft > 0 {
+			p.s.lostLeft--
+			last = p.s.lostLeft == 0
+		}
+		until := p.s.lostUntil
 		l.mu.Unlock()
+		if last {
+			// The last write of a lost session ended (or was cut short
+			// before its request went out whole): once the forward bound
+			// of those that went out has passed, nothing of it can land.
+			l.f.forget(p.s.id, until)
+		}
 	})
 }

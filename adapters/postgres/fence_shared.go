@@ -86,6 +86,10 @@ type SharedFence struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+
+	forgets        forgetter // recovery_shared.go
+	holds          holds
+	onRecoveryWait func(ctx context.Context, resource string, waited time.Duration, err error)
 }
 
 // SharedFenceOptions tune a SharedFence. Zero values pick the defaults.
@@ -132,6 +136,9 @@ type SharedFenceOptions struct {
 	// Logger receives warnings (a marker session lost with writes in
 	// flight, a pooler in the wrong mode). Nil: slog.Default().
 	Logger *slog.Logger
+	// OnRecoveryWait, if set, is called once per write that waited for a
+	// lost marker session's forward timeout, with the wait.
+	OnRecoveryWait func(ctx context.Context, resource string, waited time.Duration, err error)
 }
 
 var _ gateway.Fence = (*SharedFence)(nil)
@@ -233,6 +240,8 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 		markerIdle:     opts.markerIdle,
 		markerLinger:   max(opts.MarkerLinger, 0),
 		closing:        make(chan struct{}),
+		forgets:        forgetter{kick: make(chan struct{}, 1)},
+		onRecoveryWait: opts.OnRecoveryWait,
 	}
 	for range opts.MarkerConns {
 		l := &lane{f: f, up: make(chan struct{})}
@@ -241,6 +250,7 @@ func NewSharedFence(s *Store, opts SharedFenceOptions) *SharedFence {
 	}
 	if len(f.lanes) > 0 {
 		f.wg.Go(f.listen)
+		f.wg.Go(f.runForget)
 	}
 	return f
 }
@@ -421,6 +431,21 @@ func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, deadline ti
 	l := f.lane(key)
 	verified := w.Verified
 	backoff := 2 * time.Millisecond
+	var held time.Time // when the write began waiting for a lost session
+	defer func() {
+		if !held.IsZero() {
+			f.holds.done(w.Resource)
+			if f.onRecoveryWait != nil {
+				f.onRecoveryWait(ctx, w.Resource, time.Since(held), nil)
+			}
+		}
+	}()
+	hold := func(bound time.Duration) {
+		if bound > 0 && held.IsZero() {
+			held = time.Now()
+			f.holds.add(w.Resource, held.Add(bound))
+		}
+	}
 	for {
 		m, err := l.mark(ctx, w, key)
 		if err != nil {
@@ -463,6 +488,7 @@ func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, deadline ti
 				return nil, err
 			}
 			l.superseded(key, st.Highest)
+			hold(st.bound)
 			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
 				return nil, err
 			}
@@ -477,6 +503,7 @@ func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, deadline ti
 			if err != nil {
 				return nil, err
 			}
+			hold(st.bound)
 			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
 				return nil, err
 			}
@@ -513,16 +540,22 @@ func (f *SharedFence) sleep(ctx context.Context, w gateway.Write, ch <-chan stru
 	}
 }
 
-// pause waits d (a gone marker session's forward timeout), or refuses the
-// write with fence_draining if d does not fit before deadline.
+// pause waits for a gone marker session's forward timeout d, a poll at a
+// time (recoveryPoll): the caller drains again after each, and the bound
+// is gone as soon as the session's replica came back and found its writes
+// ended (recovery_shared.go). A bound that does not fit before deadline
+// refuses the write with fence_draining once recoveryGrace has passed
+// since the write began (deadline - drain) without the replica coming
+// back.
 func (f *SharedFence) pause(ctx context.Context, w gateway.Write, d time.Duration, deadline time.Time, drain time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	if time.Until(deadline) < d {
+	left := time.Until(deadline)
+	if left < d && (time.Since(deadline.Add(-drain)) >= recoveryGrace || left <= 0) {
 		return draining(w, drain, fmt.Errorf("a marker session that may have held writes in flight was lost; waiting %s for its forward timeout", d.Round(time.Millisecond)))
 	}
-	return clock.Sleep(ctx, d)
+	return clock.Sleep(ctx, min(d, recoveryPoll, max(left, time.Millisecond)))
 }
 
 func draining(w gateway.Write, drain time.Duration, err error) error {
