@@ -188,16 +188,14 @@ type oracleRefusal struct {
 	Route         string `xml:"Route"`
 }
 
-// The write-set oracle, black-box form (issue 41): VersityGW's whole
-// durable state (its posix directory: every bucket, object, folder,
-// multipart upload and part, with content and every extended attribute,
-// which hold metadata, tags, ACLs, policies, retention and legal hold) is
-// read before and after each of oracleShapes, sent with token 5 to objects
-// and buckets whose fences are at 100. Each must be refused by the gateway
-// (an S3 XML error of its own, with the code the shape expects) and leave
-// the state exactly as it was. A control write with token 100 must change
-// the state (the snapshot sees writes).
-func TestS3Oracle(t *testing.T) {
+// startS3Oracle is the oracle's store and gateway: VersityGW with the
+// buckets "fenced" and "locked" (object lock), each object of
+// oracleObjects written and tagged through the gateway with token 100, and
+// a multipart upload of fenced/a open with one part. The gateway's route
+// fences bucket configuration writes and takes virtual-hosted requests
+// under s3.internal. It returns the upload's id.
+func startS3Oracle(t testing.TB) (*s3Env, string) {
+	t.Helper()
 	e := startLockedS3Env(t, "        bucket_config: fence\n        virtual_host_suffix: s3.internal\n")
 	ctx := context.Background()
 	owner := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(100))
@@ -229,7 +227,21 @@ func TestS3Oracle(t *testing.T) {
 		PartNumber: aws.Int32(1), Body: strings.NewReader("part one")}); err != nil {
 		t.Fatal(err)
 	}
+	return e, aws.ToString(mpu.UploadId)
+}
 
+// The write-set oracle, black-box form (issue 41): VersityGW's whole
+// durable state (its posix directory: every bucket, object, folder,
+// multipart upload and part, with content and every extended attribute,
+// which hold metadata, tags, ACLs, policies, retention and legal hold) is
+// read before and after each of oracleShapes, sent with token 5 to objects
+// and buckets whose fences are at 100. Each must be refused by the gateway
+// (an S3 XML error of its own, with the code the shape expects) and leave
+// the state exactly as it was. A control write with token 100 must change
+// the state (the snapshot sees writes).
+func TestS3Oracle(t *testing.T) {
+	e, uploadID := startS3Oracle(t)
+	ctx := context.Background()
 	shapes := oracleShapes()
 	if len(shapes) < 40 {
 		t.Fatalf("%d shapes; the oracle needs at least 40", len(shapes))
@@ -237,8 +249,11 @@ func TestS3Oracle(t *testing.T) {
 	gw := strings.TrimPrefix(e.GW, "http://")
 	before := versityState(t, e.S3.Dir)
 	for _, s := range shapes {
-		s.query = strings.ReplaceAll(s.query, oracleUploadID, aws.ToString(mpu.UploadId))
-		status, body := sendShape(t, gw, s, 5)
+		s.query = strings.ReplaceAll(s.query, oracleUploadID, uploadID)
+		status, body, err := sendShape(gw, s, 5)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
 		var ref oracleRefusal
 		xml.Unmarshal(body, &ref)
 		t.Logf("%-40s %d %s", s.name, status, ref.Code)
@@ -257,6 +272,7 @@ func TestS3Oracle(t *testing.T) {
 	}
 
 	// The control: the owner's own write shows in the state.
+	owner := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(100))
 	if _, err := owner.PutObjectTagging(ctx, &s3.PutObjectTaggingInput{Bucket: aws.String("fenced"), Key: aws.String("K/"),
 		Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("by"), Value: aws.String("control")}}}}); err != nil {
 		t.Fatal(err)
@@ -268,15 +284,14 @@ func TestS3Oracle(t *testing.T) {
 
 // sendShape signs s with the worker's key (aws-sdk-go-v2's signer, every
 // header signed) and sends it to the gateway at addr with token.
-func sendShape(t *testing.T, addr string, s s3Shape, token int64) (int, []byte) {
-	t.Helper()
+func sendShape(addr string, s s3Shape, token int64) (int, []byte, error) {
 	u := "http://" + addr + s.path
 	if s.query != "" {
 		u += "?" + s.query
 	}
 	req, err := http.NewRequest(s.method, u, strings.NewReader(s.body))
 	if err != nil {
-		t.Fatalf("%s: %v", s.name, err)
+		return 0, nil, err
 	}
 	if s.vhost != "" {
 		_, port, _ := strings.Cut(addr, ":")
@@ -298,22 +313,26 @@ func sendShape(t *testing.T, addr string, s s3Shape, token int64) (int, []byte) 
 	signer := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
 	if err := signer.SignHTTP(context.Background(), aws.Credentials{AccessKeyID: s3WorkerKey, SecretAccessKey: s3WorkerSecret},
 		req, hash, "s3", "us-east-1", time.Now()); err != nil {
-		t.Fatalf("%s: sign: %v", s.name, err)
+		return 0, nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := oracleClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s: %v", s.name, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
+
+// oracleClient bounds a request: a shape the gateway neither answers nor
+// refuses in time is an error.
+var oracleClient = &http.Client{Timeout: 20 * time.Second}
 
 // versityState is VersityGW's durable state: one line per file and
 // directory under its posix root (relative path, kind, modification time,
 // SHA-256 of the content) and one per extended attribute (name and
 // SHA-256 of the value), sorted.
-func versityState(t *testing.T, root string) []string {
+func versityState(t testing.TB, root string) []string {
 	t.Helper()
 	var lines []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -349,7 +368,7 @@ func versityState(t *testing.T, root string) []string {
 
 // xattrs lists a file's extended attributes as "name=value" (values
 // hashed when long).
-func xattrs(t *testing.T, p string) []string {
+func xattrs(t testing.TB, p string) []string {
 	t.Helper()
 	buf := make([]byte, 64<<10)
 	n, err := syscall.Listxattr(p, buf)

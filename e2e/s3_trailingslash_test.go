@@ -75,7 +75,7 @@ func settingsWrites(c *s3.Client, bucket, key string) map[string]func() error {
 
 // startLockedS3Env is VersityGW with an object-lock bucket and a gateway
 // whose S3 route has the extra s3 settings extra (indented YAML lines).
-func startLockedS3Env(t *testing.T, extra string) *s3Env {
+func startLockedS3Env(t testing.TB, extra string) *s3Env {
 	t.Helper()
 	srv := testenv.Versity(t)
 	e := &s3Env{S3: srv}
