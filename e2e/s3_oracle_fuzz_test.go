@@ -1,9 +1,16 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/server"
 )
 
 // FuzzS3Oracle generates more write shapes from the oracle's (its seeds)
@@ -30,7 +37,10 @@ func FuzzS3Oracle(f *testing.F) {
 	if testing.Short() {
 		f.Skip("starts VersityGW and the gateway")
 	}
-	e, uploadID := startS3Oracle(f)
+	// The gateway runs in this process: the fuzzer's coverage then
+	// includes its classification, and a restarted worker does not build
+	// and start a binary.
+	e, uploadID := startS3Oracle(f, inProcessGateway)
 	gw := strings.TrimPrefix(e.GW, "http://")
 	seeded := stateByPath(versityState(f, e.S3.Dir))
 	f.Fuzz(func(t *testing.T, method string, vhost bool, p, query, hname, hval, body string) {
@@ -63,6 +73,31 @@ func FuzzS3Oracle(f *testing.F) {
 			}
 		}
 	})
+}
+
+// inProcessGateway serves the configuration yaml ($GATEWAY, $ADMIN and
+// $DIR filled in) in this process until the test ends, and returns the
+// gateway's base URL.
+func inProcessGateway(t testing.TB, yaml string) string {
+	t.Helper()
+	yaml = strings.NewReplacer(
+		"$GATEWAY", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		"$ADMIN", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		"$DIR", t.TempDir()).Replace(yaml)
+	cfg, err := config.Parse("oracle.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	srv, err := server.New(ctx, cfg, server.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + srv.Addr("gateway")
 }
 
 // stateByPath groups versityState's lines by the path they describe.

@@ -193,10 +193,11 @@ type oracleRefusal struct {
 // oracleObjects written and tagged through the gateway with token 100, and
 // a multipart upload of fenced/a open with one part. The gateway's route
 // fences bucket configuration writes and takes virtual-hosted requests
-// under s3.internal. It returns the upload's id.
-func startS3Oracle(t testing.TB) (*s3Env, string) {
+// under s3.internal; start starts it (startLockedS3EnvWith). It returns
+// the upload's id.
+func startS3Oracle(t testing.TB, start func(t testing.TB, yaml string) string) (*s3Env, string) {
 	t.Helper()
-	e := startLockedS3Env(t, "        bucket_config: fence\n        virtual_host_suffix: s3.internal\n")
+	e := startLockedS3EnvWith(t, "        bucket_config: fence\n        virtual_host_suffix: s3.internal\n", start)
 	ctx := context.Background()
 	owner := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(100))
 	// The buckets are created and tagged directly: their own fences stay
@@ -240,7 +241,9 @@ func startS3Oracle(t testing.TB) (*s3Env, string) {
 // the state exactly as it was. A control write with token 100 must change
 // the state (the snapshot sees writes).
 func TestS3Oracle(t *testing.T) {
-	e, uploadID := startS3Oracle(t)
+	e, uploadID := startS3Oracle(t, func(t testing.TB, yaml string) string {
+		return startFencegate(t, yaml).URL("gateway")
+	})
 	ctx := context.Background()
 	shapes := oracleShapes()
 	if len(shapes) < 40 {

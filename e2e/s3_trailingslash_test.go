@@ -74,8 +74,18 @@ func settingsWrites(c *s3.Client, bucket, key string) map[string]func() error {
 }
 
 // startLockedS3Env is VersityGW with an object-lock bucket and a gateway
-// whose S3 route has the extra s3 settings extra (indented YAML lines).
+// (a fencegate process) whose S3 route has the extra s3 settings extra
+// (indented YAML lines).
 func startLockedS3Env(t testing.TB, extra string) *s3Env {
+	t.Helper()
+	return startLockedS3EnvWith(t, extra, func(t testing.TB, yaml string) string {
+		return startFencegate(t, yaml).URL("gateway")
+	})
+}
+
+// startLockedS3EnvWith is startLockedS3Env with the gateway started by
+// start, which returns its base URL.
+func startLockedS3EnvWith(t testing.TB, extra string, start func(t testing.TB, yaml string) string) *s3Env {
 	t.Helper()
 	srv := testenv.Versity(t)
 	e := &s3Env{S3: srv}
@@ -87,8 +97,7 @@ func startLockedS3Env(t testing.TB, extra string) *s3Env {
 	if extra != "" {
 		route = strings.Replace(route, "        clients:", extra+"        clients:", 1)
 	}
-	e.Proc = startFencegate(t, s3GatewayYAML(route))
-	e.GW = e.Proc.URL("gateway")
+	e.GW = start(t, s3GatewayYAML(route))
 	return e
 }
 
