@@ -45,14 +45,11 @@ type ETagStore = precondition.Store
 // Upstream forwards S3 requests. It implements gateway.Upstream,
 // gateway.Inspector and gateway.ErrorWriter.
 type Upstream struct {
-	route    string
-	endpoint *url.URL
-	region   string
-	creds    aws.CredentialsProvider
-	signer   upstreamSigner
-	// sign signs a forwarded request (signer.sign; a benchmark swaps in
-	// aws-sdk-go-v2's signer to compare, BenchmarkSignerEndToEnd).
-	sign         func(req *http.Request, creds aws.Credentials, payload string, now time.Time)
+	route        string
+	endpoint     *url.URL
+	region       string
+	creds        aws.CredentialsProvider
+	signer       upstreamSigner
 	clients      map[string]string // access key id -> secret
 	keys         keyCache          // signing keys of verified worker requests
 	vhostSuffix  string
@@ -72,6 +69,9 @@ type Upstream struct {
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
 	// the gateway holds in memory to re-sign it. Default 8 MiB.
 	maxChunk int
+	// sign signs a forwarded request (signer.sign; a benchmark swaps in
+	// aws-sdk-go-v2's signer to compare, BenchmarkSignerEndToEnd).
+	sign func(req *http.Request, creds aws.Credentials, payload string, now time.Time)
 }
 
 var (
@@ -261,13 +261,8 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 			return gateway.Inspection{}, errAccessDenied("bucket configuration writes are refused on this route: they can change or expose every object of the bucket (s3.bucket_config: fence admits them, fenced on the bucket's key)").refusal()
 		}
 	}
-	if !fencegate.ReadMethod(r.Method) {
-		if err := checkWriteQuery(r.Method, t, r.URL.RawQuery); err != nil {
-			return gateway.Inspection{}, err.refusal()
-		}
-		if err := checkConditionHeaders(r.Header); err != nil {
-			return gateway.Inspection{}, err.refusal()
-		}
+	if err := checkWrite(r, t); err != nil {
+		return gateway.Inspection{}, err.refusal()
 	}
 	insp := gateway.Inspection{Owner: a.accessKey, State: &inspected{auth: a, key: key, target: t}}
 	if t.bucket != "" {
@@ -404,6 +399,9 @@ func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 			return serr.refusal()
 		}
 		t, serr := u.parseTarget(r)
+		if serr == nil {
+			serr = checkWrite(r, t)
+		}
 		if serr != nil {
 			return serr.refusal()
 		}

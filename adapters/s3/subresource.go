@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/fencegate/fencegate"
 )
 
 // A write's query names the operation: the store routes a request by the
@@ -16,6 +18,19 @@ import (
 // names each takes; what is not in the table is refused, in S3's error
 // format, before any fence is touched (docs/s3.md, "How requests are
 // classified").
+
+// checkWrite refuses a write whose query or conditions the stores could
+// read otherwise than the gateway (checkWriteQuery,
+// checkConditionHeaders). Reads are not checked: they change nothing.
+func checkWrite(r *http.Request, t target) *s3Error {
+	if fencegate.ReadMethod(r.Method) {
+		return nil
+	}
+	if err := checkWriteQuery(r.Method, t, r.URL.RawQuery); err != nil {
+		return err
+	}
+	return checkConditionHeaders(r.Header)
+}
 
 // writeOp is one row of the table: the sub-resources that name the
 // operation (all required) and the parameters it may carry besides.
