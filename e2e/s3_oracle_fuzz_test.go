@@ -104,7 +104,7 @@ func inProcessGateway(t testing.TB, yaml string) string {
 func stateByPath(lines []string) map[string][]string {
 	m := map[string][]string{}
 	for _, l := range lines {
-		p, _, _ := strings.Cut(l, " ")
+		p, _, _ := strings.Cut(l, "\t")
 		m[p] = append(m[p], l)
 	}
 	return m
@@ -124,7 +124,7 @@ func sameState(a, b []string) bool {
 	return true
 }
 
-func isDirLine(l string) bool { return strings.Contains(l, " d--------- mtime=") }
+func isDirLine(l string) bool { return strings.Contains(l, "\td--------- mtime=") }
 
 func dirLineSansTime(l string) string {
 	i := strings.Index(l, " mtime=")

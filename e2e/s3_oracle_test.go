@@ -288,13 +288,29 @@ func TestS3Oracle(t *testing.T) {
 // sendShape signs s with the worker's key (aws-sdk-go-v2's signer, every
 // header signed) and sends it to the gateway at addr with token.
 func sendShape(addr string, s s3Shape, token int64) (int, []byte, error) {
+	req, err := shapeRequest(addr, s, token, s3WorkerKey, s3WorkerSecret)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := oracleClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// shapeRequest is s as a request to addr with token, signed with the key
+// access (aws-sdk-go-v2's signer, every header signed).
+func shapeRequest(addr string, s s3Shape, token int64, access, secret string) (*http.Request, error) {
 	u := "http://" + addr + s.path
 	if s.query != "" {
 		u += "?" + s.query
 	}
 	req, err := http.NewRequest(s.method, u, strings.NewReader(s.body))
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	if s.vhost != "" {
 		_, port, _ := strings.Cut(addr, ":")
@@ -314,17 +330,11 @@ func sendShape(addr string, s s3Shape, token int64) (int, []byte, error) {
 	hash := hex.EncodeToString(sum[:])
 	req.Header.Set("X-Amz-Content-Sha256", hash)
 	signer := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
-	if err := signer.SignHTTP(context.Background(), aws.Credentials{AccessKeyID: s3WorkerKey, SecretAccessKey: s3WorkerSecret},
+	if err := signer.SignHTTP(context.Background(), aws.Credentials{AccessKeyID: access, SecretAccessKey: secret},
 		req, hash, "s3", "us-east-1", time.Now()); err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	resp, err := oracleClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	return req, nil
 }
 
 // oracleClient bounds a request: a shape the gateway neither answers nor
@@ -332,9 +342,9 @@ func sendShape(addr string, s s3Shape, token int64) (int, []byte, error) {
 var oracleClient = &http.Client{Timeout: 20 * time.Second}
 
 // versityState is VersityGW's durable state: one line per file and
-// directory under its posix root (relative path, kind, modification time,
-// SHA-256 of the content) and one per extended attribute (name and
-// SHA-256 of the value), sorted.
+// directory under its posix root (relative path, a tab, kind,
+// modification time, SHA-256 of the content) and one per extended
+// attribute (path, a tab, name and value, hashed when long), sorted.
 func versityState(t testing.TB, root string) []string {
 	t.Helper()
 	var lines []string
@@ -347,7 +357,7 @@ func versityState(t testing.TB, root string) []string {
 		if err != nil {
 			return err
 		}
-		line := fmt.Sprintf("%s %s mtime=%d", rel, info.Mode().Type(), info.ModTime().UnixNano())
+		line := fmt.Sprintf("%s\t%s mtime=%d", rel, info.Mode().Type(), info.ModTime().UnixNano())
 		if d.Type().IsRegular() {
 			b, err := os.ReadFile(p)
 			if err != nil {
@@ -358,7 +368,7 @@ func versityState(t testing.TB, root string) []string {
 		}
 		lines = append(lines, line)
 		for _, x := range xattrs(t, p) {
-			lines = append(lines, rel+" xattr "+x)
+			lines = append(lines, rel+"\txattr "+x)
 		}
 		return nil
 	})
