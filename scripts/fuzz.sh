@@ -13,8 +13,8 @@
 #
 # The targets are found, not listed: every `func FuzzX(f *testing.F)` in a
 # _test.go file of the main module (outside testdata and .cache), so a new
-# target runs without anyone adding it here. go test fuzzes one target per
-# invocation, so each gets its own. One worker each (FUZZ_PARALLEL to
+# target runs without anyone adding it here. Go fuzzes one target per
+# invocation, so each gets its own run. One worker each (FUZZ_PARALLEL to
 # change): the differential targets start servers, and cores are shared.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/goenv.sh"
@@ -39,17 +39,36 @@ if [ ${#targets[@]} -eq 0 ]; then
   exit 1
 fi
 
+# One instrumented test binary per package (go test -c -fuzz), run once
+# per target in the package's directory, as go test runs it: the corpus in
+# testdata/fuzz/<Target> is read there and a failing input written there,
+# the generated corpus kept in go's cache. Building once per package, not
+# per target, saves a link per target.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cache=$(go env GOCACHE)/fuzz
 failed=()
 ran=0
 start=$SECONDS
+built=""
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"
   if [ -n "$only" ] && ! [[ $name =~ $only ]]; then
     continue
   fi
+  bin="$work/$(echo "$pkg" | tr '/.' '__').test"
+  if [[ " $built " != *" $pkg "* ]]; then
+    if ! go test -c -fuzz "^${name}\$" -o "$bin" "$pkg"; then
+      failed+=("$pkg (build)")
+      continue
+    fi
+    built="$built $pkg"
+  fi
   echo "== $name ($pkg) for $duration"
   ran=$((ran + 1))
-  if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$duration" -parallel "$parallel" "$pkg"; then
+  importpath=$(go list "$pkg")
+  if ! (cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$duration" \
+    -test.parallel "$parallel" -test.timeout 10m -test.paniconexit0 -test.fuzzcachedir "$cache/$importpath"); then
     failed+=("$name ($pkg)")
   fi
 done
