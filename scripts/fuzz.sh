@@ -5,7 +5,7 @@
 # checksummed log, the stores' reading of a request); their seed corpora
 # (inline f.Add seeds and testdata/fuzz/<Target>/) run in the normal test
 # suite, so a crasher found here and committed under testdata/fuzz stays a
-# regression test. scripts/test.sh runs this after the tests, 10s a target.
+# regression test. scripts/test.sh runs this after the tests, 5s a target.
 #
 # Usage: scripts/fuzz.sh [duration] [target-regexp]
 #   duration   per target, as go test -fuzztime takes it (default 10s)
