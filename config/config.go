@@ -224,6 +224,12 @@ type S3 struct {
 	// AccessDenied) or "fence" (fenced on the bucket's key, like
 	// CreateBucket and DeleteBucket). docs/s3.md.
 	BucketConfig string `yaml:"bucket_config" jsonschema:"enum=refuse,enum=fence,default=refuse"`
+	// FoldTrailingSlash fences the key "K/" as "K" (one fence), for a
+	// store that reads both as one object: VersityGW's posix backend does
+	// for tags, retention and legal hold. Default false: the two keys have
+	// their own fences, and a settings write (tagging, ACL, retention,
+	// legal hold, restore) is admitted on both. docs/s3.md.
+	FoldTrailingSlash bool `yaml:"fold_trailing_slash"`
 }
 
 // S3Client is a worker key the gateway verifies SigV4 signatures with.

@@ -3,7 +3,8 @@
 # servers and linter, runs the lint steps (scripts/lint.sh: gofmt -l, go vet,
 # staticcheck, go mod tidy -diff, govulncheck against a pinned offline copy of
 # the vulnerability database), and runs every test tier of the
-# main module with the race detector. With CI unset, a test whose component is missing is skipped; with
+# main module with the race detector, then every fuzz target for FUZZTIME
+# (default 5s) each (scripts/fuzz.sh). With CI unset, a test whose component is missing is skipped; with
 # CI=true it fails (internal/testenv decides).
 #
 # Usage: scripts/test.sh [extra go test args, e.g. -run TestFence]
@@ -32,6 +33,9 @@ phase tools scripts/tools.sh
 phase lint scripts/lint.sh
 phase test go test -race -count=1 -timeout 60m "$@" ./...
 phase leftovers scripts/leftovers.sh
+# Every fuzz target for a fixed time, not only its seeds (scripts/fuzz.sh;
+# 14 targets at 10s each took 256s on a loaded 2-core machine, builds included).
+phase fuzz scripts/fuzz.sh "${FUZZTIME:-5s}"
 # The container image, built without a container engine, and its test
 # (tools/ociimage: config, contents, `fencegate version` run from it).
 phase image scripts/image.sh --check

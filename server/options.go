@@ -71,6 +71,7 @@ func S3Options(rc config.Route, tokenHeader string) s3.Options {
 		Stamp:             c.Stamp,
 		StampHeader:       c.StampHeader,
 		FenceBucketConfig: c.BucketConfig == "fence",
+		FoldTrailingSlash: c.FoldTrailingSlash,
 		TokenHeader:       tokenHeader,
 	}
 	for _, cl := range c.Clients {

@@ -68,43 +68,13 @@ func BenchmarkGatewayPutObject(b *testing.B) {
 			if etag {
 				opts.PreconditionETag, opts.ETags = true, st
 			}
-			u, err := s3.New(context.Background(), opts)
-			if err != nil {
-				b.Fatal(err)
-			}
-			g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
-			rt, err := gateway.NewRoute(gateway.RouteOptions{Name: "objects", Resource: "{bucket}/{key}",
-				Vars: func(n string) bool { return n == "bucket" || n == "key" }}, u)
-			if err != nil {
-				b.Fatal(err)
-			}
-			g.SetRoutes([]*gateway.Route{rt})
-
-			body := bytes.Repeat([]byte("fencegate"), 4096/9+1)[:4096]
-			sum := sha256.Sum256(body)
-			hash := hex.EncodeToString(sum[:])
-			signed := func(key string) *http.Request {
-				req := httptest.NewRequest(http.MethodPut, "http://127.0.0.1:8080/bench/ratio/"+key+"?x-id=PutObject", nil)
-				req.Header.Set("User-Agent", "aws-sdk-go-v2/1.45.1 ua/2.1 os/linux lang/go#1.26.8 md/GOOS#linux md/GOARCH#amd64 api/s3#1.109.1 m/E,e")
-				req.Header.Set("Accept-Encoding", "identity")
-				req.Header.Set("Amz-Sdk-Invocation-Id", "530002ae-58c0-4ceb-9dcb-9b832ed71de2")
-				req.Header.Set("Amz-Sdk-Request", "attempt=1; max=3")
-				req.Header.Set("Content-Type", "application/octet-stream")
-				req.Header.Set("Fencing-Token", "1")
-				req.Header.Set("X-Amz-Content-Sha256", hash)
-				req.ContentLength = int64(len(body))
-				err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: "worker", SecretAccessKey: "worker-secret"},
-					req, hash, "s3", "us-east-1", now)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return req
-			}
+			g, _ := benchGateway(b, st, opts)
+			body := benchBody()
 			// Requests of a few keys, signed beforehand; each is sent as a
 			// shallow copy with a fresh body.
 			var reqs []*http.Request
 			for _, k := range []string{"1", "2", "3", "4"} {
-				reqs = append(reqs, signed(k))
+				reqs = append(reqs, sdkPut(b, "http://127.0.0.1:8080/bench/ratio/"+k+"?x-id=PutObject", body, now))
 			}
 			rd := bytes.NewReader(body)
 			w := &discardWriter{h: http.Header{}}
@@ -129,6 +99,48 @@ func BenchmarkGatewayPutObject(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// benchGateway is a gateway with one S3 route, "{bucket}/{key}", of the
+// upstream opts describes, its fences in st.
+func benchGateway(b *testing.B, st *bolt.Store, opts s3.Options) (*gateway.Gateway, *s3.Upstream) {
+	u, err := s3.New(context.Background(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+	rt, err := gateway.NewRoute(gateway.RouteOptions{Name: "objects", Resource: "{bucket}/{key}",
+		Vars: func(n string) bool { return n == "bucket" || n == "key" }}, u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g.SetRoutes([]*gateway.Route{rt})
+	return g, u
+}
+
+// benchBody is a 4 KiB object.
+func benchBody() []byte { return bytes.Repeat([]byte("fencegate"), 4096/9+1)[:4096] }
+
+// sdkPut is a PutObject of body to url as aws-sdk-go-v2 sends it (same
+// headers, signed the same way) by the worker, with token 1, at now.
+func sdkPut(b *testing.B, url string, body []byte, now time.Time) *http.Request {
+	sum := sha256.Sum256(body)
+	hash := hex.EncodeToString(sum[:])
+	req := httptest.NewRequest(http.MethodPut, url, nil)
+	req.Header.Set("User-Agent", "aws-sdk-go-v2/1.45.1 ua/2.1 os/linux lang/go#1.26.8 md/GOOS#linux md/GOARCH#amd64 api/s3#1.109.1 m/E,e")
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("Amz-Sdk-Invocation-Id", "530002ae-58c0-4ceb-9dcb-9b832ed71de2")
+	req.Header.Set("Amz-Sdk-Request", "attempt=1; max=3")
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Fencing-Token", "1")
+	req.Header.Set("X-Amz-Content-Sha256", hash)
+	req.ContentLength = int64(len(body))
+	err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: "worker", SecretAccessKey: "worker-secret"},
+		req, hash, "s3", "us-east-1", now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return req
 }
 
 // processCPU is the CPU time this process used so far.

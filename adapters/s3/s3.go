@@ -61,6 +61,7 @@ type Upstream struct {
 	conds        atomic.Pointer[Conditions] // nil: unmeasured
 	stampHeader  string                     // "" unless s3.stamp: the metadata header carrying the token
 	bucketConfig bool                       // bucket configuration writes are fenced, not refused
+	foldSlash    bool                       // "K/" and "K" share one fence (s3.fold_trailing_slash)
 	transport    http.RoundTripper
 	proxy        *relay.Proxy
 	log          *slog.Logger
@@ -68,6 +69,9 @@ type Upstream struct {
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
 	// the gateway holds in memory to re-sign it. Default 8 MiB.
 	maxChunk int
+	// sign signs a forwarded request (signer.sign; a benchmark swaps in
+	// aws-sdk-go-v2's signer to compare, BenchmarkSignerEndToEnd).
+	sign func(req *http.Request, creds aws.Credentials, payload string, now time.Time)
 }
 
 var (
@@ -111,6 +115,12 @@ type Options struct {
 	// bucket's key; false refuses them (403 AccessDenied): they can
 	// change or expose every object of the bucket.
 	FenceBucketConfig bool
+	// FoldTrailingSlash fences the key "K/" as "K", for a store that reads
+	// both as one object (VersityGW's posix backend does for tags,
+	// retention and legal hold). False: the two are distinct objects, and
+	// a settings write (tagging, ACL, retention, legal hold, restore) is
+	// fenced on both spellings, since such a store changes the other one.
+	FoldTrailingSlash bool
 	// Transport carries upstream requests. Nil: NewTransport(nil).
 	Transport http.RoundTripper
 	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
@@ -148,6 +158,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		etags:        opts.ETags,
 		precondEtag:  c.PreconditionETag,
 		bucketConfig: c.FenceBucketConfig,
+		foldSlash:    c.FoldTrailingSlash,
 		transport:    opts.Transport,
 		log:          opts.Logger,
 		now:          opts.Now,
@@ -157,6 +168,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		u.region = "us-east-1"
 	}
 	u.signer.region = u.region
+	u.sign = u.signer.sign
 	if u.tokenHeader == "" {
 		u.tokenHeader = fencegate.DefaultTokenHeader
 	}
@@ -249,9 +261,19 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 			return gateway.Inspection{}, errAccessDenied("bucket configuration writes are refused on this route: they can change or expose every object of the bucket (s3.bucket_config: fence admits them, fenced on the bucket's key)").refusal()
 		}
 	}
+	if err := checkWrite(r, t); err != nil {
+		return gateway.Inspection{}, err.refusal()
+	}
 	insp := gateway.Inspection{Owner: a.accessKey, State: &inspected{auth: a, key: key, target: t}}
 	if t.bucket != "" {
 		insp.Vars = u.vars(t.bucket, t.key)
+		if !u.foldSlash && settingsWrite(r, t) {
+			// The store may resolve the key as a path (VersityGW posix:
+			// "K/" and "K" are one file for tags, retention and legal
+			// hold): fenced on both spellings. With s3.fold_trailing_slash
+			// both share one fence (vars) and this is one key.
+			insp.Objects = []map[string]string{insp.Vars, u.vars(t.bucket, slashTwin(t.key))}
+		}
 		// The bucket is the collection of its objects: a write of the
 		// bucket itself is fenced on the bucket's key, hierarchically
 		// with its objects' keys.
@@ -276,6 +298,10 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 func (u *Upstream) ObjectVars(bucket, key string) map[string]string { return u.vars(bucket, key) }
 
 func (u *Upstream) vars(bucket, key string) map[string]string {
+	if u.foldSlash {
+		// "K/" is "K" on this route's store (s3.fold_trailing_slash).
+		key = strings.TrimSuffix(key, "/")
+	}
 	v := map[string]string{"bucket": bucket}
 	if key != "" {
 		v["key"] = key
@@ -373,6 +399,9 @@ func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 			return serr.refusal()
 		}
 		t, serr := u.parseTarget(r)
+		if serr == nil {
+			serr = checkWrite(r, t)
+		}
 		if serr != nil {
 			return serr.refusal()
 		}
@@ -546,7 +575,7 @@ func (st *signingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return nil, fmt.Errorf("s3: gateway credentials: %w", err)
 	}
 	now := u.now().UTC()
-	u.signer.sign(req, creds, payload, now)
+	u.sign(req, creds, payload, now)
 	if f != nil && f.chunks != nil {
 		seed := req.Header.Get("Authorization")
 		i := strings.LastIndex(seed, "Signature=")
