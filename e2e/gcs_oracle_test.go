@@ -49,35 +49,60 @@ var gcsVictims = []string{
 	"storage/v1/b/fenced/defaultObjectAcl/allUsers", "upload/victim",
 }
 
+// gcsBuckets are the oracle's buckets: "storage" and "upload" are where
+// fake-gcs-server puts a write on a path its JSON API router does not
+// match.
+var gcsBuckets = []string{gcsBucket, "other", "storage", "upload"}
+
 // gcsOracle is a fake-gcs-server with the oracle's buckets and objects and
 // a gateway in front.
 type gcsOracle struct {
-	srv  *testenv.GCSServer
-	gw   string
-	dir  string // the filesystem backend's directory's parent ("" in memory)
-	host string // the gateway's host:port
+	srv     *testenv.GCSServer
+	backend string
+	gw      string
+	dir     string // the filesystem backend's directory's parent ("" in memory)
+	// accepted counts the shapes that changed the store and that the
+	// gateway's classification accepts (the white-box oracle's subject).
+	accepted int
 }
 
 func startGCSOracle(t testing.TB, backend, precondition string) *gcsOracle {
 	t.Helper()
+	o := startGCSStore(t, backend)
+	p := startFencegate(t, s3GatewayYAML(gcsRouteYAML("objects", "", o.srv.Endpoint, precondition, "30s")))
+	o.gw = p.URL("gateway")
+	o.seed(t, o.gw)
+	return o
+}
+
+// startGCSStore starts fake-gcs-server with the oracle's buckets, and no
+// gateway (gw is "" until one is started).
+func startGCSStore(t testing.TB, backend string) *gcsOracle {
+	t.Helper()
 	srv := testenv.FakeGCSBackend(t, backend)
-	for _, b := range []string{gcsBucket, "other", "storage", "upload"} {
+	for _, b := range gcsBuckets {
 		srv.CreateBucket(t, b)
 	}
-	p := startFencegate(t, s3GatewayYAML(gcsRouteYAML("objects", "", srv.Endpoint, precondition, "30s")))
-	o := &gcsOracle{srv: srv, gw: p.URL("gateway")}
+	o := &gcsOracle{srv: srv, backend: backend}
 	if srv.Root != "" {
 		o.dir = filepath.Dir(srv.Root)
 	}
-	u, _ := url.Parse(o.gw)
-	o.host = u.Host
+	return o
+}
+
+// seed writes the victims with token 100 and token 5's own objects with
+// token 5, through base (the gateway, which fences them; or the store).
+func (o *gcsOracle) seed(t testing.TB, base string) {
+	t.Helper()
 	for _, v := range gcsVictims {
 		b, n, _ := strings.Cut(v, "/")
-		o.put(t, b, n, oracleHigh, "victim content of "+v)
+		o.put(t, base, b, n, oracleHigh, "victim content of "+v)
 	}
 	for _, n := range gcsOwn {
-		o.put(t, gcsBucket, n, oracleLow, "own content")
+		o.put(t, base, gcsBucket, n, oracleLow, "own content")
 	}
+	srv := o.srv
+	backend := o.backend
 	if backend == "memory" {
 		// An object whose name ends in "/", written around the gateway
 		// (which refuses such names): a filesystem backend has no such
@@ -87,15 +112,14 @@ func startGCSOracle(t testing.TB, backend, precondition string) *gcsOracle {
 			t.Fatalf("seed sl/: %s %s", resp.Status, body)
 		}
 	}
-	return o
 }
 
-// put writes bucket/name through the gateway with token (a multipart
-// upload, stamped), which fences it at token.
-func (o *gcsOracle) put(t testing.TB, bucket, name string, token int64, content string) {
+// put writes bucket/name through base with token (a multipart upload,
+// stamped, and fenced at token when base is the gateway).
+func (o *gcsOracle) put(t testing.TB, base, bucket, name string, token int64, content string) {
 	t.Helper()
 	ct, body := gcsMultipart(`{"name":`+jsonString(name)+`}`, content)
-	resp, b := o.send(t, gcsShape{method: http.MethodPost,
+	resp, b := o.sendAt(t, base, gcsShape{method: http.MethodPost,
 		path: "/upload/storage/v1/b/" + bucket + "/o?uploadType=multipart&name=" + url.QueryEscape(name),
 		ct:   ct, body: body}, token)
 	if resp.StatusCode != http.StatusOK {
@@ -145,31 +169,28 @@ type gcsShape struct {
 // session it opens is completed.
 func (o *gcsOracle) send(t testing.TB, s gcsShape, token int64) (*http.Response, string) {
 	t.Helper()
-	path := s.path
+	return o.sendAt(t, o.gw, s, token)
+}
+
+// sendAt sends a shape to base (the gateway, or the store itself).
+func (o *gcsOracle) sendAt(t testing.TB, base string, s gcsShape, token int64) (*http.Response, string) {
+	t.Helper()
+	req, err := s.request(base)
+	if err != nil {
+		t.Fatalf("%s: %v", s.name, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+gcsWorkerKey)
+	req.Header.Set("Fencing-Token", fmt.Sprint(token))
 	if s.onSession {
-		resp, body := o.send(t, gcsShape{method: http.MethodPost, session: false,
+		resp, body := o.sendAt(t, base, gcsShape{method: http.MethodPost,
 			path: "/upload/storage/v1/b/" + gcsBucket + "/o?uploadType=resumable&name=own",
 			ct:   "application/json", body: `{"name":"own"}`}, token)
 		loc := resp.Header.Get("Location")
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(loc, o.gw) {
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(loc, base) {
 			t.Fatalf("open own session: %s %s", resp.Status, body)
 		}
-		path = strings.TrimPrefix(loc, o.gw) + s.path
-	}
-	p, q, _ := strings.Cut(path, "?")
-	req, err := http.NewRequest(s.method, o.gw, strings.NewReader(s.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Method = s.method
-	req.URL.Opaque, req.URL.RawQuery = p, q
-	req.Header.Set("Authorization", "Bearer "+gcsWorkerKey)
-	req.Header.Set("Fencing-Token", fmt.Sprint(token))
-	if s.ct != "" {
-		req.Header.Set("Content-Type", s.ct)
-	}
-	for k, v := range s.hdr {
-		req.Header[k] = []string{v}
+		p, q, _ := strings.Cut(strings.TrimPrefix(loc, base)+s.path, "?")
+		req.URL.Opaque, req.URL.RawQuery = p, q
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -177,11 +198,30 @@ func (o *gcsOracle) send(t testing.TB, s gcsShape, token int64) (*http.Response,
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if loc := resp.Header.Get("Location"); s.session && resp.StatusCode == http.StatusOK && strings.HasPrefix(loc, o.gw+"/") {
-		o.send(t, gcsShape{name: s.name + " (content)", method: http.MethodPut, path: strings.TrimPrefix(loc, o.gw),
+	if loc := resp.Header.Get("Location"); s.session && resp.StatusCode == http.StatusOK && strings.HasPrefix(loc, base+"/") {
+		o.sendAt(t, base, gcsShape{name: s.name + " (content)", method: http.MethodPut, path: strings.TrimPrefix(loc, base),
 			hdr: map[string]string{"Content-Range": "bytes 0-3/4"}, body: "EVIL"}, token)
 	}
 	return resp, string(b)
+}
+
+// request is the shape as an HTTP request to base, path and method as
+// they are (no canonicalisation).
+func (s gcsShape) request(base string) (*http.Request, error) {
+	p, q, _ := strings.Cut(s.path, "?")
+	req, err := http.NewRequest(http.MethodGet, base, strings.NewReader(s.body))
+	if err != nil {
+		return nil, err
+	}
+	req.Method = s.method
+	req.URL.Opaque, req.URL.RawQuery = p, q
+	if s.ct != "" {
+		req.Header.Set("Content-Type", s.ct)
+	}
+	for k, v := range s.hdr {
+		req.Header[k] = []string{v}
+	}
+	return req, nil
 }
 
 // snapshot is the store's whole state, key -> value.

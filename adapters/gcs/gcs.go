@@ -210,22 +210,22 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 		return gateway.Inspection{}, err
 	}
 	insp := gateway.Inspection{State: &t}
-	switch t.op {
-	case opRead:
+	w := t.writes()
+	switch {
+	case t.op == opRead:
 		return insp, nil
-	case opMove:
-		insp.Objects = []map[string]string{vars(t.bucket, t.object), vars(t.bucket2, t.object2)}
-		for _, o := range t.also {
-			insp.Objects = append(insp.Objects, vars(o[0], o[1]))
-		}
-	case opBucket:
+	case t.op == opBucket:
 		// A write of the bucket, which may change every object in it: on
 		// a hierarchical route whose upstream names collections it is
 		// checked against the fences below the bucket; elsewhere a
 		// "{bucket}/{object}" template has no key for it and refuses it.
 		insp.Collection, insp.WritesCollection = vars(t.bucket, ""), true
+	case len(w) > 1:
+		for _, o := range w {
+			insp.Objects = append(insp.Objects, vars(o.Bucket, o.Name))
+		}
 	}
-	insp.Vars = vars(t.bucket, t.object)
+	insp.Vars = vars(w[0].Bucket, w[0].Name)
 	return insp, nil
 }
 
