@@ -18,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/internal/testenv"
 )
@@ -192,9 +193,9 @@ func (o *gcsOracle) sendAt(t testing.TB, base string, s gcsShape, token int64) (
 		p, q, _ := strings.Cut(strings.TrimPrefix(loc, base)+s.path, "?")
 		req.URL.Opaque, req.URL.RawQuery = p, q
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := gcsOracleClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s: %v", s.name, err)
+		t.Fatalf("%s: %s %q: %v", s.name, s.method, s.path, err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -204,6 +205,10 @@ func (o *gcsOracle) sendAt(t testing.TB, base string, s gcsShape, token int64) (
 	}
 	return resp, string(b)
 }
+
+// gcsOracleClient bounds each request: a request that hangs is a finding
+// (with its shape), not a stuck run.
+var gcsOracleClient = &http.Client{Timeout: 30 * time.Second}
 
 // request is the shape as an HTTP request to base, path and method as
 // they are (no canonicalisation).

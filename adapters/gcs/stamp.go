@@ -89,8 +89,11 @@ func (u *Upstream) body(r *http.Request, f *forward, req *gateway.Request) error
 			return err
 		}
 		bucket, object := t.bucket, t.object
-		if t.op == opMove {
+		switch t.op {
+		case opMove:
 			bucket, object = t.bucket2, t.object2
+		case opBucket:
+			object = t.bucket // a bucket resource's name is the bucket's
 		}
 		if err := checkNames(doc, bucket, object); err != nil {
 			return fencegate.InvalidRequest("the request body: %v", err)
