@@ -151,6 +151,12 @@ func checkNames(doc []byte, bucket, object string) error {
 	if !n.agree(bucket, object) {
 		return fmt.Errorf("it names another bucket or object than the request's %s/%s (the store may write the one it names)", bucket, object)
 	}
+	if n.bucket != nil && n.name == nil && n.object == nil {
+		// fake-gcs-server takes a resumable upload's resource that names
+		// a bucket for the whole name: the object's name is then the
+		// resource's, "" if it has none.
+		return fmt.Errorf("it names the bucket but not the object: name it too (%q)", object)
+	}
 	return nil
 }
 
