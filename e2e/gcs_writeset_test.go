@@ -204,6 +204,9 @@ func FuzzGCSWriteSet(f *testing.F) {
 	})
 }
 
+// headerNameBytes are the bytes of a header field name (RFC 9110 token).
+const headerNameBytes = "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
 // fuzzSendable reports whether a fuzzed shape can go on the wire at all
 // (a method token, a path without spaces or control bytes, header values
 // without line breaks).
@@ -226,6 +229,9 @@ func fuzzSendable(s gcsShape, hdr string) bool {
 			if c < ' ' && c != '\t' || c == 0x7f {
 				return false
 			}
+		}
+		if k, _, ok := strings.Cut(l, ": "); ok && (k == "" || strings.Trim(k, headerNameBytes) != "") {
+			return false
 		}
 	}
 	req, err := s.request("http://gateway.test")
