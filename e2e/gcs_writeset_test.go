@@ -82,7 +82,7 @@ func (o *gcsOracle) uncovered(t testing.TB, s gcsShape, before, after snapshot) 
 	for k := range changedKeys(before, after) {
 		obj := o.objectOf(k)
 		b, _, _ := strings.Cut(obj, "/")
-		if _, existed := before[k]; !existed && strings.HasPrefix(k, "bucket ") && fenced["in "+strings.TrimPrefix(k, "bucket ")] {
+		if _, existed := before[obj]; !existed && strings.HasPrefix(obj, "bucket ") && fenced["in "+strings.TrimPrefix(obj, "bucket ")] {
 			// fake-gcs-server creates the missing bucket of an object it
 			// composes: it held no object of anyone's.
 			continue
