@@ -210,13 +210,22 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 		return gateway.Inspection{}, err
 	}
 	insp := gateway.Inspection{State: &t}
-	switch t.op {
-	case opRead:
+	w := t.writes()
+	switch {
+	case t.op == opRead:
 		return insp, nil
-	case opMove:
-		insp.Objects = []map[string]string{vars(t.bucket, t.object), vars(t.bucket2, t.object2)}
+	case t.op == opBucket:
+		// A write of the bucket, which may change every object in it: on
+		// a hierarchical route whose upstream names collections it is
+		// checked against the fences below the bucket; elsewhere a
+		// "{bucket}/{object}" template has no key for it and refuses it.
+		insp.Collection, insp.WritesCollection = vars(t.bucket, ""), true
+	case len(w) > 1:
+		for _, o := range w {
+			insp.Objects = append(insp.Objects, vars(o.Bucket, o.Name))
+		}
 	}
-	insp.Vars = vars(t.bucket, t.object)
+	insp.Vars = vars(w[0].Bucket, w[0].Name)
 	return insp, nil
 }
 
@@ -236,7 +245,7 @@ func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 				Token:   tok}
 		}
 	case opUpload:
-		if u.stampKey != "" && queryValue(r.URL.RawQuery, "uploadType") == "media" {
+		if u.stampKey != "" && !t.multipart {
 			return fencegate.InvalidRequest("uploadType=media carries no metadata for the gateway's stamp: use a multipart or resumable upload")
 		}
 	case opMove:
@@ -299,8 +308,8 @@ func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 			f.resource = req.Resources[0]
 		}
 	}
-	if f.token > 0 && u.stampKey != "" {
-		if err := u.stamp(r, f, req); err != nil {
+	if t.op != opRead && t.op != opChunk {
+		if err := u.body(r, f, req); err != nil {
 			return err
 		}
 	}
@@ -331,6 +340,10 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Path, _ = url.PathUnescape(out.URL.RawPath)
 	out.URL.RawQuery = u.query(pr.In.URL.RawQuery, f)
 	out.Host = ""
+	if f.target.op == opChunk && out.Method == http.MethodPost {
+		// A chunk, as the JSON API documents it (parseUpload).
+		out.Method = http.MethodPut
+	}
 	out.Header.Del("Authorization")
 	out.Header.Del(u.tokenHeader)
 	if f.body != nil {
@@ -370,11 +383,6 @@ func (u *Upstream) query(raw string, f *forward) string {
 		kept = append(kept, "ifGenerationMatch="+g)
 	}
 	return strings.Join(kept, "&")
-}
-
-func queryValue(raw, key string) string {
-	q, _ := url.ParseQuery(raw)
-	return q.Get(key)
 }
 
 // transport adds the gateway's credentials to each outbound request and

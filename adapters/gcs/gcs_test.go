@@ -75,7 +75,8 @@ func TestStampMultipart(t *testing.T) {
 	p.Write([]byte(media))
 	mw.Close()
 	in := body.Bytes()
-	out, delta, _, err := stampMultipart(bufio.NewReaderSize(bytes.NewReader(in), 64<<10), mw.Boundary(), "fencing-token", "42")
+	stamp := func(doc []byte) ([]byte, error) { return stampJSON(doc, "", "fencing-token", "42") }
+	out, delta, _, err := editMultipart(bufio.NewReaderSize(bytes.NewReader(in), 64<<10), mw.Boundary(), stamp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/fencegate/fencegate"
@@ -19,25 +22,39 @@ import (
 // stamp it (a request's metadata; the store's own limit is far lower).
 const maxMetadataDoc = 1 << 20
 
-// stamp sets the token as the object's custom metadata StampKey in the
-// request that writes it: the metadata part of a multipart upload, the
-// object resource of a resumable upload's start (the session's object
-// gets it), a compose's destination, a metadata update, and a copy or
-// rewrite that gives the destination's metadata (one without takes the
-// source's, stamp included, as the store copies it). Set, not merged: a
-// worker's own value would forge the stamp `fence rebuild` trusts.
-func (u *Upstream) stamp(r *http.Request, f *forward, req *gateway.Request) error {
+// body reads what the gateway must read of a write's body before it is
+// forwarded, and stamps it. A body that names objects (a resumable
+// upload's resource, a multipart upload's metadata part, a compose's
+// destination, a copy's or a metadata update's resource, an ACL entry)
+// must name the objects the request is fenced on, and be read one way:
+// one JSON object, members distinct however they are folded, the members
+// the gateway reads spelled as the API spells them, a Content-Type that is
+// JSON's exactly (bodyDoc). Otherwise the request is refused before
+// anything is forwarded.
+//
+// With stamping, the token is set as the object's custom metadata
+// StampKey: in the metadata part of a multipart upload, the object
+// resource of a resumable upload's start (the session's object gets it), a
+// compose's destination, a metadata update, and a copy or rewrite that
+// gives the destination's metadata (one without takes the source's, stamp
+// included, as the store copies it). Set, not merged: a worker's own value
+// would forge the stamp `fence rebuild` trusts.
+func (u *Upstream) body(r *http.Request, f *forward, req *gateway.Request) error {
 	var whole []byte // the body, if the gateway has it in memory
 	if req != nil {
 		whole = req.Body
 	}
+	stamp := f.token > 0 && u.stampKey != ""
 	val := strconv.FormatInt(f.token, 10)
-	switch t := f.target; {
-	case t.op == opUpload:
+	t := f.target
+	switch {
+	case t.op == opUpload && t.multipart:
 		ct := r.Header.Get("Content-Type")
 		mt, params, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "multipart/related" || params["boundary"] == "" {
-			return fencegate.InvalidRequest("a multipart upload's Content-Type must be multipart/related with a boundary")
+		if err != nil || mt != "multipart/related" || params["boundary"] == "" || strings.ContainsRune(ct, '\'') {
+			// A single-quoted boundary is read one way by fake-gcs-server
+			// (gsutil's quoting) and another by a MIME parser.
+			return fencegate.InvalidRequest("a multipart upload's Content-Type must be multipart/related with a boundary (unquoted or double-quoted)")
 		}
 		var src io.Reader = r.Body
 		if whole != nil {
@@ -45,10 +62,19 @@ func (u *Upstream) stamp(r *http.Request, f *forward, req *gateway.Request) erro
 		}
 		br := multipartReaders.Get().(*bufio.Reader)
 		br.Reset(src)
-		body, delta, ahead, err := stampMultipart(br, params["boundary"], u.stampKey, val)
+		edit := func(doc []byte) ([]byte, error) {
+			if err := checkNames(doc, t.bucket, t.object); err != nil {
+				return nil, err
+			}
+			if !stamp {
+				return doc, nil
+			}
+			return stampJSON(doc, "", u.stampKey, val)
+		}
+		body, delta, ahead, err := editMultipart(br, params["boundary"], edit)
 		if err != nil {
 			recycle(br)
-			return fencegate.InvalidRequest("the multipart upload's metadata part cannot be read: %v", err)
+			return fencegate.InvalidRequest("the multipart upload's metadata part: %v", err)
 		}
 		f.body = body
 		if r.ContentLength >= 0 {
@@ -56,34 +82,80 @@ func (u *Upstream) stamp(r *http.Request, f *forward, req *gateway.Request) erro
 		} else if f.body, f.bodyLen = readAhead(body, ahead); f.bodyLen >= 0 {
 			recycle(br) // read to its end: body holds none of it
 		}
-	case t.op == opResumable, t.op == opCompose, t.op == opCopy, t.op == opObject && !t.acl && (r.Method == http.MethodPatch || r.Method == http.MethodPut):
-		doc := whole
-		if doc == nil && r.Body != nil && r.Body != http.NoBody {
-			b, err := io.ReadAll(io.LimitReader(r.Body, maxMetadataDoc+1))
-			if err != nil {
-				return fencegate.InvalidRequest("the request body ended early")
-			}
-			if len(b) > maxMetadataDoc {
-				return fencegate.BodyTooLarge(maxMetadataDoc)
-			}
-			doc = b
+	case t.op == opResumable, t.op == opCompose, t.op == opCopy, t.op == opMove, t.op == opBucket,
+		t.op == opObject && r.Method != http.MethodDelete:
+		doc, err := bodyDoc(r, whole)
+		if err != nil {
+			return err
 		}
+		bucket, object := t.bucket, t.object
+		switch t.op {
+		case opMove:
+			bucket, object = t.bucket2, t.object2
+		case opBucket:
+			object = t.bucket // a bucket resource's name is the bucket's
+		}
+		if err := checkNames(doc, bucket, object); err != nil {
+			return fencegate.InvalidRequest("the request body: %v", err)
+		}
+		stamped := stamp && (t.op == opResumable || t.op == opCompose || t.op == opCopy ||
+			t.op == opObject && !t.acl)
 		if len(bytes.TrimSpace(doc)) == 0 && t.op == opCopy {
 			// No metadata given: the copy takes the source's.
-			if doc != nil {
-				f.body, f.bodyLen = bytes.NewReader(doc), int64(len(doc))
+			stamped = false
+		}
+		if stamped {
+			at := ""
+			if t.op == opCompose {
+				at = "destination"
 			}
-			return nil
+			if doc, err = stampJSON(doc, at, u.stampKey, val); err != nil {
+				return fencegate.InvalidRequest("the request body is not a JSON object resource: %v", err)
+			}
 		}
-		at := ""
-		if t.op == opCompose {
-			at = "destination"
+		if doc != nil {
+			f.body, f.bodyLen = bytes.NewReader(doc), int64(len(doc))
 		}
-		out, err := stampJSON(doc, at, u.stampKey, val)
+	}
+	return nil
+}
+
+// bodyDoc reads a JSON request body (bounded): nil if there is none. A
+// body of another Content-Type than JSON's is refused: the store or its
+// emulator may read it as JSON all the same, or not.
+func bodyDoc(r *http.Request, whole []byte) ([]byte, error) {
+	doc := whole
+	if doc == nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		b, err := io.ReadAll(io.LimitReader(r.Body, maxMetadataDoc+1))
 		if err != nil {
-			return fencegate.InvalidRequest("the request body is not a JSON object resource: %v", err)
+			return nil, fencegate.InvalidRequest("the request body ended early")
 		}
-		f.body, f.bodyLen = bytes.NewReader(out), int64(len(out))
+		if len(b) > maxMetadataDoc {
+			return nil, fencegate.BodyTooLarge(maxMetadataDoc)
+		}
+		doc = b
+	}
+	if len(doc) > 0 && !jsonType(r.Header.Get("Content-Type")) {
+		return nil, fencegate.InvalidRequest("the request body must be sent with Content-Type application/json (at most charset=UTF-8)")
+	}
+	return doc, nil
+}
+
+// checkNames reads doc (readNames) and refuses it unless every object it
+// names is bucket/object.
+func checkNames(doc []byte, bucket, object string) error {
+	n, err := readNames(doc)
+	if err != nil {
+		return fmt.Errorf("not one JSON object read one way: %w", err)
+	}
+	if !n.agree(bucket, object) {
+		return fmt.Errorf("it names another bucket or object than the request's %s/%s (the store may write the one it names)", bucket, object)
+	}
+	if n.bucket != nil && n.name == nil && n.object == nil {
+		// fake-gcs-server takes a resumable upload's resource that names
+		// a bucket for the whole name: the object's name is then the
+		// resource's, "" if it has none.
+		return fmt.Errorf("it names the bucket but not the object: name it too (%q)", object)
 	}
 	return nil
 }
@@ -174,11 +246,14 @@ func recycle(br *bufio.Reader) {
 	multipartReaders.Put(br)
 }
 
-// stampMultipart returns the multipart/related upload body br reads with
-// its first part (the object resource) stamped, the change of its length,
-// and the number of its bytes already read from br's source. Only the
-// first part is read ahead; the media part streams through (from br).
-func stampMultipart(br *bufio.Reader, boundary, key, val string) (io.Reader, int64, int, error) {
+// editMultipart returns the multipart/related upload body br reads with
+// its first part (the object resource) replaced by edit's result, the
+// change of its length, and the number of its bytes already read from br's
+// source. Only the first part is read ahead; the media part streams
+// through (from br). The first part must be the one a MIME reader (the
+// emulator's) finds, with the same bytes: otherwise the gateway and the
+// store would read different metadata.
+func editMultipart(br *bufio.Reader, boundary string, edit func([]byte) ([]byte, error)) (io.Reader, int64, int, error) {
 	delim := []byte("--" + boundary)
 	// Read until the end of the first part: its head, a blank line, the
 	// JSON and the next delimiter.
@@ -204,7 +279,10 @@ func stampMultipart(br *bufio.Reader, boundary, key, val string) (io.Reader, int
 		if i := bytes.Index(doc.Bytes(), next); i >= 0 {
 			rest := append([]byte(nil), doc.Bytes()[i:]...)
 			old := doc.Bytes()[:i]
-			stamped, jerr := stampJSON(old, "", key, val)
+			if !sameFirstPart(head.Bytes(), old, rest, boundary) {
+				return nil, 0, 0, errors.New("its first part reads differently for a MIME reader")
+			}
+			stamped, jerr := edit(old)
 			if jerr != nil {
 				return nil, 0, 0, jerr
 			}
@@ -219,6 +297,18 @@ func stampMultipart(br *bufio.Reader, boundary, key, val string) (io.Reader, int
 			return nil, 0, 0, errors.New("metadata part too large")
 		}
 	}
+}
+
+// sameFirstPart reports whether a MIME multipart reader (Go's, which
+// fake-gcs-server uses) reads doc as the first part of head+doc+rest.
+func sameFirstPart(head, doc, rest []byte, boundary string) bool {
+	mr := multipart.NewReader(io.MultiReader(bytes.NewReader(head), bytes.NewReader(doc), bytes.NewReader(rest)), boundary)
+	p, err := mr.NextPart()
+	if err != nil {
+		return false
+	}
+	got, err := io.ReadAll(io.LimitReader(p, maxMetadataDoc+1))
+	return err == nil && bytes.Equal(got, doc)
 }
 
 // smallUpload is the largest stamped upload of unknown length that the

@@ -5,32 +5,52 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
-// GCSServer is a fake-gcs-server (in memory, no authentication) serving
-// the GCS JSON API.
+// GCSServer is a fake-gcs-server (no authentication) serving the GCS JSON
+// API.
 type GCSServer struct {
 	Endpoint string // http://127.0.0.1:PORT
+	// Root is the directory of the filesystem backend ("" in memory), in
+	// a directory of its own.
+	Root string
 }
 
-// FakeGCS starts fake-gcs-server on 127.0.0.1 and stops it at the end of
-// the test.
-func FakeGCS(t testing.TB) *GCSServer {
+// FakeGCS starts fake-gcs-server on 127.0.0.1 with its memory backend and
+// stops it at the end of the test.
+func FakeGCS(t testing.TB) *GCSServer { return FakeGCSBackend(t, "memory") }
+
+// FakeGCSBackend starts fake-gcs-server with the backend named: "memory",
+// or "filesystem" (objects stored as files under a directory of the
+// test's, named as their object names: a backend that cleans names as
+// paths).
+func FakeGCSBackend(t testing.TB, backend string) *GCSServer {
 	t.Helper()
 	bin := tool(t, "fake-gcs-server", "fake-gcs-server")
+	root := ""
+	if backend == "filesystem" {
+		// A directory of its own inside the test's: a name the backend
+		// cleans into "../x" lands beside it, not among other files.
+		root = filepath.Join(t.TempDir(), "root")
+	}
 	_, ports := startServer(t, "fake-gcs-server", 1, nil, bin,
 		func(p []int) []string {
 			addr := fmt.Sprintf("127.0.0.1:%d", p[0])
-			return []string{"-scheme", "http", "-host", "127.0.0.1", "-port", fmt.Sprint(p[0]),
-				"-backend", "memory", "-public-host", addr, "-external-url", "http://" + addr, "-log-level", "error"}
+			args := []string{"-scheme", "http", "-host", "127.0.0.1", "-port", fmt.Sprint(p[0]),
+				"-backend", backend, "-public-host", addr, "-external-url", "http://" + addr, "-log-level", "error"}
+			if root != "" {
+				args = append(args, "-filesystem-root", root)
+			}
+			return args
 		},
 		func(ctx context.Context, p *process, ports []int) error {
 			return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/_internal/healthcheck", ports[0]), 30*time.Second, p.done)
 		})
-	return &GCSServer{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
+	return &GCSServer{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), Root: root}
 }
 
 // CreateBucket creates a bucket through the JSON API.
