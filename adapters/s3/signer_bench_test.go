@@ -34,12 +34,11 @@ func BenchmarkSignerEndToEnd(b *testing.B) {
 	srv.CreateBucket(b, "bench")
 	body := benchBody()
 	type side struct {
-		name     string
-		g        *gateway.Gateway
-		reqs     []*http.Request
-		wall     []time.Duration
-		cpu      []time.Duration
-		lastCode int
+		name string
+		g    *gateway.Gateway
+		reqs []*http.Request
+		wall []time.Duration
+		cpu  []time.Duration
 	}
 	mk := func(name string, sdk bool) *side {
 		st, err := bolt.Open(filepath.Join(b.TempDir(), "fence.db"), bolt.Options{})
