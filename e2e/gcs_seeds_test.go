@@ -11,7 +11,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
-// The stale-owner seed tests that involve the coordinator (3, 5, 6 and 8 of
+// The stale-owner seed tests that involve the coordinator (3, 4, 5, 6 and 8 of
 // docs/design.md §8), on a GCS route whose resource keys are the leases'
 // names, each checked on the object fake-gcs-server stores. The
 // coordinator shares the gateway's store, so a newer lease fences the
@@ -24,6 +24,13 @@ func TestGCSSeedsWithCoordinator(t *testing.T) {
 	e := &gcsEnv{GCS: srv, Proc: p, GW: p.URL("gateway")}
 	coord := p.URL("coordinator")
 	lease := func(object string) string { return gcsBucket + "/" + object }
+	tp := testenv.Toxiproxy(t)
+	store := seedStore{
+		put: func(t *testing.T, token int64, object, body string) error {
+			return gcsPut(e.worker(t, tokenOf(token)), object, body, 0)
+		},
+		stale: wantStale, stored: e.stored,
+	}
 
 	// 3: renew and release after expiry do not change B's ownership.
 	t.Run("seed3 late renew and release", func(t *testing.T) {
@@ -48,6 +55,12 @@ func TestGCSSeedsWithCoordinator(t *testing.T) {
 		if got, stamp := e.stored(t, "s3"); got != "B" || stamp != fmt.Sprint(b) {
 			t.Fatalf("stored %q stamp %q; want B stamped %d", got, stamp, b)
 		}
+	})
+
+	// 4: an acquisition aborted after its token was drawn grants no
+	// authority (seedAbortedAcquisition).
+	t.Run("seed4 aborted acquisition", func(t *testing.T) {
+		seedAbortedAcquisition(t, tp, coord, lease("s4"), "s4", store)
 	})
 
 	// 5: token order survives a restart of the coordinator (the same
@@ -104,25 +117,9 @@ func TestGCSSeedsWithCoordinator(t *testing.T) {
 		}
 	})
 
-	// 8: A is cut off from the coordinator (it cannot renew) while its
-	// connection to the gateway stays up: its lease lapses, B acquires,
-	// and A's writes through the still reachable gateway are refused.
+	// 8: A is cut off from the coordinator (its own link, through
+	// toxiproxy) while its link to the gateway stays up (seedCutOff).
 	t.Run("seed8 cut off from the coordinator", func(t *testing.T) {
-		a := acquireTTL(t, coord, lease("s8"), "A", "1s")
-		if err := gcsPut(e.worker(t, tokenOf(a)), "s8", "A", 0); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(1500 * time.Millisecond) // no renewal reaches the coordinator
-		b := acquire(t, coord, lease("s8"), "B")
-		wantStale(t, "A after its lease lapsed", gcsPut(e.worker(t, tokenOf(a)), "s8", "A-late", 0))
-		if got, stamp := e.stored(t, "s8"); got != "A" || stamp != fmt.Sprint(a) {
-			t.Fatalf("stored %q stamp %q; want A's version untouched until B writes", got, stamp)
-		}
-		if err := gcsPut(e.worker(t, tokenOf(b)), "s8", "B", 0); err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := e.stored(t, "s8"); got != "B" {
-			t.Fatalf("stored %q; want B", got)
-		}
+		seedCutOff(t, tp, coord, lease("s8"), "s8", store)
 	})
 }
