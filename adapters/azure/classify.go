@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/fencegate/fencegate"
 )
@@ -224,6 +225,7 @@ type param struct{ name, value, raw string } // raw: the name as sent
 // name as an array that matches no operation.
 func parseQuery(raw string) (query, *fencegate.Error) {
 	var q query
+	seen := map[string]bool{} // foldKey of each name: linear, not quadratic, in the pairs
 	for raw != "" {
 		var kv string
 		kv, raw, _ = strings.Cut(raw, "&")
@@ -239,14 +241,30 @@ func parseQuery(raw string) (query, *fencegate.Error) {
 		if err1 != nil || err2 != nil {
 			return nil, fencegate.InvalidRequest("the query string is not valid: bad percent-encoding")
 		}
-		for _, p := range q {
-			if strings.EqualFold(p.name, name) {
-				return nil, fencegate.InvalidRequest("the query parameter %q must be sent once, in one spelling", strings.ToLower(name))
-			}
+		if fk := foldKey(name); seen[fk] {
+			return nil, fencegate.InvalidRequest("the query parameter %q must be sent once, in one spelling", strings.ToLower(name))
+		} else {
+			seen[fk] = true
 		}
 		q = append(q, param{name, value, k})
 	}
 	return q, nil
+}
+
+// foldKey is s with each rune replaced by the least rune of its simple
+// case-folding orbit: foldKey(a) == foldKey(b) exactly when
+// strings.EqualFold(a, b) (invalid UTF-8 reads as U+FFFD in both).
+func foldKey(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		b.WriteRune(m)
+	}
+	return b.String()
 }
 
 // get is the value of the parameter spelled name ("" if absent).
