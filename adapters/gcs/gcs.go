@@ -362,13 +362,16 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 // binding, with the gateway's ifGenerationMatch.
 func (u *Upstream) query(raw string, f *forward) string {
 	cond := f.gen != nil && f.gen.Conditional()
-	if !cond && !strings.Contains(raw, sessionParam) {
+	if !cond && !strings.Contains(raw, sessionParam) && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
 	var kept []string
 	if raw != "" {
 		for _, p := range strings.Split(raw, "&") {
 			k, _, _ := strings.Cut(p, "=")
+			if d, err := url.QueryUnescape(k); err == nil {
+				k = d // the name parseQuery and the store read ("fencegate%5Fsession")
+			}
 			if k == sessionParam || (cond && k == "ifGenerationMatch") {
 				continue
 			}
