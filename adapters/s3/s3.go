@@ -543,13 +543,17 @@ func stamps(r *http.Request, o op) bool {
 
 // upstreamQuery drops presigned-URL authentication parameters.
 func upstreamQuery(raw string) string {
-	if !strings.Contains(raw, "X-Amz-") {
+	if !strings.Contains(raw, "X-Amz-") && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
 	parts := strings.Split(raw, "&")
 	kept := parts[:0]
 	for _, p := range parts {
-		switch k, _, _ := strings.Cut(p, "="); k {
+		k, _, _ := strings.Cut(p, "=")
+		if d, err := url.QueryUnescape(k); err == nil {
+			k = d // the name checkWriteQuery and the store read ("X-Amz-%53ignature")
+		}
+		switch k {
 		case "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
 			"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token":
 			continue
