@@ -415,7 +415,7 @@ func (f *LocalFence) advance(ctx context.Context, sh *fenceShard, i int32, resou
 	// predecessor's not yet waited out): a crash before they end must
 	// leave the next process a record that this token's writes wait.
 	draining := f.q != nil && e.flying > 0
-	if r := f.rec; r != nil && r.advancing(resource, e.highest) {
+	if r := f.rec; r != nil && !r.ended.Load() && r.advancing(resource, e.highest) {
 		draining = f.q != nil
 	}
 	sh.mu.Unlock()

@@ -443,12 +443,13 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 		return rt.strictAdmissions(host, keys, buf)
 	}
 	for _, k := range keys {
-		switch tk := TreeKey(k); {
-		case tk == k:
+		switch {
+		case strings.HasSuffix(k, "/"):
 			// The root (or a key ending in '/'): its tree key is its own.
 			buf = append(buf, admission{k, ScopeTree})
 		case slices.Contains(trees, k):
-			buf = append(buf, admission{k, ScopeKey}, admission{tk, ScopeTree})
+			// TreeKey only here: k+"/" is an allocation per write.
+			buf = append(buf, admission{k, ScopeKey}, admission{TreeKey(k), ScopeTree})
 		default:
 			buf = append(buf, admission{k, ScopeKey})
 		}
