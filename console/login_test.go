@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate"
 )
@@ -142,5 +143,32 @@ func TestLoginRateLimit(t *testing.T) {
 	}
 	if s.started != 1 {
 		t.Fatalf("%d sessions started; want 1", s.started)
+	}
+}
+
+// TestLoginLimitFullTable: a flood of failures from more clients than the
+// limiter remembers (an IPv6 /48 holds 65,536 /64s) locks no one else out:
+// a new client's login is not held, and a client that used up its failures
+// is still limited after the flood. The clock stands still.
+func TestLoginLimitFullTable(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	l := &loginLimiter{now: func() time.Time { return at }}
+	for range LoginBurst {
+		l.fail("cspent", "kspent")
+	}
+	for i := range 2 * maxLimited {
+		ids := []string{fmt.Sprintf("cflood-%d", i), fmt.Sprintf("kflood-%d", i)}
+		if l.wait(ids...) == 0 {
+			l.fail(ids...)
+		}
+	}
+	if n := len(l.buckets); n > maxLimited {
+		t.Fatalf("%d buckets remembered; want at most %d", n, maxLimited)
+	}
+	if d := l.wait("coperator", "kright"); d != 0 {
+		t.Fatalf("a new client after the flood waits %v; want 0", d)
+	}
+	if d := l.wait("cspent", "kother"); d == 0 {
+		t.Fatal("the client that used up its failures is no longer limited after the flood")
 	}
 }

@@ -1,10 +1,12 @@
 package console
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,8 +21,11 @@ const (
 	LoginBurst  = 10
 	LoginRefill = 6 * time.Second
 	// maxLimited bounds the clients and keys remembered. A full table
-	// forgets the buckets that have refilled; if none has, every login
-	// not yet in it is limited (fail closed) until one has.
+	// forgets the buckets that have refilled, then those with the most
+	// failures left: the least limited, so the clients that used theirs
+	// up stay limited. Limiting every login not in a full table instead
+	// would let anyone with enough addresses (an IPv6 /48 has 65,536 /64s)
+	// lock every operator out of the console.
 	maxLimited = 10000
 )
 
@@ -56,14 +61,7 @@ func (l *loginLimiter) wait(ids ...string) time.Duration {
 	now := l.now()
 	var d time.Duration
 	for _, id := range ids {
-		b, known := l.level(id, now)
-		if !known && len(l.buckets) >= maxLimited {
-			l.prune(now)
-			if len(l.buckets) >= maxLimited {
-				d = max(d, LoginRefill)
-				continue
-			}
-		}
+		b, _ := l.level(id, now)
 		if b.tokens < 1 {
 			d = max(d, time.Duration((1-b.tokens)*float64(LoginRefill)))
 		}
@@ -82,20 +80,34 @@ func (l *loginLimiter) fail(ids ...string) {
 	for _, id := range ids {
 		b, known := l.level(id, now)
 		if !known && len(l.buckets) >= maxLimited {
-			l.prune(now)
+			l.makeRoom(now)
 		}
 		b.tokens = math.Max(0, b.tokens-1)
-		if known || len(l.buckets) < maxLimited {
-			l.buckets[id] = b
-		}
+		l.buckets[id] = b
 	}
 }
 
-// prune forgets the buckets that have refilled: they are new ones.
-func (l *loginLimiter) prune(now time.Time) {
+// makeRoom forgets the buckets that have refilled (they are new ones) and,
+// if that leaves the table over nine tenths full, the tenth with the most
+// failures left: a scan per tenth of the table, not per failed login.
+func (l *loginLimiter) makeRoom(now time.Time) {
+	type entry struct {
+		id     string
+		tokens float64
+	}
+	left := make([]entry, 0, len(l.buckets))
 	for id := range l.buckets {
-		if b, _ := l.level(id, now); b.tokens >= LoginBurst {
+		b, _ := l.level(id, now)
+		if b.tokens >= LoginBurst {
 			delete(l.buckets, id)
+			continue
+		}
+		left = append(left, entry{id, b.tokens})
+	}
+	if over := len(left) - maxLimited*9/10; over > 0 {
+		slices.SortFunc(left, func(a, b entry) int { return cmp.Compare(b.tokens, a.tokens) })
+		for _, e := range left[:over] {
+			delete(l.buckets, e.id)
 		}
 	}
 }
