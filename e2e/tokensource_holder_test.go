@@ -56,6 +56,13 @@ func etcdWaiter(t *testing.T, cli *clientv3.Client, res string) (token int64, gi
 		if err := <-done; err == nil {
 			t.Fatal("the waiter got the lock instead of giving up")
 		}
+		// A cancel that lands while the Mutex's first Txn is in flight
+		// returns before its wait and leaves the key behind (etcd's Lock
+		// releases it only when the wait fails); a worker that gives up
+		// releases it, as here.
+		if _, err := cli.Delete(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, func() bool {
 			gr, err := cli.Get(context.Background(), key)
 			return err == nil && len(gr.Kvs) == 0
