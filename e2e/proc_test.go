@@ -75,6 +75,9 @@ func (p *Proc) start(env []string) {
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.log
 	p.cmd.Stderr = p.log
+	// A test binary that dies (a fuzz worker restarted, a timeout's panic)
+	// takes its gateways with it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
@@ -185,6 +188,7 @@ func startCLI(t testing.TB, env []string, args ...string) *CLIProc {
 	c.cmd = exec.Command(testenv.BuildBinary(t, "./cmd/fencegate"), args...)
 	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout, c.cmd.Stderr = c.Out, c.Out
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
