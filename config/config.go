@@ -247,11 +247,15 @@ type Store struct {
 	// Postgres is the PostgreSQL store (several processes, shared fence
 	// mode).
 	Postgres *Postgres `yaml:"postgres"`
-	// Marker is the file recording which store this process serves from,
-	// so that a start on a lost (new, empty) store is refused until fences
-	// are imported, rebuilt or the loss is accepted (docs/recovery.md).
-	// Default: "<embedded.path>.marker"; none for postgres unless set;
+	// IdentityFile is the file recording which store this process serves
+	// from, so that a start on a lost (new, empty) store is refused until
+	// fences are imported, rebuilt or the loss is accepted
+	// (docs/recovery.md). Default: "<embedded.path>.marker" (the name it
+	// had when the field was called marker); none for postgres unless set;
 	// "none" turns the check off.
+	IdentityFile string `yaml:"identity_file"`
+	// Marker is the deprecated spelling of identity_file (a warning; an
+	// error if both are set and differ).
 	Marker string `yaml:"marker"`
 }
 
@@ -428,8 +432,11 @@ func (c *Config) applyDefaults() {
 	if c.Store.Embedded != nil && c.Store.Embedded.Path == "" {
 		c.Store.Embedded.Path = "./data/fencegate.db"
 	}
-	if c.Store.Marker == "" && c.Store.Embedded != nil {
-		c.Store.Marker = c.Store.Embedded.Path + ".marker"
+	if c.Store.IdentityFile == "" {
+		c.Store.IdentityFile = c.Store.Marker // the deprecated spelling
+	}
+	if c.Store.IdentityFile == "" && c.Store.Embedded != nil {
+		c.Store.IdentityFile = c.Store.Embedded.Path + ".marker"
 	}
 	if p := c.Store.Postgres; p != nil && p.Timeout == 0 {
 		p.Timeout = fencegate.DefaultStoreTimeout
@@ -651,6 +658,9 @@ func (c *Config) Validate() Errors {
 	errs = append(errs, c.validateTokenSources()...)
 	if c.Store.Embedded != nil && c.Store.Postgres != nil {
 		add("store", "set either embedded or postgres, not both")
+	}
+	if m := c.Store.Marker; m != "" && m != c.Store.IdentityFile {
+		add("store.marker", "the deprecated spelling of store.identity_file, set to another file (%q, %q): keep identity_file only", m, c.Store.IdentityFile)
 	}
 	if p := c.Store.Postgres; p != nil {
 		if p.URL == "" {

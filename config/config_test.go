@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,40 @@ func TestEnvExpansion(t *testing.T) {
 	}
 	if u := cfg.Gateway.Routes[0].Upstream.URL; u != "http://127.0.0.1:7777" {
 		t.Fatalf("url %q", u)
+	}
+}
+
+// TestIdentityFileSpellings: store.identity_file is the name; the old
+// store.marker still sets it, with a warning, and the two set to different
+// files are an error. The default file name did not change.
+func TestIdentityFileSpellings(t *testing.T) {
+	parse := func(store string) (*Config, error) {
+		return Parse("id.yaml", []byte(good+"store:\n  embedded: {path: /var/lib/fg.db}\n"+store))
+	}
+	cfg, err := parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Store.IdentityFile; got != "/var/lib/fg.db.marker" {
+		t.Errorf("default identity file %q", got)
+	}
+	if len(cfg.Warnings()) != 0 {
+		t.Errorf("warnings without store.marker: %v", cfg.Warnings())
+	}
+	cfg, err = parse("  marker: /other/id\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Store.IdentityFile; got != "/other/id" {
+		t.Errorf("store.marker set the identity file to %q", got)
+	}
+	if ws := fmt.Sprint(cfg.Warnings()); !strings.Contains(ws, "store.marker") || !strings.Contains(ws, "identity_file") {
+		t.Errorf("store.marker: warnings %s; want one naming the new field", ws)
+	}
+	if _, err := parse("  marker: /a\n  identity_file: /b\n"); err == nil || !strings.Contains(err.Error(), "store.marker") {
+		t.Errorf("both spellings, two files: %v; want an error naming store.marker", err)
+	}
+	if _, err := parse("  marker: /a\n  identity_file: /a\n"); err != nil {
+		t.Errorf("both spellings, one file: %v", err)
 	}
 }

@@ -28,6 +28,9 @@ func (c *Config) Warnings() Warnings {
 			}
 		}
 	}
+	if c.Store.Marker != "" {
+		add("store.marker", "deprecated: renamed store.identity_file (same meaning, same default file)")
+	}
 	if c.Gateway != nil {
 		rs := c.Gateway.Routes
 		for j := range rs {

@@ -92,8 +92,8 @@ type Options struct {
 	// Logger is the process logger. Nil: a JSON logger on stderr at the
 	// configured level.
 	Logger *slog.Logger
-	// AcceptEmptyStore starts on a store other than the one the marker
-	// names (its fences lost) and adopts it (serve --accept-empty-store).
+	// AcceptEmptyStore starts on a store other than the one the identity
+	// file names (its fences lost) and adopts it (serve --accept-empty-store).
 	AcceptEmptyStore bool
 	// ConfigFile is the file cfg was loaded from, shown by the console.
 	ConfigFile string
@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err 
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkMarker(ctx, cfg, store, opts.AcceptEmptyStore); err != nil { // marker.go
+	if err := s.checkIdentity(ctx, cfg, store, opts.AcceptEmptyStore); err != nil { // identity.go
 		return nil, err
 	}
 	if err := s.setupCoordinator(cfg, store); err != nil {

@@ -15,7 +15,7 @@ import (
 
 // bucketMeta holds the store's identity (key metaID): a random value
 // drawn when the file is created, so that a gateway can tell its store from
-// a new, empty one put in its place (server's store marker).
+// a new, empty one put in its place (server's store identity file).
 var (
 	bucketMeta = []byte("meta")
 	metaID     = []byte("id")

@@ -225,7 +225,7 @@ func (c *fenceImportCmd) Run(ctx context.Context, args []string) error {
 		return errNothingRestored("the input holds no fence record")
 	}
 	if err := server.AdoptStore(ctx, cfg, st); err != nil {
-		return fmt.Errorf("imported, but the store marker was not written: %w", err)
+		return fmt.Errorf("imported, but the store identity file was not written: %w", err)
 	}
 	fmt.Fprintf(c.stderr(), "read %d record(s), raised or created %d fence(s); tokens issued from now on exceed %d\n", imp.read, imp.raised, imp.highest)
 	return nil
@@ -541,7 +541,7 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 		return errNothingRestored(fmt.Sprintf("no object of bucket %s under prefix %q carries a stamp (%d without one)", bucket, prefix, unstamped))
 	}
 	if err := server.AdoptStore(ctx, cfg, st); err != nil {
-		return fmt.Errorf("rebuilt, but the store marker was not written: %w", err)
+		return fmt.Errorf("rebuilt, but the store identity file was not written: %w", err)
 	}
 	fmt.Fprintf(c.stderr(), "scanned %d stamped object(s) (%d without a stamp), raised or created %d fence(s); tokens issued from now on exceed %d\n",
 		imp.read, unstamped, imp.raised, imp.highest)

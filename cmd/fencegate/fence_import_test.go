@@ -109,7 +109,7 @@ func TestFenceImportCeiling(t *testing.T) {
 	}
 }
 
-// TestFenceImportEmptyDoesNotAdopt: after a store loss, the marker refuses
+// TestFenceImportEmptyDoesNotAdopt: after a store loss, the identity file refuses
 // the start until fences are restored. An import of an empty input (the
 // `ssh old-host fencegate fence export | fencegate fence import -` whose
 // ssh failed, a truncated or wrong file) restores nothing, so it must not
@@ -127,20 +127,20 @@ func TestFenceImportEmptyDoesNotAdopt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The marker of the store the gateway served from, now lost.
-	if err := server.WriteMarker(cfg.Store.Marker, cfg, "the-lost-store"); err != nil {
+	// The identity file of the store the gateway served from, now lost.
+	if err := server.WriteIdentityFile(cfg.Store.IdentityFile, cfg, "the-lost-store"); err != nil {
 		t.Fatal(err)
 	}
 	for _, in := range []string{"", "\n", "  \n\n"} {
 		f := filepath.Join(dir, "export.jsonl")
 		os.WriteFile(f, []byte(in), 0o600)
 		_, errOut, code := runCLI("fence", "import", "-c", p, f)
-		m, err := server.ReadMarker(cfg.Store.Marker)
+		m, err := server.ReadIdentityFile(cfg.Store.IdentityFile)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if m.StoreID != "the-lost-store" {
-			t.Fatalf("import of %q (exit %d, %q) adopted the empty store: marker now names %s", in, code, strings.TrimSpace(errOut), m.StoreID)
+			t.Fatalf("import of %q (exit %d, %q) adopted the empty store: identity file now names %s", in, code, strings.TrimSpace(errOut), m.StoreID)
 		}
 		if code == 0 {
 			t.Errorf("import of %q restored nothing and exited 0: %q", in, errOut)
