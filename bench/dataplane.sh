@@ -11,6 +11,8 @@
 #             durable advance before the forward)
 #   stale     fencegate refusing a stale token (no upstream call, no disk)
 #
+# (fencegate with the HTTP/1.1 fast path unless FAST_PATH=false; it is off
+# by default, docs/performance.md)
 # all in front of the same fast upstream (bench/cmd/benchupstream), loaded by
 # wrk with 1 thread, CONNS connections and 512-byte PUTs. Rounds alternate
 # between the targets so drift (other load) hits all of them alike; the
@@ -125,6 +127,7 @@ startgw() {
   cat >"$work/$1.yaml" <<YAML
 gateway:
   listen: 127.0.0.1:$gw_port
+  fast_path: ${FAST_PATH:-true}
   routes:
     - name: bench
       match: {path_prefix: /}

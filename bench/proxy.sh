@@ -8,23 +8,12 @@
 #
 # Usage: bench/proxy.sh [seconds per run (default 10)] [rounds (default 3)] [connections (default 32)]
 set -euo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 secs=${1:-10}
 rounds=${2:-3}
 conns=${3:-32}
-command -v wrk >/dev/null || { echo "proxy.sh: wrk is missing (scripts/deps.sh installs it)" >&2; exit 1; }
-
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-cd "$root"
-go build -o "$work/fencegate" ./cmd/fencegate
-go build -o "$work/benchupstream" ./bench/cmd/benchupstream
-go build -o "$work/plainproxy" ./bench/cmd/plainproxy
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+needs proxy.sh wrk
+build benchupstream plainproxy
 up=$(port); plain=$(port); gw=$(port)
 "$work/benchupstream" -listen "127.0.0.1:$up" & pids+=($!)
 "$work/plainproxy" -listen "127.0.0.1:$plain" -upstream "http://127.0.0.1:$up" 2>/dev/null & pids+=($!)

@@ -36,8 +36,8 @@ func TestParseGood(t *testing.T) {
 	if cfg.Gateway.TokenHeader != "Fencing-Token" || cfg.Admin.Listen != "127.0.0.1:9090" {
 		t.Errorf("defaults %q %q", cfg.Gateway.TokenHeader, cfg.Admin.Listen)
 	}
-	if fp := cfg.Gateway.FastPath; fp == nil || !*fp {
-		t.Errorf("gateway.fast_path %v; want the default true", fp)
+	if fp := cfg.Gateway.FastPath; fp == nil || *fp {
+		t.Errorf("gateway.fast_path %v; want the default false", fp)
 	}
 }
 

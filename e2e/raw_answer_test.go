@@ -150,9 +150,7 @@ func TestRawAnswerHTTPRoute(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fast_path=%v", fast), func(t *testing.T) {
 			yaml := gatewayYAML(up)
-			if !fast {
-				yaml = strings.Replace(yaml, "gateway:\n", "gateway:\n  fast_path: false\n", 1)
-			}
+			yaml = strings.Replace(yaml, "gateway:\n", fmt.Sprintf("gateway:\n  fast_path: %v\n", fast), 1)
 			gw := startFencegate(t, yaml)
 			get := func(base string) rawAnswer {
 				req, _ := http.NewRequest("GET", base+"/orders/read-7", nil)

@@ -369,8 +369,8 @@ func (s *Server) Start(ctx context.Context) error {
 }
 
 // fastPath reports whether g serves plain HTTP/1.1 on workerserver's fast path
-// (the default).
-func fastPath(g *config.Gateway) bool { return g.FastPath == nil || *g.FastPath }
+// (gateway.fast_path: true; off by default).
+func fastPath(g *config.Gateway) bool { return g.FastPath != nil && *g.FastPath }
 
 // listen binds addr for srv, holding at most maxConns connections at once
 // (listeners.go).
