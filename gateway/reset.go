@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // ResetFunc lowers the durable fence record of a resource (the store's
@@ -27,11 +28,11 @@ func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc
 	}
 	if n := sh.entries[i].flying; n > 0 {
 		sh.mu.Unlock()
-		return fencegate.FenceState{}, &fencegate.Error{
-			Status: http.StatusConflict, Code: fencegate.CodeFenceDraining,
+		return fencegate.FenceState{}, httprefusal.WithStatus(http.StatusConflict, &fencegate.Error{
+			Code:     fencegate.CodeFenceDraining,
 			Message:  fmt.Sprintf("%d writes for %s are in flight; a fence is lowered only when none is (retry)", n, resource),
 			Resource: resource, RetryAfter: time.Second,
-		}
+		})
 	}
 	// Hold writes off the way an advance does: they wait on advancing.
 	done := make(chan struct{})

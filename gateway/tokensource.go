@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"sync"
 
 	"github.com/fencegate/fencegate"
@@ -117,6 +116,6 @@ const CodeNotLockHolder = "not_lock_holder"
 // NotLockHolder is the refusal of a token that is not the lock holder's;
 // why says what the lock service showed, for the client's message.
 func NotLockHolder(resource string, token int64, why string) *fencegate.Error {
-	return &fencegate.Error{Status: http.StatusConflict, Code: CodeNotLockHolder, Message: why,
+	return &fencegate.Error{Code: CodeNotLockHolder, Message: why,
 		Resource: resource, Token: token}
 }

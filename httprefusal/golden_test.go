@@ -21,6 +21,8 @@ import (
 	"github.com/fencegate/fencegate/adapters/azure"
 	"github.com/fencegate/fencegate/adapters/gcs"
 	"github.com/fencegate/fencegate/adapters/s3"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/refusals.golden from the current code")
@@ -82,58 +84,59 @@ func refusals() []refusal {
 		{"unknown_token", domain(&fencegate.UnknownTokenError{Resource: "/u", Token: 9, Why: "token 9 is not the create revision of an etcd lock key of /u"})},
 		{"token_source_unavailable", domain(&fencegate.TokenSourceUnavailableError{Source: "etcd", Resource: "/u", Token: 9, Err: cause})},
 		// As coordinator/service.go builds them.
-		{"coordinator_invalid", fixed(fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "ttl must be between 1ms and %v, got %v", 10*time.Minute, time.Hour))},
+		{"coordinator_invalid", fixed(fencegate.Errorf(fencegate.CodeInvalidRequest, "ttl must be between 1ms and %v, got %v", 10*time.Minute, time.Hour))},
 		{"lease_held", fixed(&fencegate.Error{
-			Status: http.StatusConflict, Code: fencegate.CodeLeaseHeld,
+			Code:     fencegate.CodeLeaseHeld,
 			Message:  "lease on /orders/1 is held by worker-a until " + exp.Format(time.RFC3339Nano),
 			Resource: "/orders/1", Owner: "worker-a", ExpiresAt: &exp, Err: errors.New("held"),
 		})},
 		{"lease_lost", fixed(&fencegate.Error{
-			Status: http.StatusConflict, Code: fencegate.CodeLeaseLost,
+			Code:     fencegate.CodeLeaseLost,
 			Message:  "lease on /orders/1 with token 3 of worker-a is not current: it expired, was released or a newer lease was acquired",
 			Resource: "/orders/1", Owner: "worker-a", Token: 3, Err: errors.New("lost"),
 		})},
 		{"coordinator_unavailable", fixed(&fencegate.Error{
-			Status: http.StatusServiceUnavailable, Code: fencegate.CodeFenceUnavailable,
+			Code:     fencegate.CodeFenceUnavailable,
 			Message:  "the lease store is unavailable; retry (a retried acquire by the same owner is safe)",
 			Resource: "/orders/1", RetryAfter: time.Second, Err: cause,
 		})},
 		// As the gateway, auth and precondition build them.
-		{"unauthorized", fixed(fencegate.Errorf(http.StatusUnauthorized, fencegate.CodeUnauthorized, "%s", "unknown or revoked API key"))},
-		{"auth_body_too_large", fixed(fencegate.Errorf(http.StatusRequestEntityTooLarge, fencegate.CodeBodyTooLarge, "request body over %d bytes", 64<<10))},
-		{"token_out_of_range", fixed(&fencegate.Error{
-			Status: http.StatusConflict, Code: fencegate.CodeTokenOutOfRange,
-			Message:  "token 2000000 is more than fence.max_advance (1000000) above the fence's highest token for /r (5)",
-			Resource: "/r", Token: 2000000,
-		})},
-		{"not_lock_holder", fixed(&fencegate.Error{Status: http.StatusConflict, Code: "not_lock_holder",
-			Message: "key /locks/r/1 is a waiter's", Resource: "/r", Token: 12})},
-		{"foreign_destination", fixed(fencegate.Errorf(http.StatusBadRequest, fencegate.CodeForeignDestination, "Destination %s is on another host", "http://other/x"))},
+		{"unauthorized", fixed(fencegate.Errorf(fencegate.CodeUnauthorized, "%s", "unknown or revoked API key"))},
+		{"auth_body_too_large", fixed(fencegate.Errorf(fencegate.CodeBodyTooLarge, "request body over %d bytes", 64<<10))},
+		{"token_out_of_range", func(t *testing.T) *fencegate.Error {
+			var e *fencegate.Error
+			if !errors.As(gateway.CheckAdvance("/r", 2000000, 5, 1000000, "the fence's highest token"), &e) {
+				t.Fatal("CheckAdvance refused nothing")
+			}
+			return e
+		}},
+		{"not_lock_holder", fixed(gateway.NotLockHolder("/r", 12, "key /locks/r/1 is a waiter's"))},
+		{"foreign_destination", fixed(fencegate.Errorf(fencegate.CodeForeignDestination, "Destination %s is on another host", "http://other/x"))},
 		{"precondition_failed", fixed(&fencegate.Error{
-			Status: http.StatusPreconditionFailed, Code: fencegate.CodePreconditionFailed,
+			Code:     fencegate.CodePreconditionFailed,
 			Message:  "the object is not the version this gateway last wrote (a write bypassed the gateway, or a delayed one landed); nothing was written",
 			Resource: "b/k", Token: 5,
 		})},
-		{"precondition_head_failed", fixed(&fencegate.Error{Status: http.StatusBadGateway, Code: fencegate.CodeUpstreamUnavailable,
+		{"precondition_head_failed", fixed(&fencegate.Error{Code: fencegate.CodeUpstreamUnavailable,
 			Message: "cannot learn the object's current ETag from the upstream", Resource: "b/k", Err: cause})},
 		// Codes an edge answers with another status than the code's own.
-		{"lower_while_in_flight", fixed(&fencegate.Error{
-			Status: http.StatusConflict, Code: fencegate.CodeFenceDraining,
+		{"lower_while_in_flight", fixed(httprefusal.WithStatus(http.StatusConflict, &fencegate.Error{
+			Code:     fencegate.CodeFenceDraining,
 			Message:  "2 writes for /r are in flight; a fence is lowered only when none is (retry)",
 			Resource: "/r", RetryAfter: time.Second,
-		})},
-		{"reset_unavailable", fixed(fencegate.Errorf(http.StatusConflict, fencegate.CodeInvalidRequest, "fence reset is not available here: %s", "shared mode"))},
-		{"no_such_endpoint", fixed(fencegate.Errorf(http.StatusNotFound, fencegate.CodeInvalidRequest,
-			"no such endpoint %s %s: see POST /v1/leases/acquire|renew|release, GET /v1/leases?resource=R", "GET", "/v1/nope"))},
-		{"unsupported_media_type", fixed(fencegate.Errorf(http.StatusUnsupportedMediaType, fencegate.CodeInvalidRequest, "the %s API takes application/json", "coordinator"))},
-		{"length_required", fixed(fencegate.Errorf(http.StatusLengthRequired, fencegate.CodeInvalidRequest, "a write must state its body's length"))},
-		{"not_implemented", fixed(&fencegate.Error{Status: http.StatusNotImplemented, Code: fencegate.CodeInvalidRequest, Message: "copy from another account is not supported by the gateway"})},
-		{"gcs_no_session", fixed(&fencegate.Error{Status: http.StatusNotFound, Code: fencegate.CodeInvalidRequest, Message: "no such upload session", Resource: "b/o"})},
-		{"azure_lease_held", fixed(&fencegate.Error{Status: http.StatusConflict, Code: fencegate.CodeForbidden, Resource: "c/b",
-			Message: "the blob has an active lease the gateway does not hold"})},
-		{"console_not_found", fixed(fencegate.Errorf(http.StatusNotFound, "not_found", "%s", "this listing is off"))},
+		}))},
+		{"reset_unavailable", fixed(httprefusal.WithStatus(http.StatusConflict, fencegate.Errorf(fencegate.CodeInvalidRequest, "fence reset is not available here: %s", "shared mode")))},
+		{"no_such_endpoint", fixed(httprefusal.WithStatus(http.StatusNotFound, fencegate.Errorf(fencegate.CodeInvalidRequest,
+			"no such endpoint %s %s: see POST /v1/leases/acquire|renew|release, GET /v1/leases?resource=R", "GET", "/v1/nope")))},
+		{"unsupported_media_type", fixed(httprefusal.WithStatus(http.StatusUnsupportedMediaType, fencegate.Errorf(fencegate.CodeInvalidRequest, "the %s API takes application/json", "coordinator")))},
+		{"length_required", fixed(httprefusal.WithStatus(http.StatusLengthRequired, fencegate.Errorf(fencegate.CodeInvalidRequest, "a write must state its body's length")))},
+		{"not_implemented", fixed(httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest, Message: "copy from another account is not supported by the gateway"}))},
+		{"gcs_no_session", fixed(httprefusal.WithStatus(http.StatusNotFound, &fencegate.Error{Code: fencegate.CodeInvalidRequest, Message: "no such upload session", Resource: "b/o"}))},
+		{"azure_lease_held", fixed(httprefusal.WithStatus(http.StatusConflict, &fencegate.Error{Code: fencegate.CodeForbidden, Resource: "c/b",
+			Message: "the blob has an active lease the gateway does not hold"}))},
+		{"console_not_found", fixed(fencegate.Errorf("not_found", "%s", "this listing is off"))},
 		{"console_store_error", func(*testing.T) *fencegate.Error {
-			e := fencegate.Errorf(http.StatusServiceUnavailable, fencegate.CodeFenceUnavailable, "%s: the store cannot be read now", "fences")
+			e := fencegate.Errorf(fencegate.CodeFenceUnavailable, "%s: the store cannot be read now", "fences")
 			e.RetryAfter = time.Second
 			return e
 		}},
@@ -195,12 +198,14 @@ func writers(s3u *s3.Upstream) []struct {
 		name  string
 		write func(w http.ResponseWriter, r *http.Request, e *fencegate.Error)
 	}{
-		{"json", func(w http.ResponseWriter, _ *http.Request, e *fencegate.Error) { e.WriteJSON(w) }},
+		{"json", func(w http.ResponseWriter, _ *http.Request, e *fencegate.Error) { httprefusal.WriteJSON(w, e) }},
 		{"s3", s3u.WriteError},
 		{"gcs", new(gcs.Upstream).WriteError},
 		{"azure", new(azure.Upstream).WriteError},
 		// The console's pages answer a bad query (invalid_request) in plain text.
-		{"text", func(w http.ResponseWriter, _ *http.Request, e *fencegate.Error) { http.Error(w, e.Message, e.Status) }},
+		{"text", func(w http.ResponseWriter, _ *http.Request, e *fencegate.Error) {
+			http.Error(w, e.Message, httprefusal.Status(e))
+		}},
 	}
 }
 
