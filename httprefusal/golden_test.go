@@ -268,7 +268,11 @@ func TestRefusalWireAnswers(t *testing.T) {
 		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
 		for i := range min(len(gl), len(wl)) {
 			if gl[i] != wl[i] {
-				t.Fatalf("answers differ from %s at line %d:\ngot  %q\nwant %q\n(context: %s)", golden, i+1, gl[i], wl[i], strings.Join(wl[max(0, i-8):i+1], "\n"))
+				at := i
+				for at > 0 && !strings.HasPrefix(wl[at], "=== ") {
+					at--
+				}
+				t.Fatalf("answers differ from %s at line %d, in %q:\ngot  %q\nwant %q", golden, i+1, wl[at], gl[i], wl[i])
 			}
 		}
 		t.Fatalf("answers differ from %s in length: %d lines; want %d", golden, len(gl), len(wl))
