@@ -87,6 +87,14 @@ const (
 	// MOVE) is not a resource of the route fencing it (another host,
 	// another route, no route): the gateway cannot fence that write. 400.
 	CodeForeignDestination = "foreign_destination"
+	// CodeNotLockHolder: a route's token source found the token's lock key
+	// or node, but not as the lock's holder when it was asked: a waiter's,
+	// one put by hand outside the recipe, or one deleted before the
+	// token's first write arrived. The number belongs to the lock; the
+	// sender is not proven to hold it. 409.
+	CodeNotLockHolder = "not_lock_holder"
+	// CodeNotFound: a console listing that is switched off. 404.
+	CodeNotFound = "not_found"
 )
 
 // Error is a refusal made by fencegate itself (not by an upstream). Its JSON

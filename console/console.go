@@ -618,7 +618,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func notFound(w http.ResponseWriter, why string) {
-	httprefusal.WriteJSON(w, fencegate.Errorf("not_found", "%s", why))
+	httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeNotFound, "%s", why))
 }
 
 // storeError answers a failed store read 503 (the store's message stays in
