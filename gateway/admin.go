@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -222,7 +223,11 @@ func (a *FenceAPI) reset(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.log().LogAttrs(ctx, slog.LevelWarn, "fence_reset_refused",
 			slog.String("resource", res), slog.Int64("to", req.To), slog.String("operator", op), slog.String("err", err.Error()))
-		httprefusal.WriteJSON(w, fencegate.AsError(err))
+		e := fencegate.AsError(err)
+		if errors.Is(err, errWritesInFlight) {
+			e = httprefusal.WithStatus(http.StatusConflict, e)
+		}
+		httprefusal.WriteJSON(w, e)
 		return
 	}
 	a.log().LogAttrs(ctx, slog.LevelWarn, "fence_reset_by_hand",
