@@ -125,7 +125,9 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if e.Err != nil {
-		return e.Code + ": " + e.Message + ": " + e.Err.Error()
+		if cause := e.Err.Error(); cause != "" {
+			return e.Code + ": " + e.Message + ": " + cause
+		}
 	}
 	return e.Code + ": " + e.Message
 }

@@ -622,7 +622,10 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 	}
 	attrs = append(attrs, slog.Int("status", status))
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("err", e.Err.Error()))
+		// A status pinned at the edge (httprefusal.WithStatus) is no cause.
+		if cause := e.Err.Error(); cause != "" {
+			attrs = append(attrs, slog.String("err", cause))
+		}
 	}
 	if g.logContext != nil {
 		attrs = append(attrs, g.logContext(r.Context())...)

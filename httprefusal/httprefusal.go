@@ -90,11 +90,14 @@ type pinned struct {
 
 func (p *pinned) HTTPStatus() int { return p.status }
 func (p *pinned) Unwrap() error   { return p.err }
+
+// Error is the cause's text: a pinned status adds nothing to the log line
+// or to the text of an error a client returns.
 func (p *pinned) Error() string {
 	if p.err != nil {
 		return p.err.Error()
 	}
-	return "answered " + strconv.Itoa(p.status)
+	return ""
 }
 
 // RetryAfter is the Retry-After value of a retry hint: whole seconds,

@@ -111,6 +111,10 @@ func TestWithStatus(t *testing.T) {
 	if !errors.Is(e, cause) {
 		t.Error("errors.Is no longer finds the cause")
 	}
+	bare := &fencegate.Error{Code: fencegate.CodeInvalidRequest, Message: "m"}
+	if want, got := bare.Error(), httprefusal.WithStatus(http.StatusNotFound, bare).Error(); got != want {
+		t.Errorf("a pinned status changed the error's text: %q; want %q", got, want)
+	}
 	outer := fencegate.Unavailable("/r", e)
 	if st := httprefusal.Status(outer); st != http.StatusServiceUnavailable {
 		t.Errorf("a refusal wrapping a pinned one: %d; want its own 503", st)
