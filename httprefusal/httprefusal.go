@@ -43,10 +43,8 @@ var statusByCode = map[string]int{
 	fencegate.CodeTokenSourceUnavailable: http.StatusServiceUnavailable,
 	fencegate.CodeInternal:               http.StatusInternalServerError,
 	fencegate.CodeForeignDestination:     http.StatusBadRequest,
-	// gateway.CodeNotLockHolder (the gateway imports this package).
-	"not_lock_holder": http.StatusConflict,
-	// The console's listings that are switched off.
-	"not_found": http.StatusNotFound,
+	fencegate.CodeNotLockHolder:          http.StatusConflict,
+	fencegate.CodeNotFound:               http.StatusNotFound,
 }
 
 // StatusCoder is a cause (fencegate.Error.Err) that says the HTTP status
