@@ -218,7 +218,9 @@ var s3RequestID = regexp.MustCompile(`[0-9a-z]{10,14}`)
 func TestRefusalWireAnswers(t *testing.T) {
 	s3u, s3r := s3Refusals(t)
 	var out strings.Builder
+	uncovered := codes(t)
 	for _, rf := range append(refusals(), s3r...) {
+		delete(uncovered, rf.err(t).Code)
 		for _, wr := range writers(s3u) {
 			if wr.name == "text" && rf.name != "invalid_request" {
 				continue
@@ -252,6 +254,9 @@ func TestRefusalWireAnswers(t *testing.T) {
 				fmt.Fprintf(&out, "\n%s\n", body)
 			}
 		}
+	}
+	for code, name := range uncovered {
+		t.Errorf("no refusal with %s (%s) is answered here", name, code)
 	}
 	const golden = "testdata/refusals.golden"
 	if *update {
