@@ -10,10 +10,8 @@
 package fencegate
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 )
@@ -89,10 +87,21 @@ const (
 	// MOVE) is not a resource of the route fencing it (another host,
 	// another route, no route): the gateway cannot fence that write. 400.
 	CodeForeignDestination = "foreign_destination"
+	// CodeNotLockHolder: a route's token source found the token's lock key
+	// or node, but not as the lock's holder when it was asked: a waiter's,
+	// one put by hand outside the recipe, or one deleted before the
+	// token's first write arrived. The number belongs to the lock; the
+	// sender is not proven to hold it. 409.
+	CodeNotLockHolder = "not_lock_holder"
+	// CodeNotFound: a console listing that is switched off. 404.
+	CodeNotFound = "not_found"
 )
 
 // Error is a refusal made by fencegate itself (not by an upstream). Its JSON
-// form is the error body of docs/design.md §3; zero fields are omitted.
+// form is the error body of docs/design.md §3; zero fields are omitted. It
+// names no HTTP status: the code decides it, at the edge (package
+// httprefusal), so the stores and the coordinator decide what is refused
+// and why, never how a protocol spells it.
 type Error struct {
 	Code     string `json:"error"`
 	Message  string `json:"message"`
@@ -104,9 +113,11 @@ type Error struct {
 	Owner     string     `json:"owner,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
-	// Status is the HTTP status the refusal is answered with.
-	Status int `json:"-"`
-	// RetryAfter, if positive, is sent as a Retry-After header.
+	// RetryAfter, if positive, is how long the refused condition is
+	// expected to last: a client retrying sooner is refused again. It is
+	// the refuser's knowledge (a drain lasts about a second, a regressed
+	// store needs an operator), not a protocol's, so the domain sets it;
+	// over HTTP it is the Retry-After header, in whole seconds rounded up.
 	RetryAfter time.Duration `json:"-"`
 	// Err is the underlying cause, for logs; never sent to clients.
 	Err error `json:"-"`
@@ -114,7 +125,9 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if e.Err != nil {
-		return e.Code + ": " + e.Message + ": " + e.Err.Error()
+		if cause := e.Err.Error(); cause != "" {
+			return e.Code + ": " + e.Message + ": " + cause
+		}
 	}
 	return e.Code + ": " + e.Message
 }
@@ -127,36 +140,19 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code && t.Message == "" && t.Resource == ""
 }
 
-// WriteJSON answers the refusal as application/json.
-func (e *Error) WriteJSON(w http.ResponseWriter) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	if e.RetryAfter > 0 {
-		secs := int((e.RetryAfter + time.Second - 1) / time.Second)
-		h.Set("Retry-After", strconv.Itoa(secs))
-	}
-	status := e.Status
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	w.WriteHeader(status)
-	b, _ := json.Marshal(e)
-	w.Write(append(b, '\n'))
+// Errorf builds a refusal with code and a formatted message. (Before,
+// its first argument was the HTTP status; the code decides it now.)
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// Errorf builds a refusal with a formatted message.
-func Errorf(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
-}
+// The constructors below are the one place each refusal code gets its
+// wording and, where it is fixed, its retry hint. Each one's comment
+// names the HTTP status its code is answered with (httprefusal).
 
-// The constructors below are the one place each refusal code gets its status
-// (and, where it is fixed, its wording and Retry-After).
-
-// StaleError is the headline refusal: token is older than highest.
+// StaleError is the headline refusal: token is older than highest. 409.
 func StaleError(resource string, token, highest int64) *Error {
 	return &Error{
-		Status:   http.StatusConflict,
 		Code:     CodeStaleToken,
 		Message:  fmt.Sprintf("token %d is older than %d already accepted for %s", token, highest, resource),
 		Resource: resource,
@@ -166,10 +162,9 @@ func StaleError(resource string, token, highest int64) *Error {
 }
 
 // Unavailable is the fail-closed refusal when fence state cannot be read or
-// advanced (invariant I4).
+// advanced (invariant I4). 503, retry after a second.
 func Unavailable(resource string, err error) *Error {
 	return &Error{
-		Status:     http.StatusServiceUnavailable,
 		Code:       CodeFenceUnavailable,
 		Message:    "fence state for " + resource + " cannot be read or advanced; the write was not forwarded",
 		Resource:   resource,
@@ -180,9 +175,9 @@ func Unavailable(resource string, err error) *Error {
 
 // Draining refuses a newer write whose older in-flight writes did not end
 // within drain (I2); cause, if any, says why the wait could not finish.
+// 503, retry after a second.
 func Draining(resource string, token int64, drain time.Duration, cause error) *Error {
-	return &Error{
-		Status: http.StatusServiceUnavailable, Code: CodeFenceDraining,
+	return &Error{Code: CodeFenceDraining,
 		Message:  fmt.Sprintf("an older write for %s is still in flight after %s; not forwarding token %d before it ends", resource, drain, token),
 		Resource: resource, Token: token, Highest: token,
 		RetryAfter: time.Second, Err: cause,
@@ -191,9 +186,9 @@ func Draining(resource string, token int64, drain time.Duration, cause error) *E
 
 // StoreRegressed refuses a write or an issuance on a store that went back;
 // cause says how it was found (timelines, token numbers: no secrets).
+// 503, retry after 5 s (an operator must act).
 func StoreRegressed(resource, cause string) *Error {
-	return &Error{
-		Status: http.StatusServiceUnavailable, Code: CodeStoreRegressed,
+	return &Error{Code: CodeStoreRegressed,
 		Message: "the fence store went back (" + cause + "); fenced writes and token issuance are refused until an operator runs " +
 			"`fencegate fence recover` (docs/recovery.md), which makes every token issued before it worthless",
 		Resource: resource, RetryAfter: 5 * time.Second,
@@ -214,9 +209,9 @@ func Unverified(resource string, token int64, err error) error {
 }
 
 // Internal is the refusal for a failure with no better code; err goes to
-// the log only.
+// the log only. 500.
 func Internal(err error) *Error {
-	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error", Err: err}
+	return &Error{Code: CodeInternal, Message: "internal error", Err: err}
 }
 
 // AsError returns the refusal err stands for (Refusal), or Internal(err).
@@ -229,8 +224,8 @@ func AsError(err error) *Error {
 
 // Domain errors a store or a fence reports in its own terms. Refusal (and
 // so AsError, which the gateway and the admin API answer with) turns each
-// into the status, code and message a client gets: a store never chooses
-// an HTTP status.
+// into the code and message a client gets (and httprefusal the code into
+// a status): a store never chooses an HTTP status.
 
 // ErrResetNotPositive: a fence reset asked for a token of zero or below.
 var ErrResetNotPositive = errors.New("reset needs a positive token")
@@ -309,15 +304,14 @@ func Refusal(err error) (*Error, bool) {
 	case errors.As(err, &e):
 		return e, true
 	case errors.Is(err, ErrResetNotPositive):
-		return Errorf(http.StatusBadRequest, CodeInvalidRequest, "%s", ErrResetNotPositive), true
+		return Errorf(CodeInvalidRequest, "%s", ErrResetNotPositive), true
 	case errors.As(err, &rb):
-		return &Error{Status: http.StatusConflict, Code: CodeTokenOutOfRange, Message: rb.Error(),
+		return &Error{Code: CodeTokenOutOfRange, Message: rb.Error(),
 			Resource: rb.Resource, Token: rb.To}, true
 	case errors.As(err, &ft):
-		return Errorf(http.StatusGatewayTimeout, CodeUpstreamTimeout, "%s", ft), true
+		return Errorf(CodeUpstreamTimeout, "%s", ft), true
 	case errors.As(err, &sl):
 		return &Error{
-			Status:     http.StatusServiceUnavailable,
 			Code:       CodeFenceUnavailable,
 			Message:    "the database session guarding this write for " + sl.Resource + " was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
 			Resource:   sl.Resource,
@@ -325,10 +319,10 @@ func Refusal(err error) (*Error, bool) {
 			Err:        sl,
 		}, true
 	case errors.As(err, &ut):
-		return &Error{Status: http.StatusConflict, Code: CodeUnknownToken, Message: ut.Why,
+		return &Error{Code: CodeUnknownToken, Message: ut.Why,
 			Resource: ut.Resource, Token: ut.Token}, true
 	case errors.As(err, &su):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeTokenSourceUnavailable, Message: su.Error(),
+		return &Error{Code: CodeTokenSourceUnavailable, Message: su.Error(),
 			Resource: su.Resource, Token: su.Token, RetryAfter: time.Second, Err: su.Err}, true
 	}
 	return nil, false
@@ -336,51 +330,51 @@ func Refusal(err error) (*Error, bool) {
 
 // MissingToken: a fenced write without the token header. 428.
 func MissingToken(header string) *Error {
-	return Errorf(http.StatusPreconditionRequired, CodeMissingToken,
+	return Errorf(CodeMissingToken,
 		"this write is fenced: send the lease's token in the %s header", header)
 }
 
 // InvalidToken: a token header that is not one canonical token. 400.
 func InvalidToken(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, CodeInvalidToken, format, args...)
+	return Errorf(CodeInvalidToken, format, args...)
 }
 
 // NoRoute: no route matches the request. 404.
 func NoRoute(method, host, path string) *Error {
-	return Errorf(http.StatusNotFound, CodeNoRoute, "no route for %s %s%s", method, host, path)
+	return Errorf(CodeNoRoute, "no route for %s %s%s", method, host, path)
 }
 
 // InvalidResource: the request maps to no single resource key. 400.
 func InvalidResource(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, CodeInvalidResource, format, args...)
+	return Errorf(CodeInvalidResource, format, args...)
 }
 
 // InvalidMethod: a method spelling or override the gateway will not fence. 400.
 func InvalidMethod(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, CodeInvalidMethod, format, args...)
+	return Errorf(CodeInvalidMethod, format, args...)
 }
 
 // InvalidRequest: a request whose shape could change after the decision. 400.
 func InvalidRequest(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, CodeInvalidRequest, format, args...)
+	return Errorf(CodeInvalidRequest, format, args...)
 }
 
 // Forbidden: owner may not write resource. 403.
 func Forbidden(owner, resource string) *Error {
-	e := Errorf(http.StatusForbidden, CodeForbidden, "%s may not write %s", owner, resource)
+	e := Errorf(CodeForbidden, "%s may not write %s", owner, resource)
 	e.Resource = resource
 	return e
 }
 
 // BodyTooLarge: the body exceeds a route's limit of max bytes. 413.
 func BodyTooLarge(max int64) *Error {
-	return Errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+	return Errorf(CodeBodyTooLarge,
 		"request body exceeds this route's limit of %d bytes", max)
 }
 
 // TooManyWrites: a route already forwards limit writes. 503.
 func TooManyWrites(limit int) *Error {
-	e := Errorf(http.StatusServiceUnavailable, CodeTooManyWrites,
+	e := Errorf(CodeTooManyWrites,
 		"this route already forwards %d writes, its limit; retry later", limit)
 	e.RetryAfter = time.Second
 	return e
@@ -388,13 +382,13 @@ func TooManyWrites(limit int) *Error {
 
 // UpstreamTimeout: the upstream did not answer within d. 504.
 func UpstreamTimeout(d time.Duration) *Error {
-	return Errorf(http.StatusGatewayTimeout, CodeUpstreamTimeout, "upstream did not answer within %s", d)
+	return Errorf(CodeUpstreamTimeout, "upstream did not answer within %s", d)
 }
 
 // UpstreamUnavailable: the upstream could not be reached; reason must not
 // name internal addresses. 502.
 func UpstreamUnavailable(reason string) *Error {
-	return Errorf(http.StatusBadGateway, CodeUpstreamUnavailable, "upstream request failed: %s", reason)
+	return Errorf(CodeUpstreamUnavailable, "upstream request failed: %s", reason)
 }
 
 // ParseToken validates the values of the token header. A token is exactly one

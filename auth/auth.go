@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/resource"
 )
 
@@ -153,7 +154,7 @@ func certNames(c *x509.Certificate) []string {
 }
 
 func unauthorized(msg string) *fencegate.Error {
-	return fencegate.Errorf(http.StatusUnauthorized, fencegate.CodeUnauthorized, "%s", msg)
+	return fencegate.Errorf(fencegate.CodeUnauthorized, "%s", msg)
 }
 
 type identityKey struct{}
@@ -207,31 +208,31 @@ func SessionMiddleware(a *Authenticator, s *Sessions, login string, next http.Ha
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate"`)
-			refusal(err).WriteJSON(w)
+			httprefusal.WriteJSON(w, refusal(err))
 			return
 		}
 		if id.Prefixes != nil || id.BindOwner {
 			names, owner, r2, err := requestNames(r)
 			if err != nil {
-				refusal(err).WriteJSON(w)
+				httprefusal.WriteJSON(w, refusal(err))
 				return
 			}
 			r = r2
 			if id.BindOwner && owner != "" && owner != id.Owner && !strings.HasPrefix(owner, id.Owner+"/") {
-				fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
-					"%s may only act as owner %s or %s/...", id.Owner, id.Owner, id.Owner).WriteJSON(w)
+				httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeForbidden,
+					"%s may only act as owner %s or %s/...", id.Owner, id.Owner, id.Owner))
 				return
 			}
 			if id.Prefixes != nil && len(names) == 0 {
-				fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
-					"%s may only act on named resources under its prefixes", id.Owner).WriteJSON(w)
+				httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeForbidden,
+					"%s may only act on named resources under its prefixes", id.Owner))
 				return
 			}
 			for _, res := range names {
 				if !allows(id, res) {
-					e := fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden, "%s may not act on %s", id.Owner, clip(res))
+					e := fencegate.Errorf(fencegate.CodeForbidden, "%s may not act on %s", id.Owner, clip(res))
 					e.Resource = clip(res)
-					e.WriteJSON(w)
+					httprefusal.WriteJSON(w, e)
 					return
 				}
 			}
@@ -260,10 +261,10 @@ func requestNames(r *http.Request) ([]string, string, *http.Request, error) {
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxPeek+1))
 	if err != nil {
-		return nil, "", r, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "reading the request body: %v", err)
+		return nil, "", r, fencegate.Errorf(fencegate.CodeInvalidRequest, "reading the request body: %v", err)
 	}
 	if len(b) > maxPeek {
-		return nil, "", r, fencegate.Errorf(http.StatusRequestEntityTooLarge, fencegate.CodeBodyTooLarge, "request body over %d bytes", maxPeek)
+		return nil, "", r, fencegate.Errorf(fencegate.CodeBodyTooLarge, "request body over %d bytes", maxPeek)
 	}
 	r2 := r.Clone(r.Context())
 	r2.Body = io.NopCloser(bytes.NewReader(b))

@@ -34,6 +34,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/coordinator"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/telemetry"
 )
 
@@ -380,7 +381,7 @@ func parseQuery(r *http.Request) (query, *fencegate.Error) {
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxLimit {
-			return q, fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
+			return q, fencegate.Errorf(fencegate.CodeInvalidRequest,
 				"limit must be an integer from 1 to %d", MaxLimit)
 		}
 		q.Limit = n
@@ -460,7 +461,7 @@ func serveJSON[T any](c *Console, l listing[T], w http.ResponseWriter, r *http.R
 	}
 	q, e := parseQuery(r)
 	if e != nil {
-		e.WriteJSON(w)
+		httprefusal.WriteJSON(w, e)
 		return
 	}
 	rows, next, err := l.list(r.Context(), q)
@@ -479,7 +480,7 @@ func servePage[T any](c *Console, l listing[T], w http.ResponseWriter, r *http.R
 	}
 	q, e := parseQuery(r)
 	if e != nil {
-		http.Error(w, e.Message, e.Status)
+		http.Error(w, e.Message, httprefusal.Status(e))
 		return
 	}
 	rows, next, err := l.list(r.Context(), q)
@@ -617,7 +618,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func notFound(w http.ResponseWriter, why string) {
-	fencegate.Errorf(http.StatusNotFound, "not_found", "%s", why).WriteJSON(w)
+	httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeNotFound, "%s", why))
 }
 
 // storeError answers a failed store read 503 (the store's message stays in
@@ -627,9 +628,9 @@ func (c *Console) storeError(w http.ResponseWriter, r *http.Request, what string
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	e := fencegate.Errorf(http.StatusServiceUnavailable, fencegate.CodeFenceUnavailable, "%s: the store cannot be read now", what)
+	e := fencegate.Errorf(fencegate.CodeFenceUnavailable, "%s: the store cannot be read now", what)
 	e.RetryAfter = time.Second
-	e.WriteJSON(w)
+	httprefusal.WriteJSON(w, e)
 }
 
 func (c *Console) logger() *slog.Logger {

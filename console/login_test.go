@@ -55,7 +55,7 @@ type fakeSessions struct {
 
 func (f *fakeSessions) Start(key string) (*http.Cookie, error) {
 	if key != f.key {
-		return nil, fencegate.Errorf(http.StatusUnauthorized, fencegate.CodeUnauthorized, "unknown or revoked API key")
+		return nil, fencegate.Errorf(fencegate.CodeUnauthorized, "unknown or revoked API key")
 	}
 	f.started++
 	return &http.Cookie{Name: "fencegate_session", Value: fmt.Sprint(f.started), Path: "/"}, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // Duration is a time.Duration in JSON: a Go duration string ("30s",
@@ -108,7 +109,7 @@ func (s *Service) Handler() http.Handler {
 			return
 		}
 		if req.TTL != 0 {
-			invalid("release takes no ttl").WriteJSON(w)
+			httprefusal.WriteJSON(w, invalid("release takes no ttl"))
 			return
 		}
 		ok, err := s.Release(r.Context(), req)
@@ -125,7 +126,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if len(q["resource"]) != 1 {
-			invalid("give exactly one resource query parameter").WriteJSON(w)
+			httprefusal.WriteJSON(w, invalid("give exactly one resource query parameter"))
 			return
 		}
 		l, err := s.Show(r.Context(), q.Get("resource"))
@@ -133,8 +134,8 @@ func (s *Service) Handler() http.Handler {
 	})
 	mux.Handle("GET /openapi.json", api.Handler("coordinator"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		fencegate.Errorf(http.StatusNotFound, fencegate.CodeInvalidRequest,
-			"no such endpoint %s %s: see POST /v1/leases/acquire|renew|release, GET /v1/leases?resource=R", r.Method, r.URL.Path).WriteJSON(w)
+		httprefusal.WriteJSON(w, httprefusal.WithStatus(http.StatusNotFound, fencegate.Errorf(fencegate.CodeInvalidRequest,
+			"no such endpoint %s %s: see POST /v1/leases/acquire|renew|release, GET /v1/leases?resource=R", r.Method, r.URL.Path)))
 	})
 	return mux
 }
@@ -144,17 +145,17 @@ func (s *Service) Handler() http.Handler {
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		invalid("request body: %v", err).WriteJSON(w)
+		httprefusal.WriteJSON(w, invalid("request body: %v", err))
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		invalid("request body: %v", err).WriteJSON(w)
+		httprefusal.WriteJSON(w, invalid("request body: %v", err))
 		return false
 	}
 	if dec.More() {
-		invalid("request body: more than one JSON value").WriteJSON(w)
+		httprefusal.WriteJSON(w, invalid("request body: more than one JSON value"))
 		return false
 	}
 	return true
@@ -167,12 +168,12 @@ func answer(w http.ResponseWriter, err error, body func() any) {
 		if !errors.As(err, &fe) {
 			fe = unavailable("", err)
 		}
-		fe.WriteJSON(w)
+		httprefusal.WriteJSON(w, fe)
 		return
 	}
 	b, err := json.Marshal(body())
 	if err != nil {
-		unavailable("", err).WriteJSON(w)
+		httprefusal.WriteJSON(w, unavailable("", err))
 		return
 	}
 	writeJSON(w, append(b, '\n'))

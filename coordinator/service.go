@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -368,13 +367,12 @@ func validName(field, v string, maxBytes int) error {
 }
 
 func invalid(format string, args ...any) *fencegate.Error {
-	return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, format, args...)
+	return fencegate.Errorf(fencegate.CodeInvalidRequest, format, args...)
 }
 
 func heldError(l Lease) *fencegate.Error {
 	exp := l.ExpiresAt
 	return &fencegate.Error{
-		Status:    http.StatusConflict,
 		Code:      fencegate.CodeLeaseHeld,
 		Message:   fmt.Sprintf("lease on %s is held by %s until %s", l.Resource, l.Owner, exp.Format(time.RFC3339Nano)),
 		Resource:  l.Resource,
@@ -386,7 +384,6 @@ func heldError(l Lease) *fencegate.Error {
 
 func lostError(resource, owner string, token int64) *fencegate.Error {
 	return &fencegate.Error{
-		Status:   http.StatusConflict,
 		Code:     fencegate.CodeLeaseLost,
 		Message:  fmt.Sprintf("lease on %s with token %d of %s is not current: it expired, was released or a newer lease was acquired", resource, token, owner),
 		Resource: resource,
@@ -400,7 +397,6 @@ func lostError(resource, owner string, token int64) *fencegate.Error {
 // It uses the fence_unavailable code: the coordinator's store is the fence's.
 func unavailable(resource string, err error) *fencegate.Error {
 	return &fencegate.Error{
-		Status:     http.StatusServiceUnavailable,
 		Code:       fencegate.CodeFenceUnavailable,
 		Message:    "the lease store is unavailable; retry (a retried acquire by the same owner is safe)",
 		Resource:   resource,

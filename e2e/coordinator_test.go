@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/coordinator/client"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
@@ -125,10 +126,10 @@ func TestCoordinatorDatabaseDownAnswers503(t *testing.T) {
 	pg.Stop(t)
 	_, err = c.AcquireOnce(ctx, "/orders/2", client.Options{TTL: time.Minute})
 	var fe *fencegate.Error
-	if !errors.As(err, &fe) || fe.Status != http.StatusServiceUnavailable || fe.Code != fencegate.CodeFenceUnavailable || fe.RetryAfter <= 0 {
+	if !errors.As(err, &fe) || httprefusal.Status(fe) != http.StatusServiceUnavailable || fe.Code != fencegate.CodeFenceUnavailable || fe.RetryAfter <= 0 {
 		t.Fatalf("acquire with the database down = %v; want 503 fence_unavailable with Retry-After", err)
 	}
-	if _, err := c.Renew(ctx, "/orders/1", first.Token, time.Minute); !errors.As(err, &fe) || fe.Status != http.StatusServiceUnavailable {
+	if _, err := c.Renew(ctx, "/orders/1", first.Token, time.Minute); !errors.As(err, &fe) || httprefusal.Status(fe) != http.StatusServiceUnavailable {
 		t.Errorf("renew with the database down = %v; want 503 (not lease_lost: nothing is known)", err)
 	}
 

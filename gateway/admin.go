@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/resource"
 )
 
@@ -75,16 +77,16 @@ func (a *FenceAPI) operator(r *http.Request) string {
 // canonical validates and canonicalizes an operator-given resource name.
 func canonical(w http.ResponseWriter, name string) (string, bool) {
 	if name == "" {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource is required").WriteJSON(w)
+		httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeInvalidRequest, "resource is required"))
 		return "", false
 	}
 	if len(name) > maxOperatorResource {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource is longer than %d bytes", maxOperatorResource).WriteJSON(w)
+		httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeInvalidRequest, "resource is longer than %d bytes", maxOperatorResource))
 		return "", false
 	}
 	c, err := resource.CanonicalName(name)
 	if err != nil {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource: %v", err).WriteJSON(w)
+		httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeInvalidRequest, "resource: %v", err))
 		return "", false
 	}
 	return c, true
@@ -105,7 +107,7 @@ func (a *FenceAPI) show(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := a.Fence.State(r.Context(), res)
 	if err != nil {
-		fencegate.AsError(err).WriteJSON(w)
+		httprefusal.WriteJSON(w, fencegate.AsError(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -121,7 +123,7 @@ func decodeStrict(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, fencegate.MaxAPIBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "body: %v", err).WriteJSON(w)
+		httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeInvalidRequest, "body: %v", err))
 		return false
 	}
 	return true
@@ -144,7 +146,7 @@ func readFenceRequest(w http.ResponseWriter, r *http.Request, req fenceRequest) 
 	}
 	res, token, field := req.target()
 	if token <= 0 {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest, "resource and a positive %s are required", field).WriteJSON(w)
+		httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeInvalidRequest, "resource and a positive %s are required", field))
 		return "", false
 	}
 	return canonical(w, res)
@@ -165,19 +167,19 @@ func (a *FenceAPI) advance(w http.ResponseWriter, r *http.Request) {
 		if err := a.Limit(ctx, res, req.Token); err != nil {
 			a.log().LogAttrs(ctx, slog.LevelWarn, "fence_advance_refused",
 				slog.String("resource", res), slog.Int64("token", req.Token), slog.String("operator", op), slog.String("err", err.Error()))
-			fencegate.AsError(err).WriteJSON(w)
+			httprefusal.WriteJSON(w, fencegate.AsError(err))
 			return
 		}
 	}
 	if a.RaiseTokens != nil {
 		if err := a.RaiseTokens(ctx, req.Token); err != nil {
-			fencegate.Unavailable(res, err).WriteJSON(w)
+			httprefusal.WriteJSON(w, fencegate.Unavailable(res, err))
 			return
 		}
 	}
 	st, err := a.Fence.Advance(ctx, res, req.Token, req.Owner)
 	if err != nil {
-		fencegate.AsError(err).WriteJSON(w)
+		httprefusal.WriteJSON(w, fencegate.AsError(err))
 		return
 	}
 	a.log().LogAttrs(ctx, slog.LevelWarn, "fence_advanced_by_hand",
@@ -201,14 +203,14 @@ func (a *FenceAPI) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c, err := resource.CanonicalName(req.Confirm); err != nil || c != res {
-		fencegate.Errorf(http.StatusBadRequest, fencegate.CodeInvalidRequest,
-			`a reset lowers a fence: repeat the resource in "confirm" to do it`).WriteJSON(w)
+		httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeInvalidRequest,
+			`a reset lowers a fence: repeat the resource in "confirm" to do it`))
 		return
 	}
 	if a.Reset == nil {
-		e := fencegate.Errorf(http.StatusConflict, fencegate.CodeInvalidRequest, "fence reset is not available here: %s", a.ResetUnavailable)
+		e := httprefusal.WithStatus(http.StatusConflict, fencegate.Errorf(fencegate.CodeInvalidRequest, "fence reset is not available here: %s", a.ResetUnavailable))
 		e.Resource = res
-		e.WriteJSON(w)
+		httprefusal.WriteJSON(w, e)
 		return
 	}
 	if req.Owner == "" {
@@ -221,7 +223,11 @@ func (a *FenceAPI) reset(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.log().LogAttrs(ctx, slog.LevelWarn, "fence_reset_refused",
 			slog.String("resource", res), slog.Int64("to", req.To), slog.String("operator", op), slog.String("err", err.Error()))
-		fencegate.AsError(err).WriteJSON(w)
+		e := fencegate.AsError(err)
+		if errors.Is(err, errWritesInFlight) {
+			e = httprefusal.WithStatus(http.StatusConflict, e)
+		}
+		httprefusal.WriteJSON(w, e)
 		return
 	}
 	a.log().LogAttrs(ctx, slog.LevelWarn, "fence_reset_by_hand",

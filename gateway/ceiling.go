@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"github.com/fencegate/fencegate"
 )
@@ -34,7 +33,7 @@ func CheckAdvance(resource string, token, base, maxAdvance int64, what string) e
 		return nil
 	}
 	return &fencegate.Error{
-		Status: http.StatusConflict, Code: fencegate.CodeTokenOutOfRange,
+		Code: fencegate.CodeTokenOutOfRange,
 		Message: fmt.Sprintf("token %d is more than fence.max_advance (%d) above %s for %s (%d)",
 			token, maxAdvance, what, resource, base),
 		Resource: resource, Token: token,

@@ -69,5 +69,5 @@ func (g *Gateway) destination(r *http.Request, rt *Route, host string, insp Insp
 }
 
 func foreign(format string, args ...any) *fencegate.Error {
-	return fencegate.Errorf(http.StatusBadRequest, fencegate.CodeForeignDestination, format, args...)
+	return fencegate.Errorf(fencegate.CodeForeignDestination, format, args...)
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/resource"
 )
 
@@ -582,7 +583,8 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 	}
 	// Refusals never echo more than a bounded prefix of client input.
 	e = boundedError(e)
-	o.Decision, o.Status, o.Highest, o.Err = e.Code, e.Status, e.Highest, e
+	status := httprefusal.Status(e)
+	o.Decision, o.Status, o.Highest, o.Err = e.Code, status, e.Highest, e
 	if o.Resource == "" {
 		o.Resource = e.Resource
 	}
@@ -590,13 +592,13 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 	if rt != nil && rt.errWriter != nil {
 		rt.errWriter.WriteError(w, r, e)
 	} else {
-		e.WriteJSON(w)
+		httprefusal.WriteJSON(w, e)
 	}
 	level := slog.LevelInfo
 	switch {
 	case e.Code == fencegate.CodeStaleToken:
 		level = slog.LevelWarn
-	case e.Status >= 500:
+	case status >= 500:
 		level = slog.LevelError
 	}
 	// What is not known is left out rather than logged as "" or 0, which
@@ -618,9 +620,12 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 	if e.Highest > 0 {
 		attrs = append(attrs, slog.Int64("highest", e.Highest))
 	}
-	attrs = append(attrs, slog.Int("status", e.Status))
+	attrs = append(attrs, slog.Int("status", status))
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("err", e.Err.Error()))
+		// A status pinned at the edge (httprefusal.WithStatus) is no cause.
+		if cause := e.Err.Error(); cause != "" {
+			attrs = append(attrs, slog.String("err", cause))
+		}
 	}
 	if g.logContext != nil {
 		attrs = append(attrs, g.logContext(r.Context())...)

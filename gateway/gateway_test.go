@@ -17,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/internal/recorder"
 	"github.com/fencegate/fencegate/server"
 )
@@ -402,7 +403,7 @@ func serveOrders(t *testing.T, up gateway.Upstream, log *slog.Logger) *httptest.
 // TestUpstreamRefusal: a *fencegate.Error from an upstream is answered as
 // is, and logging it terminates (its cause is never itself).
 func TestUpstreamRefusal(t *testing.T) {
-	want := fencegate.Errorf(http.StatusPreconditionFailed, fencegate.CodePreconditionFailed, "the object changed")
+	want := fencegate.Errorf(fencegate.CodePreconditionFailed, "the object changed")
 	var logs strings.Builder
 	srv := serveOrders(t, refusingUpstream{err: want}, slog.New(slog.NewTextHandler(&logs, nil)))
 	st, body := do(t, "PUT", srv.URL+"/orders/1", tok("1"), "x")
@@ -422,7 +423,7 @@ type xmlUpstream struct{ refusingUpstream }
 
 func (xmlUpstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
 	w.Header().Set("Content-Type", "application/xml")
-	w.WriteHeader(e.Status)
+	w.WriteHeader(httprefusal.Status(e))
 	fmt.Fprintf(w, "<Error><Code>%s</Code></Error>", e.Code)
 }
 

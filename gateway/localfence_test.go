@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 func openStore(t testing.TB) *bolt.Store {
@@ -56,7 +57,7 @@ func TestLocalFenceOrder(t *testing.T) {
 	}
 	var e *fencegate.Error
 	errors.As(err, &e)
-	if e.Highest != 42 || e.Token != 41 || e.Status != 409 {
+	if e.Highest != 42 || e.Token != 41 || httprefusal.Status(e) != 409 {
 		t.Fatalf("refusal %+v", e)
 	}
 	// Other resources are independent.

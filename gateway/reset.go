@@ -2,12 +2,18 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/fencegate/fencegate"
 )
+
+// errWritesInFlight is the cause of Lower's refusal while writes of the
+// resource are in flight. The admin API answers it 409, as every reset it
+// refuses, rather than fence_draining's own 503: no newer write waits on
+// a drain, the operator retries the reset.
+var errWritesInFlight = errors.New("writes in flight")
 
 // ResetFunc lowers the durable fence record of a resource (the store's
 // ResetFence); it enforces the reset rule of docs/design.md I7 atomically
@@ -19,7 +25,8 @@ type ResetFunc func(ctx context.Context) (fencegate.FenceState, error)
 // `fencegate fence reset`: the cache must not keep the old, higher token
 // (that would only refuse more, but the reset would not take effect), and
 // no write may be in flight under the old token, whose drain bookkeeping
-// would not survive a lowering: then Lower refuses (409, retry).
+// would not survive a lowering: then Lower refuses (errWritesInFlight,
+// retry).
 func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc) (fencegate.FenceState, error) {
 	sh, i, err := f.settled(ctx, resource)
 	if err != nil {
@@ -28,9 +35,9 @@ func (f *LocalFence) Lower(ctx context.Context, resource string, reset ResetFunc
 	if n := sh.entries[i].flying; n > 0 {
 		sh.mu.Unlock()
 		return fencegate.FenceState{}, &fencegate.Error{
-			Status: http.StatusConflict, Code: fencegate.CodeFenceDraining,
+			Code:     fencegate.CodeFenceDraining,
 			Message:  fmt.Sprintf("%d writes for %s are in flight; a fence is lowered only when none is (retry)", n, resource),
-			Resource: resource, RetryAfter: time.Second,
+			Resource: resource, RetryAfter: time.Second, Err: errWritesInFlight,
 		}
 	}
 	// Hold writes off the way an advance does: they wait on advancing.

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"sync"
 
 	"github.com/fencegate/fencegate"
@@ -107,16 +106,15 @@ func (c *VerifiedCache) VerifyToken(ctx context.Context, resource string, token 
 	return nil
 }
 
-// CodeNotLockHolder: a route's token source found the token's lock key or
-// node, but not as the lock's holder when it was asked: a waiter's, one
-// put by hand outside the recipe, or one deleted before the token's first
-// write arrived. The number belongs to the lock; the sender is not proven
-// to hold it. 409.
-const CodeNotLockHolder = "not_lock_holder"
+// CodeNotLockHolder is fencegate.CodeNotLockHolder, beside the other codes
+// now (httprefusal gives each its status).
+//
+// Deprecated: use fencegate.CodeNotLockHolder.
+const CodeNotLockHolder = fencegate.CodeNotLockHolder
 
 // NotLockHolder is the refusal of a token that is not the lock holder's;
 // why says what the lock service showed, for the client's message.
 func NotLockHolder(resource string, token int64, why string) *fencegate.Error {
-	return &fencegate.Error{Status: http.StatusConflict, Code: CodeNotLockHolder, Message: why,
+	return &fencegate.Error{Code: CodeNotLockHolder, Message: why,
 		Resource: resource, Token: token}
 }

@@ -228,7 +228,7 @@ func (t *Tracker) Begin(ctx context.Context, resource string, token int64, kind 
 }
 
 func (t *Tracker) headFailed(resource string, err error) error {
-	return &fencegate.Error{Status: http.StatusBadGateway, Code: fencegate.CodeUpstreamUnavailable,
+	return &fencegate.Error{Code: fencegate.CodeUpstreamUnavailable,
 		Message: "cannot learn the object's current ETag from the upstream", Resource: resource, Err: err}
 }
 
@@ -331,7 +331,7 @@ func (t *Tracker) refusal(ctx context.Context, w *Write) error {
 		slog.Int64("token", w.token),
 		slog.String("err", up+" refused the write's ETag precondition: the object was changed by a write that bypassed the gateway, or a delayed older write"))
 	return &fencegate.Error{
-		Status: http.StatusPreconditionFailed, Code: fencegate.CodePreconditionFailed,
+		Code: fencegate.CodePreconditionFailed,
 		Message: "the object is not the version this gateway last wrote (a write bypassed the gateway, or a delayed one landed); " +
 			"nothing was written",
 		Resource: w.resource, Token: w.token,

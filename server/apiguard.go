@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // guardAPI protects an operator API (admin, coordinator) from browsers:
@@ -63,14 +64,14 @@ func (s *Server) guardAPI(name, listen string, g config.APIGuard, h http.Handler
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !hostOK(r.Host) {
 			s.log.Warn("operator API request refused: Host not allowed", "listener", name, "host", clip(r.Host), "remote", r.RemoteAddr)
-			fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
-				"Host %q is not a name of the %s listener (add it to %s.allowed_hosts)", clip(r.Host), name, name).WriteJSON(w)
+			httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeForbidden,
+				"Host %q is not a name of the %s listener (add it to %s.allowed_hosts)", clip(r.Host), name, name))
 			return
 		}
 		if reason := crossSite(r); reason != "" {
 			s.log.Warn("operator API request refused: cross-site", "listener", name, "reason", reason, "remote", r.RemoteAddr)
-			fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
-				"cross-site request refused (%s): the %s API takes no requests from web pages", reason, name).WriteJSON(w)
+			httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeForbidden,
+				"cross-site request refused (%s): the %s API takes no requests from web pages", reason, name))
 			return
 		}
 		switch {
@@ -78,9 +79,9 @@ func (s *Server) guardAPI(name, listen string, g config.APIGuard, h http.Handler
 		case name == "admin" && consoleForm(r):
 		default:
 			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-				e := fencegate.Errorf(http.StatusUnsupportedMediaType, fencegate.CodeInvalidRequest,
-					"%s %s needs Content-Type: application/json", r.Method, r.URL.Path)
-				e.WriteJSON(w)
+				e := httprefusal.WithStatus(http.StatusUnsupportedMediaType, fencegate.Errorf(fencegate.CodeInvalidRequest,
+					"%s %s needs Content-Type: application/json", r.Method, r.URL.Path))
+				httprefusal.WriteJSON(w, e)
 				return
 			}
 		}

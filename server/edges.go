@@ -19,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // edgeState is the process's TLS and the authentication of its APIs.
@@ -143,8 +144,8 @@ func scopedAdmin(h http.Handler) http.Handler {
 				ok = true
 			}
 			if !ok {
-				fencegate.Errorf(http.StatusForbidden, fencegate.CodeForbidden,
-					"%s is limited to resource prefixes: it may read one fence (?resource=R), advance or reset one, not %s", id.Owner, r.URL.Path).WriteJSON(w)
+				httprefusal.WriteJSON(w, fencegate.Errorf(fencegate.CodeForbidden,
+					"%s is limited to resource prefixes: it may read one fence (?resource=R), advance or reset one, not %s", id.Owner, r.URL.Path))
 				return
 			}
 		}

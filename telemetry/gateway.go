@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // Span attributes set on the gateway's server span (by Observe) and on the
@@ -198,7 +199,7 @@ func endFenceSpan(span trace.Span, err error) {
 	if e.Highest != 0 {
 		span.SetAttributes(AttrHighest.Int64(e.Highest))
 	}
-	if e.Status >= 500 {
+	if httprefusal.Status(e) >= 500 {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, e.Code)
 	}

@@ -8,7 +8,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/gateway"
 )
 
 // OpsMetrics are the collectors dashboards and alerts need from the first
@@ -91,7 +90,7 @@ var gatewayDecisions = []string{
 	fencegate.CodeUnauthorized, fencegate.CodeForbidden, fencegate.CodeBodyTooLarge,
 	fencegate.CodeUpstreamUnavailable, fencegate.CodeUpstreamTimeout, fencegate.CodeTooManyWrites,
 	fencegate.CodePreconditionFailed, fencegate.CodeTokenSourceUnavailable, fencegate.CodeStoreRegressed,
-	gateway.CodeNotLockHolder,
+	fencegate.CodeNotLockHolder,
 }
 
 // InitLabels creates every counter's label sets for the given routes (and

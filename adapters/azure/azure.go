@@ -38,6 +38,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/precondition"
 )
 
@@ -236,14 +237,14 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	}
 	if err != nil {
 		// Which check failed is told; no key or signature is.
-		return gateway.Inspection{}, &fencegate.Error{Status: http.StatusForbidden, Code: fencegate.CodeForbidden,
+		return gateway.Inspection{}, &fencegate.Error{Code: fencegate.CodeForbidden,
 			Message: "the request is not signed with Shared Key credentials or an account SAS of one of this route's azure.clients: " + err.Error()}
 	}
 	switch {
 	case t.op == opUnsupported:
-		return gateway.Inspection{}, &fencegate.Error{Status: http.StatusNotImplemented, Code: fencegate.CodeInvalidRequest, Message: t.why}
+		return gateway.Inspection{}, httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest, Message: t.why})
 	case t.op == opLease && u.leases != nil:
-		return gateway.Inspection{}, &fencegate.Error{Status: http.StatusForbidden, Code: fencegate.CodeForbidden,
+		return gateway.Inspection{}, &fencegate.Error{Code: fencegate.CodeForbidden,
 			Message: "blob leases are the gateway's on a route with lease_guard: true"}
 	}
 	insp := gateway.Inspection{Owner: owner, State: &t}

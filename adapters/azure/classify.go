@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // How a write is classified, and why it fails closed.
@@ -208,8 +209,8 @@ func checkWriteHeaders(r *http.Request) *fencegate.Error {
 		}
 	}
 	if r.ContentLength < 0 {
-		return fencegate.Errorf(http.StatusLengthRequired, fencegate.CodeInvalidRequest,
-			"an Azure write needs a Content-Length (the store runs another operation without one)")
+		return httprefusal.WithStatus(http.StatusLengthRequired, fencegate.Errorf(fencegate.CodeInvalidRequest,
+			"an Azure write needs a Content-Length (the store runs another operation without one)"))
 	}
 	return nil
 }

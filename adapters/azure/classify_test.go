@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // Every write is one row of the table or refused, whatever spelling,
@@ -98,7 +100,7 @@ func TestClassifyWrites(t *testing.T) {
 	// A body of unknown length.
 	r := httptest.NewRequest("PUT", "http://gw/c/b?comp=block&blockid=YQ%3D%3D", strings.NewReader("x"))
 	r.ContentLength = -1
-	if _, ferr := parseTarget(r); ferr == nil || ferr.Status != http.StatusLengthRequired {
+	if _, ferr := parseTarget(r); ferr == nil || httprefusal.Status(ferr) != http.StatusLengthRequired {
 		t.Errorf("chunked Put Block: %v; want 411", ferr)
 	}
 }

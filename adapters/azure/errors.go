@@ -3,10 +3,9 @@ package azure
 import (
 	"encoding/xml"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // xmlError is the Blob service's error document, with fencegate's code as
@@ -27,18 +26,8 @@ type xmlError struct {
 // service's XML error format, with fencegate's code (stale_fencing_token,
 // ...) as the error code.
 func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
-	status := e.Status
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/xml")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Ms-Error-Code", e.Code)
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
-	}
-	w.WriteHeader(status)
+	w.Header().Set("X-Ms-Error-Code", e.Code)
+	httprefusal.WriteHeader(w, e, "application/xml")
 	if r.Method == http.MethodHead {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // leaseGuard holds an infinite blob lease on every blob the gateway
@@ -51,10 +52,10 @@ func (g *leaseGuard) before(ctx context.Context, u *Upstream, f *forward) (strin
 	case status == http.StatusNotFound:
 		return "", nil
 	case status == http.StatusConflict:
-		return "", &fencegate.Error{Status: http.StatusConflict, Code: fencegate.CodeForbidden, Resource: f.resource,
-			Message: "lease_guard: the blob is leased by someone other than the gateway (" + code + "): a lease taken around the gateway must be broken by the account's owner"}
+		return "", httprefusal.WithStatus(http.StatusConflict, &fencegate.Error{Code: fencegate.CodeForbidden, Resource: f.resource,
+			Message: "lease_guard: the blob is leased by someone other than the gateway (" + code + "): a lease taken around the gateway must be broken by the account's owner"})
 	}
-	return "", &fencegate.Error{Status: http.StatusBadGateway, Code: fencegate.CodeUpstreamUnavailable, Resource: f.resource,
+	return "", &fencegate.Error{Code: fencegate.CodeUpstreamUnavailable, Resource: f.resource,
 		Message: fmt.Sprintf("lease_guard: the store answered %d (%s) to the gateway's lease", status, code)}
 }
 

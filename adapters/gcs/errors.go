@@ -3,10 +3,9 @@ package gcs
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // jsonError is the JSON API's error document ({"error": {...}}, as the
@@ -45,9 +44,9 @@ const DetailsType = "type.fencegate.dev/Refusal"
 // error format, with fencegate's code (stale_fencing_token, ...) as the
 // reason.
 func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
-	status := e.Status
-	if status == 0 {
-		status = http.StatusInternalServerError
+	status := httprefusal.WriteHeader(w, e, "application/json; charset=UTF-8")
+	if r.Method == http.MethodHead {
+		return
 	}
 	var doc jsonError
 	doc.Error.Code = status
@@ -55,16 +54,6 @@ func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencega
 	doc.Error.Errors = []errorItem{{Domain: "fencegate", Reason: e.Code, Message: e.Message}}
 	doc.Error.Details = []details{{Type: DetailsType, Code: e.Code, Resource: e.Resource,
 		Token: e.Token, Highest: e.Highest, Route: e.Route, Owner: e.Owner}}
-	h := w.Header()
-	h.Set("Content-Type", "application/json; charset=UTF-8")
-	h.Set("Cache-Control", "no-store")
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
-	}
-	w.WriteHeader(status)
-	if r.Method == http.MethodHead {
-		return
-	}
 	b, _ := json.Marshal(doc)
 	w.Write(b)
 }

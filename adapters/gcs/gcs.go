@@ -46,6 +46,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/precondition"
 )
 
@@ -233,14 +234,14 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 	switch t.op {
 	case opUnsupported:
-		return &fencegate.Error{Status: http.StatusNotImplemented, Code: fencegate.CodeInvalidRequest, Message: t.why}
+		return httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest, Message: t.why})
 	case opChunk:
 		if !u.verify(t.session, t.bucket) {
 			return errUnknownSession()
 		}
 		vs := r.Header.Values(u.tokenHeader)
 		if tok, ref := fencegate.ParseToken(u.tokenHeader, vs); ref == nil && tok != t.session.token {
-			return &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidToken,
+			return &fencegate.Error{Code: fencegate.CodeInvalidToken,
 				Message: fmt.Sprintf("this upload session was opened with token %d: each of its requests carries that token (a newer owner starts an upload of its own)", t.session.token),
 				Token:   tok}
 		}
@@ -250,8 +251,8 @@ func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 		}
 	case opMove:
 		if u.tracker != nil {
-			return &fencegate.Error{Status: http.StatusNotImplemented, Code: fencegate.CodeInvalidRequest,
-				Message: "moveTo is not supported on a route with precondition: generation"}
+			return httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest,
+				Message: "moveTo is not supported on a route with precondition: generation"})
 		}
 	}
 	return nil
@@ -429,7 +430,7 @@ func (u *Upstream) sessionAnswer(f *forward, resp *http.Response) (*http.Respons
 		s, ok := u.sessionURL(f.in, f, loc)
 		if !ok {
 			resp.Body.Close()
-			return nil, &fencegate.Error{Status: http.StatusBadGateway, Code: fencegate.CodeUpstreamUnavailable,
+			return nil, &fencegate.Error{Code: fencegate.CodeUpstreamUnavailable,
 				Message: "the store answered a session URL the gateway cannot read; the upload was not opened through the gateway"}
 		}
 		resp.Header.Set(h, s)

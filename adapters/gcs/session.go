@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // sessionParam is the query parameter the gateway adds to the session URL
@@ -37,8 +38,8 @@ func parseSession(q url.Values) (*session, *fencegate.Error) {
 }
 
 func errUnknownSession() *fencegate.Error {
-	return &fencegate.Error{Status: http.StatusNotFound, Code: fencegate.CodeInvalidRequest,
-		Message: "not an upload session this gateway opened (or opened by another gateway process without the same gcs.session_key): start the upload again"}
+	return httprefusal.WithStatus(http.StatusNotFound, &fencegate.Error{Code: fencegate.CodeInvalidRequest,
+		Message: "not an upload session this gateway opened (or opened by another gateway process without the same gcs.session_key): start the upload again"})
 }
 
 // sign computes a session's MAC.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
@@ -29,7 +30,7 @@ func TestSharedFenceFailsClosed(t *testing.T) {
 		defer f.Close()
 		_, err = f.Admit(context.Background(), gateway.Write{Resource: "/x", Token: 1})
 		var fe *fencegate.Error
-		if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceUnavailable || fe.Status != http.StatusServiceUnavailable || fe.RetryAfter <= 0 {
+		if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceUnavailable || httprefusal.Status(fe) != http.StatusServiceUnavailable || fe.RetryAfter <= 0 {
 			t.Fatalf("admit with the database down: %v; want 503 fence_unavailable with Retry-After", err)
 		}
 	})

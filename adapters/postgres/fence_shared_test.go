@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
@@ -143,8 +144,8 @@ func TestSharedFenceDecisions(t *testing.T) {
 			p.Release()
 		}
 		var fe *fencegate.Error
-		if errors.As(err, &fe) && fe.Code == fencegate.CodeStaleToken && fe.Status != http.StatusConflict {
-			t.Fatalf("step %d: stale status %d; want 409", i, fe.Status)
+		if errors.As(err, &fe) && fe.Code == fencegate.CodeStaleToken && httprefusal.Status(fe) != http.StatusConflict {
+			t.Fatalf("step %d: stale status %d; want 409", i, httprefusal.Status(fe))
 		}
 	}
 	st, err := r2.State(ctx, "/orders/1")
@@ -200,7 +201,7 @@ func TestSharedFenceDrainTimeout(t *testing.T) {
 	defer old.Release() // on failure too: the pool's Close waits for it
 	_, err := r2.Admit(context.Background(), gateway.Write{Resource: "/a", Token: 2, DrainTimeout: 300 * time.Millisecond})
 	var fe *fencegate.Error
-	if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceDraining || fe.Status != http.StatusServiceUnavailable {
+	if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceDraining || httprefusal.Status(fe) != http.StatusServiceUnavailable {
 		t.Fatalf("token 2 with token 1 in flight: %v; want 503 fence_draining", err)
 	}
 	// The advance stays: token 1 is refused even though 2 was not admitted.
@@ -443,7 +444,7 @@ func TestSharedFenceVerify(t *testing.T) {
 	verify := func(ctx context.Context, resource string, token int64) error {
 		calls.Add(1)
 		if token > 10 {
-			return &fencegate.Error{Status: http.StatusConflict, Code: fencegate.CodeUnknownToken, Resource: resource, Token: token, Highest: 10}
+			return &fencegate.Error{Code: fencegate.CodeUnknownToken, Resource: resource, Token: token, Highest: 10}
 		}
 		return nil
 	}

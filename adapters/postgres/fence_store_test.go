@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"net/http"
 	"sync/atomic"
 	"testing"
 
@@ -102,7 +101,7 @@ func TestLocalFenceVerify(t *testing.T) {
 	lf := gateway.NewLocalFence(st, gateway.LocalFenceOptions{Verify: func(ctx context.Context, resource string, token int64) error {
 		calls.Add(1)
 		if token > 10 {
-			return &fencegate.Error{Status: http.StatusConflict, Code: fencegate.CodeUnknownToken, Resource: resource, Token: token}
+			return &fencegate.Error{Code: fencegate.CodeUnknownToken, Resource: resource, Token: token}
 		}
 		return nil
 	}})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // s3Error is a refusal in S3's own vocabulary (AccessDenied,
@@ -23,6 +24,10 @@ type s3Error struct {
 
 func (e *s3Error) Error() string { return e.Code + ": " + e.Message }
 
+// HTTPStatus is S3's status for e (httprefusal.StatusCoder): it answers
+// the refusal that carries e, whatever the fencegate code's own status.
+func (e *s3Error) HTTPStatus() int { return e.Status }
+
 // refusal wraps e into the gateway's error type.
 func (e *s3Error) refusal() *fencegate.Error {
 	code := fencegate.CodeInvalidRequest
@@ -32,7 +37,7 @@ func (e *s3Error) refusal() *fencegate.Error {
 	case http.StatusNotImplemented:
 		code = fencegate.CodeInvalidRequest
 	}
-	return &fencegate.Error{Status: e.Status, Code: code, Message: e.Message, Err: e}
+	return &fencegate.Error{Code: code, Message: e.Message, Err: e}
 }
 
 func errAccessDenied(msg string) *s3Error {
@@ -96,18 +101,8 @@ func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencega
 	if errors.As(e, &se) {
 		doc.Code, doc.Fencegate = se.Code, e.Code
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/xml")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Amz-Request-Id", doc.RequestID)
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
-	}
-	status := e.Status
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	w.WriteHeader(status)
+	w.Header().Set("X-Amz-Request-Id", doc.RequestID)
+	httprefusal.WriteHeader(w, e, "application/xml")
 	if r.Method == http.MethodHead {
 		return
 	}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/coordinator"
+	"github.com/fencegate/fencegate/httprefusal"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 )
@@ -180,7 +181,9 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	case fencegate.CodeLeaseLost:
 		fe.Err = ErrLost
 	}
-	return fe
+	// The refusal keeps the status it was answered with (httprefusal.Status),
+	// which a proxy or a newer coordinator may have chosen.
+	return httprefusal.WithStatus(resp.StatusCode, fe)
 }
 
 // decodeError returns the fencegate error body of resp, or nil if it has
@@ -194,7 +197,6 @@ func decodeError(resp *http.Response, b []byte) *fencegate.Error {
 	if json.Unmarshal(b, &fe) != nil || fe.Code == "" {
 		return nil
 	}
-	fe.Status = resp.StatusCode
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
 		fe.RetryAfter = time.Duration(s) * time.Second
 	}

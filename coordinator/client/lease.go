@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // Lease is a held lease renewed in the background until Close or loss.
@@ -146,7 +147,7 @@ func (l *Lease) renew() {
 				expiry.Reset(time.Until(l.deadline))
 				l.mu.Unlock()
 				next.Reset(interval)
-			case errors.As(r.err, &fe) && fe.Status >= 400 && fe.Status < 500:
+			case errors.As(r.err, &fe) && httprefusal.Status(fe)/100 == 4:
 				// lease_lost, or a request the coordinator will never
 				// accept: either way this lease cannot be kept.
 				l.cancel(r.err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // Open starts one gateway's fence over the durable state of one test (a
@@ -123,7 +124,7 @@ func testDecisions(t *testing.T, open Open, opts Options) {
 			continue
 		}
 		var fe *fencegate.Error
-		if errors.As(err, &fe) && (fe.Status != http.StatusConflict || fe.Highest <= s.token || fe.Resource != "/d") {
+		if errors.As(err, &fe) && (httprefusal.Status(fe) != http.StatusConflict || fe.Highest <= s.token || fe.Resource != "/d") {
 			t.Fatalf("step %d: stale refusal %+v; want 409 naming the resource and a higher token", i, fe)
 		}
 	}
@@ -172,7 +173,7 @@ func testDrainTimeout(t *testing.T, open Open) {
 	defer old.Release()
 	_, err := f.Admit(context.Background(), gateway.Write{Resource: "/t", Token: 2, DrainTimeout: 200 * time.Millisecond})
 	var fe *fencegate.Error
-	if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceDraining || fe.Status != http.StatusServiceUnavailable || fe.RetryAfter <= 0 {
+	if !errors.As(err, &fe) || fe.Code != fencegate.CodeFenceDraining || httprefusal.Status(fe) != http.StatusServiceUnavailable || fe.RetryAfter <= 0 {
 		t.Fatalf("token 2 with token 1 in flight: %v; want 503 fence_draining with Retry-After", err)
 	}
 	// The advance stays.
