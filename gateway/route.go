@@ -454,7 +454,7 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 		return buf
 	}
 	if rt.strict {
-		return rt.strictAdmissions(host, keys, buf)
+		return rt.strictAdmissions(host, keys, trees, buf)
 	}
 	for _, k := range keys {
 		switch {
@@ -489,11 +489,20 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 }
 
 // strictAdmissions are the admissions of a strict route (Route.strict):
-// ScopeTree on each key, ScopeMember on every key above each one that the
-// route serves, a key of the request itself taking precedence.
-func (rt *Route) strictAdmissions(host string, keys []string, buf []admission) []admission {
+// ScopeTree on each key, and on the tree key of each of trees; ScopeMember
+// on every key above each one that the route serves, a key of the request
+// itself taking precedence.
+func (rt *Route) strictAdmissions(host string, keys, trees []string, buf []admission) []admission {
 	for _, k := range keys {
 		buf = append(buf, admission{k, ScopeTree})
+		if tk := TreeKey(k); tk != k && slices.Contains(trees, k) {
+			// A tree write is recorded on the tree key too, where a
+			// route with the default rule looks for it: the route may be
+			// switched to it (COPY and MOVE left out of fenced_methods,
+			// hierarchical unset), and its member writes older than
+			// this one must go on being refused.
+			buf = append(buf, admission{tk, ScopeTree})
+		}
 		for _, p := range rt.parents(host, k) {
 			if _, found := slices.BinarySearch(keys, p); !found {
 				buf = append(buf, admission{p, ScopeMember})
