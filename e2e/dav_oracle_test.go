@@ -310,7 +310,8 @@ func davSeed(t testing.TB, addr string) {
 }
 
 // davOwnSeed writes the zombie's own resources with token 5 (again),
-// and returns the first failure.
+// and returns the first failure (a 405 is a MKCOL of a collection that
+// is there).
 func davOwnSeed(addr string) error {
 	for _, s := range []davShape{{method: "PUT", path: "/own.txt", body: "own"}, {method: "MKCOL", path: "/own/"},
 		{method: "PUT", path: "/own/o.txt", body: "own o"}} {
