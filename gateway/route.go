@@ -92,6 +92,10 @@ type Route struct {
 	// (canonical form): the template's {header.X}; the token header and
 	// credentials are added by the gateway.
 	decided []string
+	// pathHeaders: the template reads a header beside the path ("tenant:
+	// {header.X-Tenant}/{path}"); a value that reads as a path of its own
+	// is refused (pathLikeValue).
+	pathHeaders bool
 
 	maxBody      int64
 	timeout      time.Duration
@@ -229,6 +233,7 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 	for _, h := range tmpl.Headers() {
 		rt.decided = append(rt.decided, textproto.CanonicalMIMEHeaderKey(h))
 	}
+	rt.pathHeaders = len(rt.decided) > 0 && (tmpl.Uses("path") || strings.Contains(tmpl.String(), "{path."))
 	// Method names are compared exactly (RFC 9110 §9.1: case-sensitive);
 	// config.Parse upper-cases the file's names, and the gateway
 	// refuses requests with lower-case methods before any route matches.
@@ -329,8 +334,17 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 	for _, name := range rt.decided {
 		// A list-valued header sent twice or comma-joined has no one
 		// value; upstreams disagree on which element they act on.
-		if vs := h.Values(name); len(vs) > 1 || (len(vs) == 1 && strings.Contains(vs[0], ",")) {
+		vs := h.Values(name)
+		if len(vs) > 1 || (len(vs) == 1 && strings.Contains(vs[0], ",")) {
 			return nil, fencegate.InvalidResource("%s feeds the resource key and must be sent once, as a single value", name)
+		}
+		if rt.pathHeaders && len(vs) == 1 && pathLikeValue(vs[0]) {
+			// Tenant "a/b" writing /x and tenant "a" writing /b/x are
+			// two keys, and one file on an upstream that serves each
+			// tenant from a directory named by the header; "a/b" would
+			// also sit below tenant a's collections in the hierarchy.
+			return nil, fencegate.InvalidResource("%s feeds the resource key beside the path and must not contain / or \\ nor be . or ..: "+
+				"an upstream that joins it into a path would write another resource than the key names", name)
 		}
 	}
 	if insp.WritesCollection {
@@ -440,7 +454,7 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 		return buf
 	}
 	if rt.strict {
-		return rt.strictAdmissions(host, keys, buf)
+		return rt.strictAdmissions(host, keys, trees, buf)
 	}
 	for _, k := range keys {
 		switch {
@@ -475,11 +489,20 @@ func (rt *Route) admissions(host string, keys, trees []string, coll admission, b
 }
 
 // strictAdmissions are the admissions of a strict route (Route.strict):
-// ScopeTree on each key, ScopeMember on every key above each one that the
-// route serves, a key of the request itself taking precedence.
-func (rt *Route) strictAdmissions(host string, keys []string, buf []admission) []admission {
+// ScopeTree on each key, and on the tree key of each of trees; ScopeMember
+// on every key above each one that the route serves, a key of the request
+// itself taking precedence.
+func (rt *Route) strictAdmissions(host string, keys, trees []string, buf []admission) []admission {
 	for _, k := range keys {
 		buf = append(buf, admission{k, ScopeTree})
+		if tk := TreeKey(k); tk != k && slices.Contains(trees, k) {
+			// A tree write is recorded on the tree key too, where a
+			// route with the default rule looks for it: the route may be
+			// switched to it (COPY and MOVE left out of fenced_methods,
+			// hierarchical unset), and its member writes older than
+			// this one must go on being refused.
+			buf = append(buf, admission{tk, ScopeTree})
+		}
 		for _, p := range rt.parents(host, k) {
 			if _, found := slices.BinarySearch(keys, p); !found {
 				buf = append(buf, admission{p, ScopeMember})
@@ -540,4 +563,11 @@ func (rt *Route) ResourceOf(vars map[string]string) (string, error) {
 		}
 		return v, ok
 	})
+}
+
+// pathLikeValue reports whether a header value reads as a path, or a step
+// of one, to an upstream that joins it into a file path: it holds a '/' or
+// a backslash, or is "." or "..".
+func pathLikeValue(v string) bool {
+	return strings.ContainsAny(v, `/\`) || v == "." || v == ".."
 }

@@ -35,7 +35,7 @@ func RouteOptions(rc config.Route) gateway.RouteOptions {
 		MaxInflightWrites:  rc.MaxInflightWrites,
 		DestinationMethods: rc.DestinationMethods,
 		Hierarchical:       rc.Hierarchical,
-		Collections:        rc.S3 != nil || rc.Azure != nil,
+		Collections:        rc.S3 != nil || rc.GCS != nil || rc.Azure != nil,
 	}
 }
 

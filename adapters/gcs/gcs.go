@@ -223,10 +223,20 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 		insp.Collection, insp.WritesCollection = vars(t.bucket, ""), true
 	case len(w) > 1:
 		for _, o := range w {
+			if o.Bucket != w[0].Bucket {
+				// One collection per request: the gateway checks one
+				// bucket's fence below the objects'.
+				return gateway.Inspection{}, fencegate.InvalidResource("the request writes objects in buckets %s and %s: the gateway fences writes of one bucket", w[0].Bucket, o.Bucket)
+			}
 			insp.Objects = append(insp.Objects, vars(o.Bucket, o.Name))
 		}
 	}
 	insp.Vars = vars(w[0].Bucket, w[0].Name)
+	if !insp.WritesCollection {
+		// An object write is checked against its bucket's fence too: a
+		// bucket write with a newer token refuses it.
+		insp.Collection = vars(w[0].Bucket, "")
+	}
 	return insp, nil
 }
 

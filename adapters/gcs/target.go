@@ -258,13 +258,19 @@ func parseJSONAPI(method string, t target, rest []string) (target, *fencegate.Er
 }
 
 // parseBucketWrite reads the bucket writes of the table (rest: after the
-// bucket's name), each one fake-gcs-server routes as the store does.
+// bucket's name), each one fake-gcs-server routes as the store does (or
+// not at all). A bucket write is fenced as a write of the whole bucket, a
+// tree write over its objects: its settings (ACL, notifications,
+// versioning, labels) change what happens to every object in it. Not in
+// the table, as fake-gcs-server reads them as other writes: the IAM
+// policy, lockRetentionPolicy and defaultObjectAcl (an upload, or a
+// delete of an object of bucket "storage").
 func parseBucketWrite(method string, t target, rest []string) (target, *fencegate.Error) {
 	n := len(rest)
 	switch {
 	case n == 0 && (method == http.MethodPatch || method == http.MethodPut || method == http.MethodDelete),
 		n == 1 && rest[0] == wACL && method == http.MethodPost,
-		n == 2 && rest[0] == wACL && (method == http.MethodPut || method == http.MethodDelete),
+		n == 2 && rest[0] == wACL && (method == http.MethodPut || method == http.MethodPatch || method == http.MethodDelete),
 		n == 1 && rest[0] == "notificationConfigs" && method == http.MethodPost,
 		n == 2 && rest[0] == "notificationConfigs" && method == http.MethodDelete:
 		t.op = opBucket
