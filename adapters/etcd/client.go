@@ -122,7 +122,7 @@ func Explain(ctx context.Context, cfg clientv3.Config, err error) error {
 		return err
 	}
 	for _, ep := range cfg.Endpoints {
-		if perr := ProbeTLS(ctx, ep, cfg.TLS); perr != nil {
+		if _, perr := ProbeTLS(ctx, ep, cfg.TLS); perr != nil {
 			return fmt.Errorf("%w (%v)", err, perr)
 		}
 	}
@@ -130,13 +130,15 @@ func Explain(ctx context.Context, cfg clientv3.Config, err error) error {
 }
 
 // ProbeTLS makes a TLS connection to endpoint as the client of tc would
-// and returns what fails: the handshake (the server's certificate), or
-// the server's refusal of the client's certificate, which TLS 1.3 reports
-// only after the handshake, on the first read.
-func ProbeTLS(ctx context.Context, endpoint string, tc *tls.Config) error {
+// and returns the connection's state, or what fails: the handshake (the
+// server's certificate), or the server's refusal of the client's
+// certificate, which TLS 1.3 reports only after the handshake, on the
+// first read.
+func ProbeTLS(ctx context.Context, endpoint string, tc *tls.Config) (tls.ConnectionState, error) {
+	var none tls.ConnectionState
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("etcd endpoint %q: not a URL", endpoint)
+		return none, fmt.Errorf("etcd endpoint %q: not a URL", endpoint)
 	}
 	tc = tc.Clone()
 	tc.NextProtos = []string{"h2"} // what gRPC offers; etcd's server requires it
@@ -148,15 +150,16 @@ func ProbeTLS(ctx context.Context, endpoint string, tc *tls.Config) error {
 	defer cancel()
 	c, err := d.DialContext(ctx, "tcp", u.Host)
 	if err != nil {
-		return fmt.Errorf("etcd %s: TLS: %w", u.Host, err)
+		return none, fmt.Errorf("etcd %s: TLS: %w", u.Host, err)
 	}
 	defer c.Close()
+	conn := c.(*tls.Conn)
 	// The server speaks first after the handshake (HTTP/2 settings), or
 	// sends its alert on a certificate it refuses.
 	_ = c.SetReadDeadline(time.Now().Add(time.Second))
 	var b [1]byte
 	if _, err := c.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("etcd %s: TLS: %w", u.Host, err)
+		return none, fmt.Errorf("etcd %s: TLS: %w", u.Host, err)
 	}
-	return nil
+	return conn.ConnectionState(), nil
 }
