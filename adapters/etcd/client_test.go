@@ -27,11 +27,15 @@ func lockHolder(t *testing.T, cluster *testenv.EtcdCluster, res string) int64 {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+	// Cancelled before Close (cleanups run last first): Close would wait
+	// up to the TTL to revoke the lease on a cluster that was restarted.
+	sctx, cancel := context.WithCancel(context.Background())
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30), concurrency.WithContext(sctx))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sess.Close() })
+	t.Cleanup(cancel)
 	m := concurrency.NewMutex(sess, resource.LockName(lockPrefix, res))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -76,6 +80,36 @@ func TestSourceTLSAndAuth(t *testing.T) {
 		var unknown *fencegate.UnknownTokenError
 		if err := src.VerifyToken(ctx, "/orders/8", token); !errors.As(err, &unknown) {
 			t.Fatalf("the token on another lock: %v; want it unknown there", err)
+		}
+	})
+
+	t.Run("user with read on the lock prefix only", func(t *testing.T) {
+		cli, err := clientv3.New(cluster.ClientConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		for _, step := range []func() error{
+			func() error { _, err := cli.RoleAdd(ctx, "gateway"); return err },
+			func() error {
+				_, err := cli.RoleGrantPermission(ctx, "gateway", lockPrefix, clientv3.GetPrefixRangeEnd(lockPrefix), clientv3.PermissionType(clientv3.PermRead))
+				return err
+			},
+			func() error { _, err := cli.UserAdd(ctx, "gateway", "gateway-pw"); return err },
+			func() error { _, err := cli.UserGrantRole(ctx, "gateway", "gateway"); return err },
+		} {
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := good
+		o.Username, o.Password = "gateway", "gateway-pw"
+		src := open(t, o)
+		if err := src.Ping(ctx); err != nil {
+			t.Fatalf("Ping: %v", err)
+		}
+		if err := src.VerifyToken(ctx, "/orders/7", token); err != nil {
+			t.Fatalf("the holder's token %d: %v", token, err)
 		}
 	})
 

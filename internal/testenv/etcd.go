@@ -56,7 +56,7 @@ type EtcdOptions struct {
 
 // EtcdAutoCompaction are the compaction flags of every test cluster: those
 // docs/operations.md recommends, so tests run as production does.
-var EtcdAutoCompaction = []string{"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "10m"}
+var EtcdAutoCompaction = []string{"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "5m"}
 
 type etcdMember struct {
 	name string
