@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencegate/fencegate/adapters/etcd"
@@ -198,9 +200,9 @@ func checkEtcd(ctx context.Context, w io.Writer, label string, o etcd.ClientOpti
 	if quorumErr != nil {
 		return result()
 	}
-	if as, err := cli.AuthStatus(ctx); err != nil {
+	if on, err := etcdAuthEnabled(ctx, cli, cfg, rep.MinVersion); err != nil {
 		say("warn", "auth status: %v", err)
-	} else if rep.Auth = as.Enabled; as.Enabled {
+	} else if rep.Auth = on; on {
 		who := "client certificate"
 		if o.Username != "" {
 			who = "user " + o.Username
@@ -263,6 +265,29 @@ func checkEtcdTransport(ctx context.Context, cfg clientv3.Config, say func(word,
 		say(word, "%s: %s, server certificate valid until %s (%d days), %s", u.Host, tls.VersionName(st.Version),
 			leaf.NotAfter.UTC().Format(time.DateOnly), int(left.Hours()/24), cert)
 	}
+}
+
+// etcdAuthEnabled asks the cluster whether authentication is on. etcd
+// before 3.5 has no AuthStatus: there a read without credentials tells.
+func etcdAuthEnabled(ctx context.Context, cli *clientv3.Client, cfg clientv3.Config, version string) (bool, error) {
+	if !versionLess(version, "3.5.0") {
+		as, err := cli.AuthStatus(ctx)
+		return err == nil && as.Enabled, err
+	}
+	cfg.Username, cfg.Password = "", ""
+	anon, err := clientv3.New(cfg)
+	if err != nil {
+		return false, err
+	}
+	defer anon.Close()
+	_, err = anon.Get(ctx, "/fencegate-doctor-probe", clientv3.WithCountOnly())
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrUserNotFound):
+		return true, nil
+	}
+	return false, err
 }
 
 // etcdMemberStatus asks one member for its status at its first client URL
