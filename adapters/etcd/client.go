@@ -121,6 +121,9 @@ func Explain(ctx context.Context, cfg clientv3.Config, err error) error {
 	if err == nil || cfg.TLS == nil {
 		return err
 	}
+	// Bounded as a whole: /readyz asks while the cluster may be blackholed.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	for _, ep := range cfg.Endpoints {
 		if _, perr := ProbeTLS(ctx, ep, cfg.TLS); perr != nil {
 			return fmt.Errorf("%w (%v)", err, perr)
@@ -145,7 +148,7 @@ func ProbeTLS(ctx context.Context, endpoint string, tc *tls.Config) (tls.Connect
 	if tc.ServerName == "" {
 		tc.ServerName = u.Hostname()
 	}
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: tc}
+	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: tc}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	c, err := d.DialContext(ctx, "tcp", u.Host)
@@ -156,7 +159,11 @@ func ProbeTLS(ctx context.Context, endpoint string, tc *tls.Config) (tls.Connect
 	conn := c.(*tls.Conn)
 	// The server speaks first after the handshake (HTTP/2 settings), or
 	// sends its alert on a certificate it refuses.
-	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	dl := time.Now().Add(time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = c.SetReadDeadline(dl)
 	var b [1]byte
 	if _, err := c.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return none, fmt.Errorf("etcd %s: TLS: %w", u.Host, err)
