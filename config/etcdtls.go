@@ -1,6 +1,8 @@
 package config
 
 import (
+	"net"
+	"net/url"
 	"strings"
 )
 
@@ -56,4 +58,25 @@ func validateEtcdClient(field string, endpoints []string, username, password str
 		}
 	}
 	return errs
+}
+
+// etcdClientWarning is the warning for an etcd client section (token
+// source or store) that sends a password over plain HTTP to an endpoint
+// off loopback, or "" if it does not.
+func etcdClientWarning(endpoints []string, username string, tls *EtcdTLS) string {
+	if username == "" || tls != nil {
+		return ""
+	}
+	for _, e := range endpoints {
+		u, err := url.Parse(e)
+		if err != nil || u.Scheme == "https" {
+			continue
+		}
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+			continue
+		}
+		return "the password goes to " + RedactURL(e) + " in clear (plain HTTP): serve etcd's client URLs over TLS and set tls (docs/operations.md, \"etcd\")"
+	}
+	return ""
 }
