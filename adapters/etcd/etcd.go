@@ -119,9 +119,10 @@ func (s *Source) VerifyToken(ctx context.Context, res string, token int64) error
 	if err != nil {
 		return s.unavailable(res, token, err)
 	}
-	// Not WithKeysOnly: etcd 3.7 (seen on 3.7.3) serves a keys-only read from the
-	// in-memory index, whose entries carry no lease (every key would look
-	// put by hand). The recipe's keys have empty values; nothing is saved.
+	// Not WithKeysOnly: etcd 3.7 (seen on 3.7.3) serves a keys-only read
+	// from its in-memory index, whose entries carry no lease, so every
+	// holder's key would look put by hand. The recipe's keys have empty
+	// values: a keys-only read saved nothing anyway.
 	resp, err := client.Get(ctx, dir, clientv3.WithFirstCreate()...)
 	if err != nil {
 		return s.unavailable(res, token, err)
