@@ -141,6 +141,12 @@ func TestWarnings(t *testing.T) {
 		{"hierarchical false on a path route", routesYAML(route("dav", "path_prefix: /dav/", ", hierarchical: false")),
 			[]string{"gateway.routes[0].hierarchical: false on a route keyed by the path: a DELETE or MOVE of a collection is not checked"}},
 		{"hierarchical false on a header key", routesYAML(`{name: h, match: {path_prefix: /h/}, upstream: {url: "http://u"}, resource: "{header.X-Tenant}", hierarchical: false}`), nil},
+		// A password to etcd over plain HTTP off loopback travels in clear.
+		{"etcd password over plain HTTP", routesYAML(route("o", "path_prefix: /o/", `, token_source: {etcd: {endpoints: ["http://127.0.0.1:2379", "http://etcd-2:2379"], prefix: /l, username: gw, password: pw}}`)),
+			[]string{"gateway.routes[0].token_source.etcd: the password goes to http://etcd-2:2379 in clear"}},
+		{"etcd password on loopback", routesYAML(route("o", "path_prefix: /o/", `, token_source: {etcd: {endpoints: ["http://localhost:2379"], prefix: /l, username: gw, password: pw}}`)), nil},
+		{"etcd over TLS with a password", routesYAML(route("o", "path_prefix: /o/", `, token_source: {etcd: {endpoints: ["https://etcd-2:2379"], prefix: /l, username: gw, password: pw, tls: {ca_file: /ca.pem}}}`)), nil},
+		{"etcd without a password", routesYAML(route("o", "path_prefix: /o/", `, token_source: {etcd: {endpoints: ["http://etcd-2:2379"], prefix: /l}}`)), nil},
 		{"user info in the upstream URL", routesYAML(`{name: o, match: {path_prefix: /o/}, upstream: {url: "http://svc:s3cr3t@u"}, resource: "{path}"}`),
 			[]string{"gateway.routes[0].upstream.url: user info in the URL is not sent upstream"}},
 	}

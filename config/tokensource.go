@@ -31,6 +31,9 @@ type EtcdSource struct {
 	// Username and Password authenticate to etcd, if it has auth on.
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
+	// TLS, if set, reaches the endpoints (all https://) over TLS, with a
+	// client certificate if the cluster asks for one.
+	TLS *EtcdTLS `yaml:"tls"`
 	// Timeout bounds one verification read. Default 2s.
 	Timeout time.Duration `yaml:"timeout"`
 }
@@ -105,17 +108,12 @@ func (c *Config) validateTokenSources() Errors {
 			add(f, "set either etcd or zookeeper, not both")
 		case ts.Etcd != nil:
 			e := ts.Etcd
-			if len(e.Endpoints) == 0 {
-				add(f+".etcd.endpoints", "at least one endpoint is required (e.g. http://127.0.0.1:2379)")
-			}
+			errs = append(errs, validateEtcdClient(f+".etcd", e.Endpoints, e.Username, e.Password, e.TLS)...)
 			if !strings.HasPrefix(e.Prefix, "/") {
 				add(f+".etcd.prefix", "required, starting with / (e.g. /fencegate/locks): the lock of resource R is named prefix + R")
 			}
 			if e.Timeout < 0 {
 				add(f+".etcd.timeout", "must not be negative (0: the default, 2s)")
-			}
-			if (e.Username == "") != (e.Password == "") {
-				add(f+".etcd", "set username and password together")
 			}
 		case ts.ZooKeeper != nil:
 			z := ts.ZooKeeper

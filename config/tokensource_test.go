@@ -26,6 +26,13 @@ func tokenRoutes(routes ...string) string {
 	return y
 }
 
+// etcdTLS is one etcd route whose token_source has the given endpoints
+// (quoted inside a flow list) and extra fields.
+func etcdTLS(endpoints, extra string) string {
+	return strings.Replace(tokenRoutes("a /orders/ {path} etcd"), `endpoints: ["http://127.0.0.1:2379"], prefix: /locks`,
+		`endpoints: ["`+endpoints+`"], prefix: /locks, `+extra, 1)
+}
+
 func TestTokenSource(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -43,6 +50,12 @@ func TestTokenSource(t *testing.T) {
 		{"etcd without endpoints", strings.Replace(tokenRoutes("a /orders/ {path} etcd"), `endpoints: ["http://127.0.0.1:2379"], `, "", 1), "token_source.etcd.endpoints"},
 		{"zookeeper bad server", strings.Replace(tokenRoutes("a /orders/ {path} zk"), "127.0.0.1:2181", "localhost", 1), "token_source.zookeeper.servers[0]"},
 		{"empty token_source", strings.Replace(tokenRoutes("a /orders/ {path} -"), "      resource:", "      token_source: {}\n      resource:", 1), "set etcd or zookeeper"},
+		{"etcd over tls", etcdTLS(`https://127.0.0.1:2379`, `tls: {ca_file: /etc/etcd/ca.pem, cert_file: /etc/etcd/c.pem, key_file: /etc/etcd/c.key, server_name: etcd.internal}`), ""},
+		{"etcd tls, one http endpoint", etcdTLS(`https://127.0.0.1:2379", "http://10.0.0.2:2379`, `tls: {ca_file: /etc/etcd/ca.pem}`), "endpoint http://10.0.0.2:2379 is not https://"},
+		{"etcd https without tls", etcdTLS(`https://127.0.0.1:2379`, `username: u, password: p`), "token_source.etcd.tls: endpoint https://127.0.0.1:2379 is https://"},
+		{"etcd tls cert without key", etcdTLS(`https://127.0.0.1:2379`, `tls: {cert_file: /etc/etcd/c.pem}`), "set cert_file and key_file together"},
+		{"etcd password without user", etcdTLS(`http://127.0.0.1:2379`, `password: p`), "set username and password together"},
+		{"etcd tls unknown field", etcdTLS(`https://127.0.0.1:2379`, `tls: {ca: /etc/etcd/ca.pem}`), "ca"},
 		{"unknown field", strings.Replace(tokenRoutes("a /orders/ {path} etcd"), "prefix: /locks", "prefix: /locks, lease: 5", 1), "lease"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,6 +44,11 @@ func (c *Config) Warnings() Warnings {
 						"set credentials with upstream.headers, e.g. Authorization")
 				}
 			}
+			if ts := later.TokenSource; ts != nil && ts.Etcd != nil {
+				if w := etcdClientWarning(ts.Etcd.Endpoints, ts.Etcd.Username, ts.Etcd.TLS); w != "" {
+					add(f+".token_source.etcd", "%s", w)
+				}
+			}
 			// Off on a route keyed by the path, a DELETE or MOVE of a
 			// collection is not checked against its members' tokens.
 			if h := later.Hierarchical; h != nil && !*h && later.Upstream != nil && strings.HasSuffix(later.Resource, "{path}") {

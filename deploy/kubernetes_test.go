@@ -142,6 +142,10 @@ type podSpec struct {
 		PersistentVolumeClaim *struct {
 			ClaimName string `yaml:"claimName"`
 		} `yaml:"persistentVolumeClaim"`
+		Secret *struct {
+			SecretName  string `yaml:"secretName"`
+			DefaultMode int    `yaml:"defaultMode"`
+		} `yaml:"secret"`
 	} `yaml:"volumes"`
 }
 
@@ -468,8 +472,8 @@ func checkObjects(t *testing.T, o *objects, shared bool) {
 		t.Errorf("fencegate validate -c (the ConfigMap's fencegate.yaml): %v\n%s", err, out)
 	}
 	if shared {
-		if cfg.Fence.Mode != "shared" || cfg.Store.Postgres == nil {
-			t.Errorf("fence.mode %q with postgres=%v; replicas must share the fence (mode shared, store postgres)", cfg.Fence.Mode, cfg.Store.Postgres != nil)
+		if st := stores(cfg.Store); cfg.Fence.Mode != "shared" || len(st) != 1 || (st[0] != "postgres" && st[0] != "etcd") {
+			t.Errorf("fence.mode %q with stores %v; replicas must share the fence (mode shared, store postgres or etcd)", cfg.Fence.Mode, st)
 		}
 		if s.Strategy.Type != "RollingUpdate" {
 			t.Errorf("strategy %q; shared replicas roll", s.Strategy.Type)

@@ -6,7 +6,7 @@
 #   gofmt      `gofmt -l` lists no file
 #   vet        `go vet ./...` in the main module and the tools module
 #   staticcheck  pinned in tools/go.mod, built by scripts/tools.sh into .cache/bin
-#   tidy       `go mod tidy -diff` is empty for every module (main, tools, tools/helm, tools/fakegcs)
+#   tidy       `go mod tidy -diff` is empty for every module (main, tools, tools/helm, tools/fakegcs, tools/etcd)
 #   vulncheck  govulncheck (pinned in tools/go.mod), offline: vuln.go.dev is
 #              not reachable from this project's machines, so the database is
 #              the data/osv directory of the golang.org/x/vulndb module at
@@ -62,7 +62,7 @@ staticcheck() {
 }
 
 tidy() {
-  go mod tidy -diff && (cd tools && go mod tidy -diff) && (cd tools/helm && go mod tidy -diff) && (cd tools/fakegcs && go mod tidy -diff)
+  go mod tidy -diff && (cd tools && go mod tidy -diff) && (cd tools/helm && go mod tidy -diff) && (cd tools/fakegcs && go mod tidy -diff) && (cd tools/etcd && go mod tidy -diff)
 }
 
 vulncheck() {

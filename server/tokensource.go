@@ -89,7 +89,7 @@ func (s *Server) foreignSource(resource string) string {
 
 func openTokenSource(ts *config.TokenSource) (tokenSource, error) {
 	if e := ts.Etcd; e != nil {
-		return etcd.New(etcd.Options{Endpoints: e.Endpoints, Prefix: e.Prefix, Username: e.Username, Password: e.Password, Timeout: e.Timeout})
+		return etcd.New(etcd.Options{Client: EtcdClientOptions(e.Endpoints, e.Username, e.Password, e.TLS), Prefix: e.Prefix, Timeout: e.Timeout})
 	}
 	z := ts.ZooKeeper
 	return zookeeper.New(zookeeper.Options{Servers: z.Servers, Path: z.Path, SessionTimeout: z.SessionTimeout, Timeout: z.Timeout})

@@ -17,12 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
@@ -31,44 +31,69 @@ import (
 
 // Options configure New.
 type Options struct {
-	// Endpoints are the cluster's client URLs.
-	Endpoints []string
+	// Client is how to reach the cluster; its DialTimeout is Timeout.
+	Client ClientOptions
 	// Prefix is the prefix of lock names (resource.LockName).
 	Prefix string
-	// Username and Password, if set, authenticate to etcd.
-	Username, Password string
-	// Timeout bounds one verification or Ping. Zero: 2s.
+	// Timeout bounds one verification or Ping, and one attempt to
+	// connect. Zero: 2s.
 	Timeout time.Duration
 }
 
 // Source is one etcd cluster as a source of fencing tokens.
 type Source struct {
-	client  *clientv3.Client
+	cfg     clientv3.Config
 	prefix  string
 	timeout time.Duration
+
+	mu      sync.Mutex
+	client  *clientv3.Client // nil until a connection (and its login) succeeded
+	lastErr error            // of the attempt at lastTry, returned until timeout after it
+	lastTry time.Time
+	closed  bool
 }
 
 var _ gateway.TokenVerifier = (*Source)(nil)
 
 // New returns a Source for the cluster of opts. It does not wait for the
 // cluster: while etcd cannot be reached, verifications fail closed and Ping
-// reports it.
+// reports it. With a username the client logs in when it connects, which
+// clientv3.New does before it returns; so the client is made on first use
+// and again after a failed attempt, never in New (a gateway started before
+// its etcd would otherwise wait for it, or give up).
 func New(opts Options) (*Source, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 2 * time.Second
 	}
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints: opts.Endpoints,
-		Username:  opts.Username,
-		Password:  opts.Password,
-		// The client's own retries log at warn on every failed attempt;
-		// refusals and /readyz report the outage instead.
-		Logger: zap.NewNop(),
-	})
+	opts.Client.DialTimeout = opts.Timeout
+	cfg, err := ClientConfig(opts.Client)
 	if err != nil {
-		return nil, fmt.Errorf("etcd client: %w", err)
+		return nil, err
 	}
-	return &Source{client: c, prefix: opts.Prefix, timeout: opts.Timeout}, nil
+	return &Source{cfg: cfg, prefix: opts.Prefix, timeout: opts.Timeout}, nil
+}
+
+// conn returns the client, making it if no attempt failed within the last
+// timeout (callers meanwhile get that attempt's error: one login at a
+// time reaches a cluster that is down or refuses it).
+func (s *Source) conn() (*clientv3.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, errors.New("etcd token source closed")
+	case s.client != nil:
+		return s.client, nil
+	case s.lastErr != nil && time.Since(s.lastTry) < s.timeout:
+		return nil, s.lastErr
+	}
+	c, err := clientv3.New(s.cfg)
+	if err != nil {
+		s.lastErr, s.lastTry = Explain(context.Background(), s.cfg, fmt.Errorf("etcd client: %w", err)), time.Now()
+		return nil, s.lastErr
+	}
+	s.client, s.lastErr = c, nil
+	return c, nil
 }
 
 // VerifyToken implements gateway.TokenVerifier: token must be the create
@@ -90,7 +115,15 @@ func (s *Source) VerifyToken(ctx context.Context, res string, token int64) error
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	dir := resource.LockName(s.prefix, res) + "/"
-	resp, err := s.client.Get(ctx, dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	client, err := s.conn()
+	if err != nil {
+		return s.unavailable(res, token, err)
+	}
+	// Not WithKeysOnly: etcd 3.7 (seen on 3.7.3) serves a keys-only read
+	// from its in-memory index, whose entries carry no lease, so every
+	// holder's key would look put by hand. The recipe's keys have empty
+	// values: a keys-only read saved nothing anyway.
+	resp, err := client.Get(ctx, dir, clientv3.WithFirstCreate()...)
 	if err != nil {
 		return s.unavailable(res, token, err)
 	}
@@ -105,9 +138,9 @@ func (s *Source) VerifyToken(ctx context.Context, res string, token int64) error
 		return unknown(res, token)
 	}
 	// Not the holder: say why, which costs one or two more reads.
-	kv, err := s.created(ctx, dir, token, 0)
+	kv, err := created(ctx, client, dir, token, 0)
 	if err == nil && kv == nil {
-		kv, err = s.created(ctx, dir, token, token)
+		kv, err = created(ctx, client, dir, token, token)
 		if err == nil && kv != nil {
 			return gateway.NotLockHolder(res, token, fmt.Sprintf(
 				"token %d is the create revision of etcd lock key %s, which was deleted (its lock released or expired, or its waiter gave up) before the token's first write reached the gateway: it cannot be proven to have held the lock",
@@ -152,8 +185,8 @@ func direct(dir string, key []byte) bool {
 // created returns the key directly under dir with create revision token,
 // read at revision rev (0: the current one), or nil. etcd filters by
 // create revision itself, so only matching keys travel.
-func (s *Source) created(ctx context.Context, dir string, token, rev int64) (*mvccpb.KeyValue, error) {
-	resp, err := s.client.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+func created(ctx context.Context, client *clientv3.Client, dir string, token, rev int64) (*mvccpb.KeyValue, error) {
+	resp, err := client.Get(ctx, dir, clientv3.WithPrefix(), // not keys-only: see VerifyToken
 		clientv3.WithMinCreateRev(token), clientv3.WithMaxCreateRev(token), clientv3.WithRev(rev))
 	if err != nil {
 		return nil, err
@@ -169,11 +202,24 @@ func (s *Source) created(ctx context.Context, dir string, token, rev int64) (*mv
 // Ping reports whether a linearizable read succeeds (a quorum of the
 // cluster answers), for /readyz.
 func (s *Source) Ping(ctx context.Context) error {
+	client, err := s.conn()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	_, err := s.client.Get(ctx, s.prefix, clientv3.WithCountOnly())
-	return err
+	_, err = client.Get(ctx, s.prefix, clientv3.WithCountOnly())
+	// The probe has a deadline of its own; ctx's may be what just ran out.
+	return Explain(context.WithoutCancel(ctx), s.cfg, err)
 }
 
 // Close closes the connections to the cluster.
-func (s *Source) Close() error { return s.client.Close() }
+func (s *Source) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.client == nil {
+		return nil
+	}
+	return s.client.Close()
+}

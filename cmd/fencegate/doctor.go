@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/postgres"
@@ -42,8 +43,10 @@ the connection), also where servers answer from the head alone (a
 precondition, no credentials, an unknown path, a redirect, an Expect), that
 upstream.h2c upstreams speak HTTP/2 over cleartext, that a route in front of
 a WebDAV server (OPTIONS answered with a DAV header) fences collections and
-Destinations, and that a shared PostgreSQL store keeps a server session
-per connection (no pooler in transaction mode). It writes probe objects
+Destinations, that a shared PostgreSQL store keeps a server session
+per connection (no pooler in transaction mode), and that each etcd
+cluster of a token_source has a quorum, a leader, a supported version,
+authentication, TLS and no alarm. It writes probe objects
 under --bucket / --container / --path. Exit status: 0 every check
 passed, 1 a check failed, 2 usage (nothing to check).`,
 		Example: `  fencegate doctor -c fencegate.yaml --bucket probe-bucket
@@ -80,6 +83,12 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 	if ok, err := checkStoreReplication(ctx, cfg); ok {
 		checked++
 		if err != nil {
+			failed++
+		}
+	}
+	for _, e := range etcdTargets(cfg) {
+		checked++
+		if _, err := checkEtcd(ctx, os.Stdout, e.label, e.opts); err != nil {
 			failed++
 		}
 	}

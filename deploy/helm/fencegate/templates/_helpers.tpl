@@ -32,6 +32,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* "postgres" or "etcd" in profile shared, "" in local. */}}
+{{- define "fencegate.sharedStore" -}}
+{{- if include "fencegate.shared" . -}}
+{{- if has .Values.sharedStore (list "postgres" "etcd") -}}{{ .Values.sharedStore }}{{- else -}}
+{{- fail (printf "sharedStore: %q; want postgres or etcd" .Values.sharedStore) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The TLS files of etcd.tlsSecret, mounted read-only. */}}
+{{- define "fencegate.etcdTLSDir" -}}/etc/fencegate/etcd-tls{{- end -}}
+
 {{- define "fencegate.replicas" -}}
 {{- if include "fencegate.shared" . -}}{{ .Values.replicaCount }}{{- else -}}1{{- end -}}
 {{- end -}}
@@ -64,9 +76,26 @@ runtime collects harder near it instead of the container being OOM-killed.
 {{- if .Values.coordinator.enabled -}}
 {{- $_ := set $c "coordinator" (dict "enabled" true "listen" "0.0.0.0:8081" "allowed_hosts" $hosts "auth" (dict "api_keys" .Values.coordinator.apiKeys)) -}}
 {{- end -}}
-{{- if include "fencegate.shared" . -}}
+{{- $store := include "fencegate.sharedStore" . -}}
+{{- if eq $store "postgres" -}}
 {{- $_ := set $c "store" (dict "postgres" (dict "url" "${DATABASE_URL}" "max_conns" .Values.postgres.maxConns)) -}}
 {{- $_ := set $c "fence" (dict "mode" "shared" "marker_conns" .Values.postgres.markerConns) -}}
+{{- else if eq $store "etcd" -}}
+{{- $e := .Values.etcd -}}
+{{- if not $e.endpoints -}}{{- fail "etcd.endpoints: name the etcd cluster's client URLs (sharedStore etcd)" -}}{{- end -}}
+{{- $etcd := dict "endpoints" $e.endpoints "prefix" $e.prefix -}}
+{{- if $e.username -}}
+{{- $_ := set $etcd "username" $e.username -}}
+{{- $_ := set $etcd "password" "${ETCD_PASSWORD}" -}}
+{{- end -}}
+{{- if $e.tlsSecret -}}
+{{- $dir := include "fencegate.etcdTLSDir" . -}}
+{{- $tls := dict "ca_file" (printf "%s/ca.crt" $dir) "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir) -}}
+{{- if $e.serverName -}}{{- $_ := set $tls "server_name" $e.serverName -}}{{- end -}}
+{{- $_ := set $etcd "tls" $tls -}}
+{{- end -}}
+{{- $_ := set $c "store" (dict "etcd" $etcd) -}}
+{{- $_ := set $c "fence" (dict "mode" "shared") -}}
 {{- else -}}
 {{- $_ := set $c "store" (dict "embedded" (dict "path" "/var/lib/fencegate/fencegate.db")) -}}
 {{- $_ := set $c "fence" (dict "mode" "local") -}}
