@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/resource"
 )
 
@@ -510,5 +511,58 @@ func TestSharedPathRouteRoundTrips(t *testing.T) {
 	}
 	if got, _ := up.file("/dav/c/m0"); got == "late" {
 		t.Fatalf("the stale member write reached the upstream")
+	}
+}
+
+// TestMarkerScopeReadProbesKeys: the marker pipeline's read of a
+// hierarchical write's rows keeps probing the tables' primary keys after
+// they grew under a plan cached while they were empty (a marker session
+// lives long, and every write of its replica waits for its reads): no
+// sequential scan, whatever the statistics said when it was planned.
+func TestMarkerScopeReadProbesKeys(t *testing.T) {
+	st := openFenceStore(t, testenv.Postgres(t).URL, Options{MaxConns: 2})
+	ctx := context.Background()
+	conn, err := st.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// The plan a long-lived session ends up with: generic, made on the
+	// statistics of the moment (here: empty tables).
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `PREPARE scope_read(text[]) AS `+markerScopeReadSQL); err != nil {
+		t.Fatal(err)
+	}
+	const execute = `EXECUTE scope_read('{/,/t,/t/d,/t/d/1,/t/d/2}')`
+	if _, err := conn.Exec(ctx, execute); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO fence (resource, highest, ready, owner) SELECT '/t/d/' || g, 1, true, 'w' FROM generate_series(1, 20000) g`,
+		`INSERT INTO fence_below (resource, below, ready, known) SELECT '/t/d/' || g || '/', 1, true, true FROM generate_series(1, 5000) g`,
+	} {
+		if _, err := st.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var plan []string
+	rows, err := conn.Query(ctx, `EXPLAIN (COSTS OFF) `+execute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); strings.Contains(p, "Seq Scan") || !strings.Contains(p, "fence_pkey") || !strings.Contains(p, "fence_below_pkey") {
+		t.Fatalf("the marker's scope read scans its tables instead of probing their keys:\n%s", p)
 	}
 }
