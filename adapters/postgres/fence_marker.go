@@ -96,9 +96,13 @@ type op struct {
 	lock     bool // opMark: try the lock first
 	key      int64
 	resource string
-	w        gateway.Write
-	start    time.Time
-	done     chan struct{}
+	// scope: the keys whose fence and below rows the pipeline's read
+	// also returns for this write (a hierarchical write's own key and the
+	// collections above it, AdmitTree); none for a key alone.
+	scope []string
+	w     gateway.Write
+	start time.Time
+	done  chan struct{}
 
 	// listenGen is the drain listener's generation when the pipeline
 	// carrying the op was sent.
@@ -118,6 +122,9 @@ type marked struct {
 	highest int64
 	ready   bool
 	gone    <-chan struct{} // wait for this session's older marker to end
+	// rows: the rows of the op's scope, read with the fence row (shared by
+	// the pipeline's writes: read only).
+	rows map[string]scopeRow
 }
 
 // session returns the live session, waiting up to acquireTimeout for one.
@@ -148,9 +155,11 @@ func (l *lane) session(ctx context.Context, resource string) (*session, error) {
 }
 
 // mark takes (or joins) this replica's marker of w.Resource and reads the
-// fence row after it is held: one round trip. The write is admitted if the
-// lock is held and the row says w.Token is the highest and ready.
-func (l *lane) mark(ctx context.Context, w gateway.Write, key int64) (marked, error) {
+// fence row after it is held, and the rows of scope (fence and below) in
+// the same statement: one round trip. The write is admitted if the lock is
+// held and the row says w.Token is the highest and ready (a hierarchical
+// write is then decided on the rows of its scope, AdmitTree).
+func (l *lane) mark(ctx context.Context, w gateway.Write, key int64, scope []string) (marked, error) {
 	s, err := l.session(ctx, w.Resource)
 	if err != nil {
 		return marked{}, err
@@ -160,7 +169,7 @@ func (l *lane) mark(ctx context.Context, w gateway.Write, key int64) (marked, er
 		l.mu.Unlock()
 		return marked{}, fencegate.Unavailable(w.Resource, errors.New("marker session lost"))
 	}
-	o := &op{kind: opMark, key: key, resource: w.Resource, w: w, start: time.Now(), done: make(chan struct{})}
+	o := &op{kind: opMark, key: key, resource: w.Resource, scope: scope, w: w, start: time.Now(), done: make(chan struct{})}
 	switch e := s.entries[key]; {
 	case e != nil && w.Token < e.highest:
 		// The fence stood above w.Token already: stale, no I/O.
@@ -635,23 +644,31 @@ func (s *session) work() {
 }
 
 // send runs ops as one pipeline of at most three statements (unlocks,
-// try-locks, then the fresh read of every resource: docs/design.md §4) and
-// scans their results into them.
+// try-locks, then the fresh read of every resource and of every key of the
+// ops' scopes: docs/design.md §4) and scans their results into them.
 func (s *session) send(ops []*op) error {
 	f := s.l.f
 	var unlocks, locks []int64
 	var resources []string
 	seen := map[string]bool{}
+	add := func(r string) {
+		if !seen[r] {
+			seen[r] = true
+			resources = append(resources, r)
+		}
+	}
+	scoped := false
 	for _, o := range ops {
 		switch o.kind {
 		case opMark:
 			if o.lock {
 				locks = append(locks, o.key)
 			}
-			if !seen[o.resource] {
-				seen[o.resource] = true
-				resources = append(resources, o.resource)
+			add(o.resource)
+			for _, k := range o.scope {
+				add(k)
 			}
+			scoped = scoped || len(o.scope) > 0
 		case opUnlock:
 			unlocks = append(unlocks, o.key)
 		}
@@ -664,7 +681,15 @@ func (s *session) send(ops []*op) error {
 		b.Queue(markerTrySQL, locks)
 	}
 	if len(resources) > 0 {
-		b.Queue(markerReadSQL, resources)
+		// A hierarchical write's collections are read by the same
+		// statement as its own row, after its marker is held
+		// (markerScopeReadSQL); a pipeline of keys alone reads their
+		// fence rows only.
+		if scoped {
+			b.Queue(markerScopeReadSQL, resources)
+		} else {
+			b.Queue(markerReadSQL, resources)
+		}
 	}
 	if b.Len() == 0 {
 		b.Queue("SELECT 1")
@@ -709,11 +734,7 @@ func (s *session) send(ops []*op) error {
 			return fail(fmt.Errorf("marker try-lock answered %d of %d keys", len(granted), len(locks)))
 		}
 	}
-	type row struct {
-		highest int64
-		ready   bool
-	}
-	read := make(map[string]row, len(resources))
+	read := make(map[string]scopeRow, len(resources))
 	if len(resources) > 0 {
 		rows, err := br.Query()
 		if err != nil {
@@ -721,8 +742,13 @@ func (s *session) send(ops []*op) error {
 		}
 		for rows.Next() {
 			var r string
-			var v row
-			if err := rows.Scan(&r, &v.highest, &v.ready); err != nil {
+			v := scopeRow{exists: true}
+			if scoped {
+				err = rows.Scan(&r, &v.exists, &v.highest, &v.ready, &v.below, &v.belowReady, &v.known)
+			} else {
+				err = rows.Scan(&r, &v.highest, &v.ready)
+			}
+			if err != nil {
 				rows.Close()
 				return fail(err)
 			}
@@ -742,8 +768,11 @@ func (s *session) send(ops []*op) error {
 			if o.lock {
 				o.locked = granted[o.key]
 			}
-			v, ok := read[o.resource]
-			o.m.exists, o.m.highest, o.m.ready = ok, v.highest, v.ready
+			v := read[o.resource]
+			o.m.exists, o.m.highest, o.m.ready = v.exists, v.highest, v.ready
+			if len(o.scope) > 0 {
+				o.m.rows = read
+			}
 		}
 		o.scanned = true
 	}
@@ -776,7 +805,7 @@ func (s *session) apply(ops []*op) {
 		e.listenGen = o.listenGen
 		if e.held && !s.lost && o.m.exists && o.m.highest == e.token && o.m.ready {
 			p := &sharedPermit{s: s, e: e, resource: o.resource, token: e.token, abort: o.w.Abort,
-				bodySent: o.w.BodySent, start: o.start}
+				bodySent: o.w.BodySent, start: o.start, rows: o.m.rows}
 			e.flights[p] = struct{}{}
 			if o.w.Abort != nil {
 				// The forward must end within the forward timeout counted
@@ -895,8 +924,11 @@ type sharedPermit struct {
 	// is bounded by the forward timeout.
 	bodySent func() bool
 	start    time.Time
-	timer    *time.Timer
-	once     sync.Once
+	// rows are the rows of the write's scope its marker's read returned
+	// (marked.rows), which AdmitTree decides it on and then drops.
+	rows  map[string]scopeRow
+	timer *time.Timer
+	once  sync.Once
 }
 
 // Release implements gateway.Permit. It does no I/O: the last writer's

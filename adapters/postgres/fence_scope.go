@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -21,7 +20,8 @@ import (
 // correctness argument are in docs/design.md §4, "Hierarchical keys in
 // shared mode". In short: a write holds only its own key's marker; with
 // it held, it reads its own row and the rows of the collections above it
-// (one query) and is decided on them; a member write newer than a
+// (the marker pipeline's read statement: one round trip with the marker)
+// and is decided on them; a member write newer than a
 // collection's below level raises that level durably and waits for the
 // collection's own writes in flight; a collection write's advance waits
 // for every member's marker (treeDrain).
@@ -33,15 +33,41 @@ var _ gateway.TreeFence = (*SharedFence)(nil)
 var errMemberAlone = errors.New("a write below a collection is admitted together with its own key (gateway.TreeFence)")
 
 const (
-	// scopeReadSQL reads, after the write's own marker is held, the fence
-	// and below rows of its key and of the collections above it. A key
-	// without a fence row stands at 0, ready; without a below row, its
-	// level is 0, ready, not known.
-	scopeReadSQL = `SELECT k.resource, coalesce(f.highest, 0), coalesce(f.ready, true),
+	// markerScopeReadSQL is markerReadSQL for a marker pipeline that
+	// carries hierarchical writes: for every key ($1: the pipeline's
+	// resources and the keys of its writes' scopes), whether it has a
+	// fence row, its fence row and its below row. A key without a fence
+	// row stands at 0, ready; without a below row, its level is 0, ready,
+	// not known.
+	//
+	// Why the collections' rows may be read by this statement (and must
+	// not be by an earlier one): the argument of docs/design.md §4 needs
+	// the collections read after the member's marker is held (ρ > γ).
+	// This statement comes after the pipeline's try-locks, so it starts
+	// once they were granted (or, for a write that joins a marker its
+	// session holds, after the pipeline that took it), and under READ
+	// COMMITTED a statement's snapshot is taken when it starts, for every
+	// row it reads, the collections' as well as the write's own: an
+	// advance of a collection committed before it is seen (the member is
+	// refused, or waits), one committed after finds the marker held (the
+	// tree drain, which reads the member rows after its advance, waits
+	// for it). The try-lock's own statement could not read them: its
+	// snapshot predates the grant of its lock (the reason of
+	// TestKeyShareReturnsSupersededRow), and a collection's advance and
+	// its tree drain's wait on the member's key could both fall between
+	// the two: the read would miss the advance, the drain the marker.
+	//
+	// Each key is a probe of each table's primary key (LATERAL, OFFSET 0:
+	// the subqueries are not pulled up into joins). As plain joins, the
+	// marker session's cached plan, made while the tables were small,
+	// hash-joined them and kept reading every row of both (6 ms a
+	// pipeline at 20,000 fence rows, on the session every write of the
+	// replica waits for) until an analyze of the tables replanned it.
+	markerScopeReadSQL = `SELECT k.resource, f.resource IS NOT NULL, coalesce(f.highest, 0), coalesce(f.ready, true),
        coalesce(b.below, 0), coalesce(b.ready, true), coalesce(b.known, false)
   FROM unnest($1::text[]) AS k(resource)
-  LEFT JOIN fence f ON f.resource = k.resource
-  LEFT JOIN fence_below b ON b.resource = k.resource`
+  LEFT JOIN LATERAL (SELECT resource, highest, ready FROM fence WHERE resource = k.resource OFFSET 0) f ON true
+  LEFT JOIN LATERAL (SELECT below, ready, known FROM fence_below WHERE resource = k.resource OFFSET 0) b ON true`
 
 	// treeAdvanceSQL is advanceSQL for a collection write: no advance
 	// while a member write newer than the token was admitted below it (a
@@ -101,8 +127,9 @@ ON CONFLICT (resource) DO UPDATE SET below = EXCLUDED.below, ready = false
    AND NOT EXISTS (SELECT 1 FROM fence_session WHERE dead_at + forward_timeout > clock_timestamp())`
 )
 
-// scopeRow is what scopeReadSQL read of one key.
+// scopeRow is what a marker's read (markerScopeReadSQL) read of one key.
 type scopeRow struct {
+	exists     bool // the key has a fence row
 	highest    int64
 	ready      bool
 	below      int64
@@ -128,19 +155,23 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 	if w.Scope == gateway.ScopeKey && len(above) == 0 {
 		// A key of no hierarchy: its own marker decides it, as Admit does
 		// (no read of the rows around it: there are none to read).
-		return f.admitKey(ctx, w, deadline, drain)
+		return f.admitKey(ctx, w, nil, deadline, drain)
 	}
 	keys := append([]string{w.Resource}, above...)
 	for {
-		p, err := f.admitKey(ctx, w, deadline, drain)
+		p, err := f.admitKey(ctx, w, keys, deadline, drain)
 		if err != nil {
 			return nil, err
 		}
-		rows, err := f.readScope(ctx, w.Resource, keys)
-		if err != nil {
+		// The rows of keys, read by the statement that read w's own row
+		// with its marker held (markerScopeReadSQL).
+		sp, ok := p.(*sharedPermit)
+		if !ok || sp.rows == nil {
 			p.Release()
-			return nil, err
+			return nil, fencegate.Unavailable(w.Resource, errors.New("the marker's read returned no rows of the collections above the key"))
 		}
+		rows := sp.rows
+		sp.rows = nil
 		acts, ref := decideScope(w, above, rows)
 		if ref != nil {
 			p.Release()
@@ -237,114 +268,6 @@ func decideScope(w gateway.Write, above []string, rows map[string]scopeRow) ([]s
 		}
 	}
 	return acts, nil
-}
-
-// scopeReads batches the reads of concurrent writes (readScope): one
-// query on a pooled connection at a time reads the rows of every write
-// queued meanwhile, as a marker session's pipeline does for the markers.
-// Each write's request is queued after its marker is held, and the query
-// that answers it is sent after that: its snapshot is still taken after
-// the grant.
-type scopeReads struct {
-	mu      sync.Mutex
-	queue   []*scopeReq
-	sending bool
-}
-
-type scopeReq struct {
-	res  string
-	keys []string
-	done chan struct{}
-	rows map[string]scopeRow // shared by the batch: read only
-	err  error
-}
-
-// readScope reads the rows of keys (after the write's marker is held).
-func (f *SharedFence) readScope(ctx context.Context, res string, keys []string) (map[string]scopeRow, error) {
-	r := &scopeReq{res: res, keys: keys, done: make(chan struct{})}
-	rd := &f.scope
-	rd.mu.Lock()
-	rd.queue = append(rd.queue, r)
-	if !rd.sending {
-		rd.sending = true
-		go f.serveReads()
-	}
-	rd.mu.Unlock()
-	f.waited.Add(1)
-	select {
-	case <-r.done:
-		return r.rows, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// serveReads sends the queued reads, one batch at a time, until none is
-// left.
-func (f *SharedFence) serveReads() {
-	rd := &f.scope
-	for {
-		rd.mu.Lock()
-		batch := rd.queue
-		rd.queue = nil
-		if len(batch) == 0 {
-			rd.sending = false
-			rd.mu.Unlock()
-			return
-		}
-		rd.mu.Unlock()
-		seen := map[string]bool{}
-		var keys []string
-		for _, r := range batch {
-			for _, k := range r.keys {
-				if !seen[k] {
-					seen[k] = true
-					keys = append(keys, k)
-				}
-			}
-		}
-		rows, err := f.queryScope(batch[0].res, keys)
-		if ref := fencegate.AsError(err); ref != nil && ref.Err != nil {
-			err = ref.Err // acquire's refusal, named again per write below
-		}
-		for _, r := range batch {
-			r.rows = rows
-			if err != nil {
-				r.err = fencegate.Unavailable(r.res, err)
-			}
-			close(r.done)
-		}
-	}
-}
-
-// queryScope runs scopeReadSQL for keys on a pooled connection.
-func (f *SharedFence) queryScope(res string, keys []string) (map[string]scopeRow, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
-	defer cancel()
-	conn, err := f.acquire(ctx, res)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	f.roundTrips.Add(1)
-	rs, err := conn.Query(ctx, scopeReadSQL, keys)
-	if err != nil {
-		return nil, fmt.Errorf("read the fences around the key: %w", err)
-	}
-	defer rs.Close()
-	rows := make(map[string]scopeRow, len(keys))
-	for rs.Next() {
-		var k string
-		var r scopeRow
-		if err := rs.Scan(&k, &r.highest, &r.ready, &r.below, &r.belowReady, &r.known); err != nil {
-			return nil, fmt.Errorf("read the fences around the key: %w", err)
-		}
-		rows[k] = r
-	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("read the fences around the key: %w", err)
-	}
-	return rows, nil
 }
 
 // treeDrain is the advance (if advance) and drain of a collection write:

@@ -75,7 +75,6 @@ type SharedFence struct {
 	markerIdle     time.Duration
 	markerLinger   time.Duration
 	lanes          []*lane
-	scope          scopeReads // fence_scope.go
 
 	roundTrips atomic.Int64
 	statements atomic.Int64
@@ -399,7 +398,7 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 		// Decided only with the member's own marker held (AdmitTree).
 		return nil, fencegate.Unavailable(w.Resource, errMemberAlone)
 	}
-	return f.admitKey(ctx, w, time.Now().Add(drain), drain)
+	return f.admitKey(ctx, w, nil, time.Now().Add(drain), drain)
 }
 
 // admissible refuses every write while the fence cannot decide any.
@@ -424,9 +423,10 @@ func (f *SharedFence) admissible(ctx context.Context, w gateway.Write) error {
 }
 
 // admitKey admits w on its own key (§4's protocol); a ScopeTree write's
-// advance and drain also wait for its members (treeDrain). The caller
-// checked the pool mode, the lanes and the guard.
-func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, deadline time.Time, drain time.Duration) (gateway.Permit, error) {
+// advance and drain also wait for its members (treeDrain). The marker's
+// read also reads the rows of scope (the permit's rows, AdmitTree). The
+// caller checked the pool mode, the lanes and the guard.
+func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, scope []string, deadline time.Time, drain time.Duration) (gateway.Permit, error) {
 	key := lockKey(w.Resource)
 	l := f.lane(key)
 	verified := w.Verified
@@ -447,7 +447,7 @@ func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, deadline ti
 		}
 	}
 	for {
-		m, err := l.mark(ctx, w, key)
+		m, err := l.mark(ctx, w, key, scope)
 		if err != nil {
 			return nil, err
 		}
