@@ -137,18 +137,19 @@ func (o osObject) sameAs(p osObject) bool {
 
 // readObject fills an osObject from a body reader and lower-cased
 // metadata; stampKey is the stamp's metadata name.
-func readObject(body io.Reader, meta map[string]string, stampKey, version string) (osObject, error) {
+func readObject(t *testing.T, body io.Reader, meta map[string]string, stampKey, version string) osObject {
+	t.Helper()
 	h := md5.New()
 	var small bytes.Buffer
 	n, err := io.Copy(io.MultiWriter(h, &limitedBuffer{&small, 1 << 20}), body)
 	if err != nil {
-		return osObject{}, err
+		t.Fatalf("reading an object from the store: %v", err)
 	}
 	o := osObject{Size: n, MD5: hex.EncodeToString(h.Sum(nil)), Stamp: meta[stampKey], Version: version, Meta: meta}
 	if n <= 1<<20 {
 		o.Body = small.String()
 	}
-	return o, nil
+	return o
 }
 
 // limitedBuffer keeps the first max bytes written to it.
@@ -529,26 +530,19 @@ func osDoctor(t *testing.T, d osDialect) {
 	if path != "" {
 		path = "/" + path
 	}
-	cases := []struct {
+	type doctorCase struct {
 		name, endpoint string
 		wantExit       int
 		wantOut        string
-	}{
+	}
+	cases := []doctorCase{
 		{"emulator", s.endpoint, 0, "honours"},
 		{"ignores conditions", ignoring.URL + path, 1, "FAIL"},
 	}
 	if d.unreadProbe {
 		cases = append(cases,
-			struct {
-				name, endpoint string
-				wantExit       int
-				wantOut        string
-			}{"emulator reads bodies", s.endpoint, 0, "reads a write's body (or closes the connection) before its next request"},
-			struct {
-				name, endpoint string
-				wantExit       int
-				wantOut        string
-			}{"answers unread", startEarlyUpstream(t) + path, 1, "answers a write without reading its body and takes the body for a request of its own"})
+			doctorCase{"emulator reads bodies", s.endpoint, 0, "reads a write's body (or closes the connection) before its next request"},
+			doctorCase{"answers unread", startEarlyUpstream(t) + path, 1, "answers a write without reading its body and takes the body for a request of its own"})
 	}
 	bin := testenv.BuildBinary(t, "./cmd/fencegate")
 	for _, tc := range cases {

@@ -171,11 +171,7 @@ func startS3Contract(t *testing.T) *osStore {
 				t.Fatalf("direct GetObject %s: %v", key, err)
 			}
 			defer out.Body.Close()
-			o, err := readObject(out.Body, lowerKeys(out.Metadata, func(v string) string { return v }), "fencing-token", aws.ToString(out.ETag))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o
+			return readObject(t, out.Body, lowerKeys(out.Metadata, func(v string) string { return v }), "fencing-token", aws.ToString(out.ETag))
 		},
 	}
 }
@@ -260,11 +256,7 @@ func startGCSContract(t *testing.T) *osStore {
 				t.Fatalf("read %s: %v", key, err)
 			}
 			defer r.Close()
-			got, err := readObject(r, lowerKeys(attrs.Metadata, func(v string) string { return v }), "fencing-token", strconv.FormatInt(attrs.Generation, 10))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return got
+			return readObject(t, r, lowerKeys(attrs.Metadata, func(v string) string { return v }), "fencing-token", strconv.FormatInt(attrs.Generation, 10))
 		},
 	}
 }
@@ -384,11 +376,7 @@ func startAzureContract(t *testing.T) *osStore {
 				t.Fatalf("read %s: %v", key, err)
 			}
 			defer r.Body.Close()
-			o, err := readObject(r.Body, lowerKeys(props.Metadata, func(v *string) string { return aws.ToString(v) }), "fencing_token", string(*props.ETag))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return o
+			return readObject(t, r.Body, lowerKeys(props.Metadata, func(v *string) string { return aws.ToString(v) }), "fencing_token", string(*props.ETag))
 		},
 	}
 }
