@@ -386,7 +386,8 @@ func osSeed7(t *testing.T, d osDialect) {
 // Stamps feed `fence rebuild`: every admitted write carries its token in
 // the object's metadata (the gateway's stamp replaces a worker's own copy).
 // After the store is lost, the fences are raised from the stamps and the
-// zombie's writes are refused again, the objects unchanged.
+// zombie's writes, by every write path, are refused again, the objects
+// unchanged.
 func osRebuild(t *testing.T, d osDialect) {
 	e := startOS(t, d, "")
 	zombie, owner := e.worker(t, 41), e.worker(t, 42)
@@ -412,10 +413,16 @@ func osRebuild(t *testing.T, d osDialect) {
 		t.Fatalf("rebuild: %v\n%s", err, out)
 	}
 	p.Restart()
+	// Every write path of the zombie, on each object (the other one as
+	// the source), is refused again.
+	for key, src := range map[string]string{"report": "dir/7", "dir/7": "report"} {
+		for _, w := range zombie.writes {
+			d.wantStale(t, "zombie's "+w.name+" on "+key, w.do(key, src))
+		}
+	}
 	for key, b := range before {
-		d.wantStale(t, "zombie on "+key, zombie.put(key, "A2"))
 		if now := e.s.read(t, key); !now.sameAs(b) {
-			t.Fatalf("%s after the zombie's write: %+v; want unchanged %+v", key, now, b)
+			t.Fatalf("%s after the zombie's writes: %+v; want unchanged %+v", key, now, b)
 		}
 	}
 	if err := owner.put("report", "B2"); err != nil {
