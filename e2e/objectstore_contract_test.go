@@ -463,7 +463,8 @@ func osRebuildCeiling(t *testing.T, d osDialect) {
 		!strings.Contains(out, "--max-advance 0") {
 		t.Fatalf("rebuild --max-advance 0: err %v\n%s", err, out)
 	}
-	out, err = fencegateCmd(t, p, "fence", "rebuild", "-c", p.CfgPath, d.bucketFlag, osBucket, "--prefix", "rep")
+	// --bucket names a container too (the same flag as --container).
+	out, err = fencegateCmd(t, p, "fence", "rebuild", "-c", p.CfgPath, "--bucket", osBucket, "--prefix", "rep")
 	if err != nil || !strings.Contains(out, "scanned 1 stamped object(s) (0 without a stamp), raised or created 1 fence(s)") {
 		t.Fatalf("rebuild --prefix rep: err %v\n%s", err, out)
 	}
