@@ -139,17 +139,6 @@ func (e *gcsEnv) stored(t *testing.T, object string) (body, stamp string) {
 	return string(b), attrs.Metadata["fencing-token"]
 }
 
-func wantStale(t *testing.T, what string, err error) {
-	t.Helper()
-	se, ok := gcsfence.Stale(err)
-	if !ok {
-		t.Fatalf("%s: err = %v; want stale_fencing_token", what, err)
-	}
-	if se.Highest == 0 || se.Token >= se.Highest {
-		t.Fatalf("%s: stale refusal %+v names no newer token", what, se)
-	}
-}
-
 // gcsRaw sends one JSON API request to the gateway with the worker's key
 // and token (0: none).
 func gcsRaw(t *testing.T, method, url string, token int64, hdr map[string]string, body []byte) (*http.Response, string) {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +41,7 @@ func TestObjectStoreContract(t *testing.T) {
 			t.Run("RebuildCeiling", func(t *testing.T) { osRebuildCeiling(t, d) })
 			t.Run("LargeUploadStreams", func(t *testing.T) { osStreams(t, d) })
 			t.Run("Doctor", func(t *testing.T) { osDoctor(t, d) })
+			t.Run("SeedsWithCoordinator", func(t *testing.T) { osSeedsWithCoordinator(t, d) })
 		})
 	}
 }
@@ -180,11 +182,12 @@ func startOS(t *testing.T, d osDialect, precondition string) *osEnv {
 	return startOSStore(t, d, s3BoltStore, precondition)
 }
 
-// startOSStore is startOS with the gateway's store section.
-func startOSStore(t *testing.T, d osDialect, store, precondition string) *osEnv {
+// startOSStore is startOS with the gateway's store section; extra is
+// added to the config.
+func startOSStore(t *testing.T, d osDialect, store, precondition string, extra ...string) *osEnv {
 	t.Helper()
 	s := d.start(t)
-	p := startFencegate(t, s3GatewayYAMLStore(store, s.route("objects", "", s.endpoint, precondition, "30s")))
+	p := startFencegate(t, s3GatewayYAMLStore(store, s.route("objects", "", s.endpoint, precondition, "30s"))+strings.Join(extra, ""))
 	return &osEnv{d: d, s: s, Proc: p, GW: p.URL("gateway")}
 }
 
@@ -575,6 +578,109 @@ func osDoctor(t *testing.T, d osDialect) {
 			}
 		})
 	}
+}
+
+// The stale-owner seed tests that involve the coordinator (3, 4, 5, 6 and
+// 8 of docs/design.md §8), on a route with the store's precondition whose
+// resource keys are the leases' names, each checked on the object the
+// store holds. The coordinator shares the gateway's store, so a newer
+// lease fences the older token from the moment it is issued.
+func osSeedsWithCoordinator(t *testing.T, d osDialect) {
+	e := startOSStore(t, d, s3BoltStore, d.precondition, "coordinator: {enabled: true, listen: $COORDINATOR}\n")
+	coord := e.Proc.URL("coordinator")
+	lease := func(object string) string { return osBucket + "/" + object }
+	tp := testenv.Toxiproxy(t)
+	put := func(t *testing.T, token int64, object, body string) error {
+		return e.worker(t, token).put(object, body)
+	}
+	store := seedStore{
+		put: put, stale: d.wantStale,
+		stored: func(t *testing.T, object string) (string, string) { o := e.s.read(t, object); return o.Body, o.Stamp },
+	}
+
+	// 3: renew and release after expiry do not change B's ownership.
+	t.Run("seed3 late renew and release", func(t *testing.T) {
+		a := acquireTTL(t, coord, lease("s3"), "A", "1s")
+		if err := put(t, a, "s3", "A"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		b := acquire(t, coord, lease("s3"), "B")
+		st, body := call(t, "POST", coord+"/v1/leases/renew", fmt.Sprintf(`{"resource":%q,"owner":"A","token":%d,"ttl":"1m"}`, lease("s3"), a), jsonCT)
+		if st != http.StatusConflict || !strings.Contains(body, "lease_lost") {
+			t.Fatalf("A's late renew: %d %s; want 409 lease_lost", st, body)
+		}
+		st, body = call(t, "POST", coord+"/v1/leases/release", fmt.Sprintf(`{"resource":%q,"owner":"A","token":%d}`, lease("s3"), a), jsonCT)
+		if st != http.StatusOK || !strings.Contains(body, `"released":false`) {
+			t.Fatalf("A's late release: %d %s; want released false", st, body)
+		}
+		d.wantStale(t, "A after its late renew", put(t, a, "s3", "A-late"))
+		if err := put(t, b, "s3", "B"); err != nil {
+			t.Fatalf("B's write after A's late renew and release: %v", err)
+		}
+		e.want(t, "after B's write", "s3", "B", fmt.Sprint(b))
+	})
+
+	// 4: an acquisition aborted after its token was drawn grants no
+	// authority (seedAbortedAcquisition).
+	t.Run("seed4 aborted acquisition", func(t *testing.T) {
+		seedAbortedAcquisition(t, tp, coord, lease("s4"), "s4", store)
+	})
+
+	// 5: token order survives a restart of the coordinator (the same
+	// process as the gateway here, on its durable store).
+	t.Run("seed5 restart", func(t *testing.T) {
+		a := acquire(t, coord, lease("s5"), "A")
+		if err := put(t, a, "s5", "A"); err != nil {
+			t.Fatal(err)
+		}
+		release(t, coord, lease("s5"), "A", a)
+		e.Proc.Restart()
+		b := acquire(t, coord, lease("s5"), "B")
+		if b <= a {
+			t.Fatalf("token after restart %d; want > %d", b, a)
+		}
+		d.wantStale(t, "A after the restart", put(t, a, "s5", "A-late"))
+		if err := put(t, b, "s5", "B"); err != nil {
+			t.Fatal(err)
+		}
+		e.want(t, "after B's write", "s5", "B", fmt.Sprint(b))
+	})
+
+	// 6: concurrent writes with one token are one owner's: all are
+	// admitted, the store keeps one of them whole (last writer wins; the
+	// owner orders its own writes), stamped with that token.
+	t.Run("seed6 same token", func(t *testing.T) {
+		a := acquire(t, coord, lease("s6"), "A")
+		var wg sync.WaitGroup
+		errs := make([]error, 6)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = put(t, a, "s6", fmt.Sprintf("body-%d-%s", i, strings.Repeat("x", 1000)))
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			// With the precondition two writes of one token may race on
+			// one version: the loser is refused 412, never applied on top
+			// of the winner unseen.
+			if status, _ := d.status(err); err != nil && status != http.StatusPreconditionFailed && !strings.Contains(err.Error(), "412") {
+				t.Errorf("write %d: %v", i, err)
+			}
+		}
+		o := e.s.read(t, "s6")
+		if !strings.HasPrefix(o.Body, "body-") || len(o.Body) != len("body-0-")+1000 || o.Stamp != fmt.Sprint(a) {
+			t.Fatalf("stored %.12q (%d bytes) stamp %q; want one whole body stamped %d", o.Body, len(o.Body), o.Stamp, a)
+		}
+	})
+
+	// 8: A is cut off from the coordinator (its own link, through
+	// toxiproxy) while its link to the gateway stays up (seedCutOff).
+	t.Run("seed8 cut off from the coordinator", func(t *testing.T) {
+		seedCutOff(t, tp, coord, lease("s8"), "s8", store)
+	})
 }
 
 // osBucket is the bucket (container) of every contract test; the stores'
