@@ -16,7 +16,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 
 	"github.com/fencegate/fencegate/coordinator/client/azblobfence"
 	"github.com/fencegate/fencegate/internal/testenv"
@@ -167,131 +166,6 @@ func wantAzStale(t *testing.T, what string, err error) {
 	}
 	if se.Highest == 0 || se.Token >= se.Highest {
 		t.Fatalf("%s: stale refusal %+v names no newer token", what, se)
-	}
-}
-
-// Seed test 1 on Azure: A writes, pauses; B writes with a newer token; A's
-// later write through azblob is refused, and the stored blob is B's,
-// stamped with B's token.
-func TestAzureSeed1PausedOwnerRefused(t *testing.T) {
-	e := startAzEnv(t, "")
-	a, b := e.worker(t, tokenOf(41)), e.worker(t, tokenOf(42))
-	if err := azPut(a, "dir/job", "A"); err != nil {
-		t.Fatalf("A's first write: %v", err)
-	}
-	if got, stamp := e.stored(t, "dir/job"); got != "A" || stamp != "41" {
-		t.Fatalf("after A: %q stamp %q; want A stamped 41", got, stamp)
-	}
-	if err := azPut(b, "dir/job", "B"); err != nil {
-		t.Fatalf("B's write: %v", err)
-	}
-	wantAzStale(t, "A's late write", azPut(a, "dir/job", "A-late"))
-	if got, stamp := e.stored(t, "dir/job"); got != "B" || stamp != "42" {
-		t.Fatalf("stored %q stamp %q; want B stamped 42", got, stamp)
-	}
-	// Reads pass, through azblob's own read path.
-	r, err := a.DownloadStream(context.Background(), azContainer, "dir/job", nil)
-	if err != nil {
-		t.Fatalf("read through the gateway: %v", err)
-	}
-	got, _ := io.ReadAll(r.Body)
-	r.Body.Close()
-	if string(got) != "B" {
-		t.Fatalf("read through the gateway: %q; want B", got)
-	}
-}
-
-// Seed test 7 on Azure: once token 42 was accepted for a blob, no write
-// path of the Blob service lets token 41 change it: Put Blob, staged
-// blocks and their commit, Copy Blob (asynchronous and synchronous), Put
-// Blob From URL, metadata, properties, tags, snapshot, lease, delete. Each
-// is refused stale and the stored blob (content, ETag, metadata) is
-// unchanged.
-func TestAzureSeed7EveryWritePathFenced(t *testing.T) {
-	e := startAzEnv(t, "")
-	ctx := context.Background()
-	old, cur := e.worker(t, tokenOf(41)), e.worker(t, tokenOf(42))
-	for _, o := range []string{"src", "dir/job"} {
-		if err := azPut(old, o, "old-"+o); err != nil {
-			t.Fatalf("setup %s: %v", o, err)
-		}
-	}
-	if err := azPut(cur, "dir/job", "B"); err != nil {
-		t.Fatalf("B's write: %v", err)
-	}
-	beforeETag, _ := e.props(t, "dir/job")
-	cc := old.ServiceClient().NewContainerClient(azContainer)
-	dst := cc.NewBlockBlobClient("dir/job")
-	srcURL := cc.NewBlobClient("src").URL()
-	blockID := base64.StdEncoding.EncodeToString([]byte("block-0000"))
-	paths := map[string]func() error{
-		"put blob": func() error { return azPut(old, "dir/job", "A-put") },
-		"blocks and commit": func() error {
-			return azPutBlocks(old, "dir/job", strings.Repeat("A", 3<<10), 1<<10)
-		},
-		"put block": func() error {
-			_, err := dst.StageBlock(ctx, blockID, streaming.NopCloser(strings.NewReader("A-block")), nil)
-			return err
-		},
-		"put block list": func() error {
-			_, err := dst.CommitBlockList(ctx, []string{blockID}, nil)
-			return err
-		},
-		"copy blob": func() error { _, err := dst.StartCopyFromURL(ctx, srcURL, nil); return err },
-		"sync copy": func() error { _, err := dst.CopyFromURL(ctx, srcURL, nil); return err },
-		"put blob from url": func() error {
-			_, err := dst.UploadBlobFromURL(ctx, srcURL, nil)
-			return err
-		},
-		"set metadata": func() error {
-			_, err := dst.SetMetadata(ctx, map[string]*string{"owner": to("A")}, nil)
-			return err
-		},
-		"set properties": func() error {
-			_, err := dst.SetHTTPHeaders(ctx, blob.HTTPHeaders{BlobContentType: to("text/a")}, nil)
-			return err
-		},
-		"set tags": func() error { _, err := dst.SetTags(ctx, map[string]string{"owner": "A"}, nil); return err },
-		"snapshot": func() error { _, err := dst.CreateSnapshot(ctx, nil); return err },
-		"delete":   func() error { _, err := dst.Delete(ctx, nil); return err },
-	}
-	for name, write := range paths {
-		t.Run(name, func(t *testing.T) {
-			wantAzStale(t, name, write())
-			etag, md := e.props(t, "dir/job")
-			if etag != beforeETag || meta(md, "fencing_token") != "42" || meta(md, "owner") != "" {
-				t.Fatalf("blob changed: ETag %s -> %s, metadata %v", beforeETag, etag, md)
-			}
-		})
-	}
-	if got, _ := e.stored(t, "dir/job"); got != "B" {
-		t.Fatalf("stored %q; want B", got)
-	}
-	// The same paths with the current token work, %2F names included.
-	cdst := cur.ServiceClient().NewContainerClient(azContainer).NewBlockBlobClient("dir/job")
-	if _, err := cdst.CopyFromURL(ctx, srcURL, nil); err != nil {
-		t.Fatalf("copy with the current token: %v", err)
-	}
-	if got, stamp := e.stored(t, "dir/job"); got != "old-src" || stamp != "42" {
-		t.Fatalf("after copy: %q stamp %q; want old-src stamped 42", got, stamp)
-	}
-	if _, err := cdst.SetMetadata(ctx, map[string]*string{"owner": to("B")}, nil); err != nil {
-		t.Fatalf("set metadata with the current token: %v", err)
-	}
-	if _, md := e.props(t, "dir/job"); meta(md, "owner") != "B" || meta(md, "fencing_token") != "42" {
-		t.Fatalf("after set metadata: %v; want owner B stamped 42", md)
-	}
-	if err := azPutBlocks(cur, "dir/job", strings.Repeat("C", 3<<10), 1<<10); err != nil {
-		t.Fatalf("blocks with the current token: %v", err)
-	}
-	if got, stamp := e.stored(t, "dir/job"); got != strings.Repeat("C", 3<<10) || stamp != "42" {
-		t.Fatalf("after blocks: %.10q stamp %q; want C... stamped 42", got, stamp)
-	}
-	if _, err := cdst.Delete(ctx, nil); err != nil {
-		t.Fatalf("delete with the current token: %v", err)
-	}
-	if got, _ := e.stored(t, "dir/job"); got != "<absent>" {
-		t.Fatalf("after delete: %q", got)
 	}
 }
 

@@ -148,3 +148,36 @@ func tampered(t *testing.T, gw string, v sas.AccountSignatureValues, token func(
 	}
 	return azSASClient(t, gw, enc, token)
 }
+
+// azSnapshot is what Azurite holds of one blob: content, stamp, ETag and
+// the whole metadata.
+type azSnapshot struct {
+	body, stamp string
+	etag        azcore.ETag
+	meta        map[string]string
+}
+
+func (e *azEnv) snapshot(t *testing.T, name string) azSnapshot {
+	t.Helper()
+	body, stamp := e.stored(t, name)
+	etag, m := e.props(t, name)
+	s := azSnapshot{body: body, stamp: stamp, etag: etag, meta: map[string]string{}}
+	for k, v := range m {
+		if v != nil {
+			s.meta[strings.ToLower(k)] = *v
+		}
+	}
+	return s
+}
+
+func (s azSnapshot) equal(o azSnapshot) bool {
+	if s.body != o.body || s.stamp != o.stamp || s.etag != o.etag || len(s.meta) != len(o.meta) {
+		return false
+	}
+	for k, v := range s.meta {
+		if o.meta[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -89,9 +89,13 @@ func (e *gcsEnv) worker(t testing.TB, token *atomic.Int64) *storage.Client {
 
 // direct reads the durable state from fake-gcs-server itself, never
 // through the gateway.
-func (e *gcsEnv) direct(t testing.TB) *storage.Client {
+func (e *gcsEnv) direct(t testing.TB) *storage.Client { return gcsDirect(t, e.GCS.Endpoint) }
+
+// gcsDirect is the official client talking to fake-gcs-server at
+// endpoint itself, unauthenticated.
+func gcsDirect(t testing.TB, endpoint string) *storage.Client {
 	t.Helper()
-	c, err := storage.NewClient(context.Background(), option.WithEndpoint(e.GCS.Endpoint+"/storage/v1/"), option.WithoutAuthentication())
+	c, err := storage.NewClient(context.Background(), option.WithEndpoint(endpoint+"/storage/v1/"), option.WithoutAuthentication())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,129 +137,6 @@ func (e *gcsEnv) stored(t *testing.T, object string) (body, stamp string) {
 		t.Fatal(err)
 	}
 	return string(b), attrs.Metadata["fencing-token"]
-}
-
-func wantStale(t *testing.T, what string, err error) {
-	t.Helper()
-	se, ok := gcsfence.Stale(err)
-	if !ok {
-		t.Fatalf("%s: err = %v; want stale_fencing_token", what, err)
-	}
-	if se.Highest == 0 || se.Token >= se.Highest {
-		t.Fatalf("%s: stale refusal %+v names no newer token", what, se)
-	}
-}
-
-// Seed test 1 on GCS: A writes, pauses; B writes with a newer token; A's
-// later write through the official client is refused, and the stored
-// object is B's, stamped with B's token.
-func TestGCSSeed1PausedOwnerRefused(t *testing.T) {
-	e := startGCSEnv(t, "")
-	a, b := e.worker(t, tokenOf(41)), e.worker(t, tokenOf(42))
-	if err := gcsPut(a, "job", "A", 0); err != nil {
-		t.Fatalf("A's first write: %v", err)
-	}
-	if got, stamp := e.stored(t, "job"); got != "A" || stamp != "41" {
-		t.Fatalf("after A: %q stamp %q; want A stamped 41", got, stamp)
-	}
-	if err := gcsPut(b, "job", "B", 0); err != nil {
-		t.Fatalf("B's write: %v", err)
-	}
-	wantStale(t, "A's late write", gcsPut(a, "job", "A-late", 0))
-	if got, stamp := e.stored(t, "job"); got != "B" || stamp != "42" {
-		t.Fatalf("stored %q stamp %q; want B stamped 42", got, stamp)
-	}
-	// Reads pass, through the official client's own read path.
-	r, err := a.Bucket(gcsBucket).Object("job").NewReader(context.Background())
-	if err != nil {
-		t.Fatalf("read through the gateway: %v", err)
-	}
-	got, _ := io.ReadAll(r)
-	r.Close()
-	if string(got) != "B" {
-		t.Fatalf("read through the gateway: %q; want B", got)
-	}
-}
-
-// Seed test 7 on GCS: once token 42 was accepted for an object, no write
-// path of the JSON API lets token 41 change it: uploads (multipart and
-// resumable), compose, copy, rewrite, metadata update, ACL change, delete.
-// Each is refused stale and the stored object (content, stamp,
-// generation, metadata) is unchanged.
-func TestGCSSeed7EveryWritePathFenced(t *testing.T) {
-	e := startGCSEnv(t, "")
-	ctx := context.Background()
-	old, cur := e.worker(t, tokenOf(41)), e.worker(t, tokenOf(42))
-	for _, o := range []string{"src", "dir/job"} {
-		if err := gcsPut(old, o, "old-"+o, 0); err != nil {
-			t.Fatalf("setup %s: %v", o, err)
-		}
-	}
-	if err := gcsPut(cur, "dir/job", "B", 0); err != nil {
-		t.Fatalf("B's write: %v", err)
-	}
-	before, err := e.direct(t).Bucket(gcsBucket).Object("dir/job").Attrs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := old.Bucket(gcsBucket).Object("dir/job")
-	src := old.Bucket(gcsBucket).Object("src")
-	paths := map[string]func() error{
-		"multipart upload": func() error { return gcsPut(old, "dir/job", "A-multipart", 0) },
-		"resumable upload": func() error {
-			return gcsPut(old, "dir/job", strings.Repeat("A", 300<<10), 256<<10)
-		},
-		"compose": func() error { _, err := dst.ComposerFrom(src).Run(ctx); return err },
-		"copy":    func() error { _, err := dst.CopierFrom(src).Run(ctx); return err },
-		"rewrite with metadata": func() error {
-			c := dst.CopierFrom(src)
-			c.ContentType = "text/plain"
-			_, err := c.Run(ctx)
-			return err
-		},
-		"metadata update": func() error {
-			_, err := dst.Update(ctx, storage.ObjectAttrsToUpdate{Metadata: map[string]string{"owner": "A"}})
-			return err
-		},
-		"acl change": func() error { return dst.ACL().Set(ctx, storage.AllUsers, storage.RoleReader) },
-		"delete":     func() error { return dst.Delete(ctx) },
-	}
-	for name, write := range paths {
-		t.Run(name, func(t *testing.T) {
-			wantStale(t, name, write())
-			after, err := e.direct(t).Bucket(gcsBucket).Object("dir/job").Attrs(ctx)
-			if err != nil {
-				t.Fatalf("the object is gone: %v", err)
-			}
-			if after.Generation != before.Generation || after.Metadata["fencing-token"] != "42" || after.Metadata["owner"] != "" {
-				t.Fatalf("object changed: generation %d -> %d, metadata %v", before.Generation, after.Generation, after.Metadata)
-			}
-		})
-	}
-	if got, _ := e.stored(t, "dir/job"); got != "B" {
-		t.Fatalf("stored %q; want B", got)
-	}
-	// The same paths with the current token work, %2F names included.
-	cdst := cur.Bucket(gcsBucket).Object("dir/job")
-	if _, err := cdst.CopierFrom(cur.Bucket(gcsBucket).Object("src")).Run(ctx); err != nil {
-		t.Fatalf("copy with the current token: %v", err)
-	}
-	if got, stamp := e.stored(t, "dir/job"); got != "old-src" || stamp != "42" {
-		// The client sends the destination's object resource: stamped.
-		t.Fatalf("after copy: %q stamp %q; want old-src stamped 42", got, stamp)
-	}
-	if _, err := cdst.ComposerFrom(cur.Bucket(gcsBucket).Object("src")).Run(ctx); err != nil {
-		t.Fatalf("compose with the current token: %v", err)
-	}
-	if _, stamp := e.stored(t, "dir/job"); stamp != "42" {
-		t.Fatalf("after compose: stamp %q; want 42", stamp)
-	}
-	if err := cdst.Delete(ctx); err != nil {
-		t.Fatalf("delete with the current token: %v", err)
-	}
-	if got, _ := e.stored(t, "dir/job"); got != "<absent>" {
-		t.Fatalf("after delete: %q", got)
-	}
 }
 
 // gcsRaw sends one JSON API request to the gateway with the worker's key

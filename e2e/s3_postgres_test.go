@@ -22,30 +22,31 @@ func TestS3PreconditionPostgres(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Run("delayed", func(t *testing.T) {
 				pg := testenv.Postgres(t)
-				e, got := s3DelayedForward(t, s3PostgresStore(pg.URL, mode), "etag")
+				e, got := osDelayedRace(t, osS3, s3PostgresStore(pg.URL, mode), "etag")
 				if got != "B" {
 					t.Fatalf("object = %q; want B's (the delayed write must fail its precondition at S3)", got)
 				}
 				etag, token := s3PostgresETag(t, pg.URL, s3Bucket+"/job")
-				if want := e.directETag(t, "job"); etag != want || token != 2 {
+				if want := strings.Trim(e.s.read(t, "job").Version, `"`); etag != want || token != 2 {
 					t.Fatalf("fence row: etag %q (token %d); want S3's %q recorded by token 2", etag, token, want)
 				}
 			})
 			t.Run("bypass", func(t *testing.T) {
 				pg := testenv.Postgres(t)
-				e := startS3EnvStore(t, s3PostgresStore(pg.URL, mode), "etag")
-				s3PreconditionBypass(t, e)
+				e := startOSStore(t, osS3, s3PostgresStore(pg.URL, mode), "etag")
+				osBypassOn(t, e)
 				// The refused write left the record as it was: the
 				// gateway's last write (v2), not the bypassing version.
 				etag, _ := s3PostgresETag(t, pg.URL, s3Bucket+"/k")
-				if etag == "" || etag == "?" || etag == e.directETag(t, "k") {
+				if etag == "" || etag == "?" || etag == strings.Trim(e.s.read(t, "k").Version, `"`) {
 					t.Fatalf("fence row etag %q; want v2's, not the bypassing object's", etag)
 				}
 				// Deleting through the gateway (If-Match on the recorded
 				// ETag) also fails, and the bypassing object stays.
-				_, err := e.worker(tokenOf(1)).DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(s3Bucket), Key: aws.String("k")})
+				w := s3Worker(e.GW, s3WorkerKey, s3WorkerSecret, tokenOf(1).Load)
+				_, err := w.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(s3Bucket), Key: aws.String("k")})
 				wantRefusal(t, err, "precondition_failed", http.StatusPreconditionFailed)
-				if got := e.objectBody(t, "k"); got != "bypass" {
+				if got := e.s.read(t, "k").Body; got != "bypass" {
 					t.Fatalf("object = %q after a refused delete", got)
 				}
 			})
@@ -69,14 +70,4 @@ func s3PostgresETag(t *testing.T, url, resource string) (string, int64) {
 		t.Fatalf("fence row of %s: %v", resource, err)
 	}
 	return etag, token
-}
-
-// directETag is the object's ETag as S3 itself reports it, unquoted.
-func (e *s3Env) directETag(t *testing.T, key string) string {
-	t.Helper()
-	out, err := e.direct().HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(s3Bucket), Key: aws.String(key)})
-	if err != nil {
-		t.Fatalf("direct HeadObject %s: %v", key, err)
-	}
-	return strings.Trim(aws.ToString(out.ETag), `"`)
 }

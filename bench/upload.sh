@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Object-store uploads through a gateway route against the same store
+# directly, side by side in one run (e2e BenchmarkUpload): 4 KiB and
+# 16 MiB objects with each store's official client, for S3 (VersityGW),
+# GCS (fake-gcs-server) and Azure (Azurite). docs/performance.md explains
+# the figures; "%_of_direct" is the gateway's throughput as a percentage of
+# direct's (direct time / gateway time; 100 = as fast as direct).
+#
+# The output is go test's benchmark format, ready for benchstat:
+#
+#   bench/upload.sh > old.txt; ...; bench/upload.sh > new.txt; benchstat old.txt new.txt
+#
+# Usage: bench/upload.sh [count (default 5)] [rounds per count (default 10)] [stores, e.g. "gcs|azure" (default s3|gcs|azure)]
+# UPLOADBENCH_BEFORE=PATH adds another fencegate binary as the target
+# "before" (before/after in one run). The load average is printed first:
+# other work on the machine slows every target alike but widens the spread.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+count=${1:-5}
+rounds=${2:-10}
+stores=${3:-s3|gcs|azure}
+cd "$root"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') load:$(cut -d' ' -f1-3 /proc/loadavg)"
+go test ./e2e -run '^$' -bench "^BenchmarkUpload\$/^($stores)\$/" -benchtime "${rounds}x" -count "$count" -timeout 60m
+echo "# $(date -u +%FT%TZ) load:$(cut -d' ' -f1-3 /proc/loadavg)"
