@@ -74,7 +74,7 @@ func TestGCSBucketWritesFenced(t *testing.T) {
 		t.Fatalf("bucket ACL insert with 200: %s %s; the store holds %s", resp.Status, body, stored())
 	}
 	// An object write older than the bucket's write is refused.
-	wantStale(t, "object write with 150 after the bucket write with 200", gcsPut(e.worker(t, tokenOf(150)), "job", "late", 0))
+	osGCS.wantStale(t, "object write with 150 after the bucket write with 200", gcsPut(e.worker(t, tokenOf(150)), "job", "late", 0))
 	if got, stamp := e.stored(t, "job"); got != "owner" || stamp != "100" {
 		t.Fatalf("job = %q stamped %q; want the owner's, stamped 100", got, stamp)
 	}
