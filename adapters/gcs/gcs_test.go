@@ -18,6 +18,8 @@ import (
 	"testing/iotest"
 
 	"golang.org/x/oauth2"
+
+	"github.com/fencegate/fencegate"
 )
 
 // The worker's credentials and token never reach the store; the gateway's
@@ -123,6 +125,14 @@ func TestSessionBinding(t *testing.T) {
 		t.Fatalf("session URL %q", loc)
 	}
 	l, _ := url.Parse(loc)
+	parseSession := func(q url.Values) (*session, *fencegate.Error) {
+		// As a session's request is read: its query parsed first.
+		rq, ref := parseQuery(q.Encode(), true)
+		if ref != nil {
+			return nil, ref
+		}
+		return parseSession(rq)
+	}
 	s, ref := parseSession(l.Query())
 	if ref != nil || !u.verify(s, "bk") || s.token != 41 || s.object != "dir/obj" {
 		t.Fatalf("the gateway's own session URL does not verify: %+v %v", s, ref)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // sessionParam is the query parameter the gateway adds to the session URL
@@ -26,7 +27,7 @@ type session struct {
 
 // parseSession reads the session binding of a request on an open session.
 // The MAC is checked by the upstream (verify), which has the key.
-func parseSession(q url.Values) (*session, *fencegate.Error) {
+func parseSession(q resource.Query) (*session, *fencegate.Error) {
 	v := q.Get(sessionParam)
 	tok, mac, ok := strings.Cut(v, ".")
 	t, err := strconv.ParseInt(tok, 10, 64)
