@@ -3,8 +3,6 @@ package azure
 import (
 	"encoding/xml"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/fencegate/fencegate"
 )
@@ -23,27 +21,12 @@ type xmlError struct {
 	Owner    string   `xml:"Owner,omitempty"`
 }
 
-// WriteError implements gateway.ErrorWriter: refusals in the Blob
-// service's XML error format, with fencegate's code (stale_fencing_token,
-// ...) as the error code.
-func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
-	status := e.Status
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	h := w.Header()
+// RefusalBody is a refusal in the Blob service's XML error format, with
+// fencegate's code (stale_fencing_token, ...) as the error code.
+func (d dialect) RefusalBody(h http.Header, e *fencegate.Error) []byte {
 	h.Set("Content-Type", "application/xml")
-	h.Set("Cache-Control", "no-store")
 	h.Set("X-Ms-Error-Code", e.Code)
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
-	}
-	w.WriteHeader(status)
-	if r.Method == http.MethodHead {
-		return
-	}
 	b, _ := xml.Marshal(xmlError{Code: e.Code, Message: e.Message, Resource: e.Resource,
 		Token: e.Token, Highest: e.Highest, Route: e.Route, Owner: e.Owner})
-	w.Write([]byte(xml.Header))
-	w.Write(b)
+	return append([]byte(xml.Header), b...)
 }

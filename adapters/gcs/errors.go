@@ -3,8 +3,6 @@ package gcs
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/fencegate/fencegate"
 )
@@ -41,10 +39,9 @@ type details struct {
 // DetailsType is the @type of the details entry of a refusal.
 const DetailsType = "type.fencegate.dev/Refusal"
 
-// WriteError implements gateway.ErrorWriter: refusals in the JSON API's
-// error format, with fencegate's code (stale_fencing_token, ...) as the
-// reason.
-func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
+// RefusalBody is a refusal in the JSON API's error format, with
+// fencegate's code (stale_fencing_token, ...) as the reason.
+func (d dialect) RefusalBody(h http.Header, e *fencegate.Error) []byte {
 	status := e.Status
 	if status == 0 {
 		status = http.StatusInternalServerError
@@ -55,16 +52,7 @@ func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencega
 	doc.Error.Errors = []errorItem{{Domain: "fencegate", Reason: e.Code, Message: e.Message}}
 	doc.Error.Details = []details{{Type: DetailsType, Code: e.Code, Resource: e.Resource,
 		Token: e.Token, Highest: e.Highest, Route: e.Route, Owner: e.Owner}}
-	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=UTF-8")
-	h.Set("Cache-Control", "no-store")
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
-	}
-	w.WriteHeader(status)
-	if r.Method == http.MethodHead {
-		return
-	}
 	b, _ := json.Marshal(doc)
-	w.Write(b)
+	return b
 }

@@ -54,7 +54,7 @@ func (p *probe) Put(ctx context.Context, body, ifMatch string) (int, string, err
 		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "text/plain")
-	resp, err := (&transport{u: u}).RoundTrip(req)
+	resp, err := u.send(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -78,7 +78,7 @@ func (p *probe) del(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	if resp, err := (&transport{u: u}).RoundTrip(req); err == nil {
+	if resp, err := u.send(req); err == nil {
 		resp.Body.Close()
 	}
 }

@@ -74,7 +74,7 @@ func (u *Upstream) getJSON(ctx context.Context, path string, v any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := (&transport{u: u}).RoundTrip(req)
+	resp, err := u.send(req)
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ func (u *Upstream) sessionURL(in *http.Request, f *forward, loc string) (string,
 	if err != nil || len(q["upload_id"]) != 1 || q.Get("upload_id") == "" {
 		return "", false
 	}
-	s := &session{bucket: f.target.bucket, object: f.target.object, uploadID: q.Get("upload_id"), token: f.token}
+	s := &session{bucket: f.State.target.bucket, object: f.State.target.object, uploadID: q.Get("upload_id"), token: f.Token}
 	q.Set("name", s.object)
 	q.Set(sessionParam, strconv.FormatInt(s.token, 10)+"."+u.sign(s))
 	out := url.URL{Scheme: "http", Host: in.Host, Path: "/upload/storage/v1/b/" + s.bucket + "/o", RawQuery: q.Encode()}

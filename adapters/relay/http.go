@@ -177,8 +177,15 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 	if transport == nil {
 		transport = NewTransport(nil)
 	}
-	p := &Proxy{transport: transport}
-	p.rewrite = func(pr *httputil.ProxyRequest) {
+	p := &Proxy{transport: transport, rewrite: largeStepsAfter(rewrite)}
+	p.upgrades = upgradeProxy(p.rewrite, transport)
+	return p
+}
+
+// largeStepsAfter is rewrite, then the outbound body wrapped to be copied
+// in large steps.
+func largeStepsAfter(rewrite func(*httputil.ProxyRequest)) func(*httputil.ProxyRequest) {
+	return func(pr *httputil.ProxyRequest) {
 		rewrite(pr)
 		if b := pr.Out.Body; b != nil && b != http.NoBody {
 			if _, ok := b.(io.WriterTo); !ok {
@@ -186,8 +193,12 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 			}
 		}
 	}
-	p.upgrades = &httputil.ReverseProxy{
-		Rewrite:    p.rewrite,
+}
+
+// upgradeProxy is the ReverseProxy that serves protocol upgrades.
+func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:    rewrite,
 		Transport:  transport,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -196,16 +207,31 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 			}
 		},
 	}
-	return p
 }
 
 // Forward serves r through the proxy and returns its transport error.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) error {
 	if upgradeType(r.Header) == "" {
-		return p.forward(w, r)
+		return forward(w, r, p.rewrite, p.transport)
 	}
+	return serveUpgrade(p.upgrades, w, r)
+}
+
+// Send serves r as Forward does, prepared by rewrite and carried by
+// transport instead of the proxy's own: an adapter whose rewrite and
+// transport need the request's state (its target, its precondition) hands
+// them closures over it, rather than a context value each must fetch.
+func Send(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) error {
+	rw := largeStepsAfter(rewrite)
+	if upgradeType(r.Header) == "" {
+		return forward(w, r, rw, transport)
+	}
+	return serveUpgrade(upgradeProxy(rw, transport), w, r)
+}
+
+func serveUpgrade(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) error {
 	ew := &errWriter{ResponseWriter: w}
-	p.upgrades.ServeHTTP(ew, r)
+	rp.ServeHTTP(ew, r)
 	return ew.err
 }
 

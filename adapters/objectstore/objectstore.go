@@ -1,0 +1,261 @@
+// Package objectstore is the core of fencegate's object-store upstreams:
+// what S3, GCS and Azure Blob Storage routes share, written once. A store
+// is a Dialect (its protocol: how a request names the objects it writes,
+// how the gateway signs a forward, how the store tells a version, how it
+// formats an error); Core implements the gateway's interfaces over it
+// (gateway.Upstream, gateway.Inspector, gateway.ErrorWriter,
+// gateway.ObjectNamer) with one Forward flow:
+//
+//  1. Inspect: the dialect authenticates the worker and classifies the
+//     request; what it learnt (its state) goes back to the gateway in the
+//     Inspection, and comes back to Forward from it, never through a
+//     context value and never inspected twice.
+//  2. Prepare: the dialect readies the forward (reads a body that names
+//     objects, stamps it).
+//  3. The precondition bookkeeping (package precondition): the write is
+//     made conditional on the version the gateway last wrote, when the
+//     route asks for it and the dialect tracks the operation.
+//  4. The forward, through relay.Send, with the dialect's rewrite and
+//     transport given the forward's state as an argument; the answer's
+//     version is recorded; a failure the store may have seen marks the
+//     version unknown.
+//
+// Refusals are written by one function (Core.WriteError): status and the
+// headers every refusal carries, the body in the dialect's format.
+package objectstore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/relay"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/precondition"
+)
+
+// Dialect is one object store's protocol. S is the dialect's state of
+// one request: what Inspect learnt, then what the forward of it needs.
+type Dialect[S any] interface {
+	// Inspect authenticates the worker and classifies r: the objects it
+	// writes (the Inspection's Vars, Objects, Collection) and the
+	// dialect's state of it. A *fencegate.Error refuses r.
+	Inspect(r *http.Request) (gateway.Inspection, *S, error)
+	// Prepare readies the forward of an admitted request before its
+	// precondition (a body that names objects read and checked, a stamp
+	// set). An error refuses the request; nothing was sent.
+	Prepare(f *Forward[S]) error
+	// Tracks names the precondition bookkeeping of a fenced write: its
+	// kind and whether the gateway makes it conditional; ok false leaves
+	// the write untracked.
+	Tracks(f *Forward[S]) (kind precondition.Kind, conditional, ok bool)
+	// Version asks the store for the current version of the tracked
+	// object of f, quoted as an entity-tag ("" if it does not exist).
+	Version(ctx context.Context, f *Forward[S]) (string, error)
+	// Rewrite prepares the outbound request (address, the worker's
+	// credentials and the token header removed, the gateway's
+	// precondition and stamp set).
+	Rewrite(pr *httputil.ProxyRequest, f *Forward[S])
+	// RoundTrip signs req with the gateway's credentials, sends it and
+	// does the dialect's own reading of the answer (a session URL, a
+	// lease); the version bookkeeping is the core's (Answer).
+	RoundTrip(req *http.Request, f *Forward[S]) (*http.Response, error)
+	// Answer reads the status and the version (an entity-tag, "" if the
+	// answer names none) of a tracked write's answer. It may replace
+	// resp.Body with what it read; an error fails the forward.
+	Answer(f *Forward[S], resp *http.Response) (status int, version string, err error)
+	// RefusalBody is a refusal's body in the store's error format; it sets
+	// the Content-Type and the dialect's own headers on h.
+	RefusalBody(h http.Header, e *fencegate.Error) []byte
+}
+
+// Guard is implemented by dialects that act on the store after the
+// precondition and before the forward (Azure's lease guard). An error
+// refuses the request, its version marked unknown.
+type Guard[S any] interface {
+	Guard(f *Forward[S]) error
+}
+
+// Forward is one admitted request on its way to the store.
+type Forward[S any] struct {
+	// In is the worker's request.
+	In *http.Request
+	// State is the dialect's state of the request: a copy of what
+	// Inspect returned, the forward's own.
+	State *S
+	// Token is the request's fencing token; 0 if it is not fenced.
+	Token int64
+	// Resource is the request's one fence key; "" if it has several.
+	Resource string
+	// Body is the request body, if the gateway read it whole; nil if it
+	// streams (gateway.Request.Body).
+	Body []byte
+	// Route is the route the request came by.
+	Route *gateway.Route
+	// Version is the write's precondition bookkeeping; nil if untracked.
+	Version *precondition.Write
+}
+
+// Options configure New.
+type Options struct {
+	// Tracker, if set, makes tracked writes conditional on the version
+	// the gateway last wrote (`precondition: etag` or `generation`).
+	Tracker *precondition.Tracker
+	// EncodedSlashNames: the store names an object with one path segment,
+	// its "/" sent as %2F (gateway.ObjectNamer).
+	EncodedSlashNames bool
+}
+
+// Core is an object-store upstream over a dialect. It implements
+// gateway.Upstream, gateway.Inspector, gateway.ErrorWriter and
+// gateway.ObjectNamer.
+type Core[S any] struct {
+	d            Dialect[S]
+	tracker      *precondition.Tracker
+	encodedSlash bool
+}
+
+// New returns the core over d.
+func New[S any](d Dialect[S], opts Options) *Core[S] {
+	return &Core[S]{d: d, tracker: opts.Tracker, encodedSlash: opts.EncodedSlashNames}
+}
+
+// Tracker is the precondition bookkeeping of the route; nil if none.
+func (c *Core[S]) Tracker() *precondition.Tracker { return c.tracker }
+
+// EncodedSlashNames implements gateway.ObjectNamer.
+func (c *Core[S]) EncodedSlashNames() bool { return c.encodedSlash }
+
+// Inspect implements gateway.Inspector: the dialect's classification, its
+// state handed to Forward by the gateway (Inspection.State).
+func (c *Core[S]) Inspect(r *http.Request) (gateway.Inspection, error) {
+	insp, s, err := c.d.Inspect(r)
+	if err != nil {
+		return gateway.Inspection{}, err
+	}
+	insp.State = s
+	return insp, nil
+}
+
+// errNotInspected refuses a request the upstream did not inspect: only the
+// gateway forwards, after Inspect, and a request that skipped it is not
+// classified anew here (it would be classified by a second reading).
+var errNotInspected = fencegate.Internal(errors.New("objectstore: a request reached Forward without this upstream's inspection"))
+
+// Forward implements gateway.Upstream.
+func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request) error {
+	req := gateway.RequestFrom(r.Context())
+	if req == nil {
+		return errNotInspected
+	}
+	s, ok := req.Inspected.(*S)
+	if !ok || s == nil {
+		return errNotInspected
+	}
+	own := *s
+	f := &Forward[S]{In: r, State: &own, Token: req.Token, Body: req.Body, Route: req.Route}
+	if len(req.Resources) == 1 {
+		f.Resource = req.Resources[0]
+	}
+	if err := c.d.Prepare(f); err != nil {
+		return err
+	}
+	if err := c.begin(f); err != nil {
+		return err
+	}
+	if g, ok := c.d.(Guard[S]); ok && f.Token > 0 {
+		if err := g.Guard(f); err != nil {
+			if f.Version != nil {
+				f.Version.Failed(r.Context())
+			}
+			return err
+		}
+	}
+	err := relay.Send(w, r, func(pr *httputil.ProxyRequest) { c.d.Rewrite(pr, f) }, roundTrip(func(out *http.Request) (*http.Response, error) {
+		return c.roundTrip(out, f)
+	}))
+	if err != nil && f.Version != nil {
+		var ref *fencegate.Error
+		if !errors.As(err, &ref) {
+			// The request may or may not have reached the store.
+			f.Version.Failed(r.Context())
+		}
+	}
+	return err
+}
+
+// begin loads the version the gateway last wrote to a fenced write's
+// object and makes the write conditional on it (package precondition).
+func (c *Core[S]) begin(f *Forward[S]) error {
+	if f.Token <= 0 || c.tracker == nil || f.Resource == "" {
+		return nil
+	}
+	kind, conditional, ok := c.d.Tracks(f)
+	if !ok {
+		return nil
+	}
+	v, err := c.tracker.Begin(f.In.Context(), f.Resource, f.Token, kind, conditional,
+		func(ctx context.Context) (string, error) { return c.d.Version(ctx, f) })
+	if err != nil {
+		return err
+	}
+	f.Version = v
+	return nil
+}
+
+// roundTrip sends a forward through the dialect and records a tracked
+// write's answer.
+func (c *Core[S]) roundTrip(out *http.Request, f *Forward[S]) (*http.Response, error) {
+	resp, err := c.d.RoundTrip(out, f)
+	if err != nil || f.Version == nil {
+		return resp, err
+	}
+	ctx := out.Context()
+	status, version, err := c.d.Answer(f, resp)
+	if err != nil {
+		f.Version.Failed(ctx)
+		return nil, err
+	}
+	if err := f.Version.Answered(ctx, status, version); err != nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, fencegate.MaxRefusalBody))
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// roundTrip is a function as an http.RoundTripper.
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (rt roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return rt(r) }
+
+// WriteError implements gateway.ErrorWriter: the one place a refusal of an
+// object-store route is written. Its status and Retry-After come from the
+// refusal, its body and Content-Type from the dialect.
+func (c *Core[S]) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
+	WriteRefusal(w, r, e, c.d.RefusalBody)
+}
+
+// WriteRefusal writes e with a body in a store's format (body sets the
+// Content-Type and the store's own headers).
+func WriteRefusal(w http.ResponseWriter, r *http.Request, e *fencegate.Error, body func(http.Header, *fencegate.Error) []byte) {
+	status := e.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	b := body(h, e)
+	h.Set("Cache-Control", "no-store")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		w.Write(b)
+	}
+}
