@@ -67,7 +67,9 @@ type Dialect[S any] interface {
 	RoundTrip(req *http.Request, f *Forward[S]) (*http.Response, error)
 	// Answer reads the status and the version (an entity-tag, "" if the
 	// answer names none) of a tracked write's answer. It may replace
-	// resp.Body with what it read; an error fails the forward.
+	// resp.Body with what it read; an error fails the forward. Status 0:
+	// the dialect recorded the outcome itself (S3: a 412 that a
+	// condition of the worker's own caused), and the answer passes.
 	Answer(f *Forward[S], resp *http.Response) (status int, version string, err error)
 	// RefusalBody is a refusal's body in the store's error format; it sets
 	// the Content-Type and the dialect's own headers on h.
@@ -79,6 +81,13 @@ type Dialect[S any] interface {
 // refuses the request, its version marked unknown.
 type Guard[S any] interface {
 	Guard(f *Forward[S]) error
+}
+
+// Finisher is implemented by dialects with bookkeeping of their own to
+// finish when a forward failed (S3: a chunk it could not re-sign, the
+// objects of a DeleteObjects). It returns the error to answer.
+type Finisher[S any] interface {
+	Finish(f *Forward[S], err error) error
 }
 
 // Forward is one admitted request on its way to the store.
@@ -186,6 +195,9 @@ func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request) error {
 			f.Version.Failed(r.Context())
 		}
 	}
+	if fin, ok := c.d.(Finisher[S]); ok {
+		err = fin.Finish(f, err)
+	}
 	return err
 }
 
@@ -217,9 +229,12 @@ func (c *Core[S]) roundTrip(out *http.Request, f *Forward[S]) (*http.Response, e
 	}
 	ctx := out.Context()
 	status, version, err := c.d.Answer(f, resp)
-	if err != nil {
+	switch {
+	case err != nil:
 		f.Version.Failed(ctx)
 		return nil, err
+	case status == 0:
+		return resp, nil
 	}
 	if err := f.Version.Answered(ctx, status, version); err != nil {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, fencegate.MaxRefusalBody))

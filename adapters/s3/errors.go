@@ -82,11 +82,11 @@ type xmlError struct {
 	RequestID string   `xml:"RequestId"`
 }
 
-// WriteError implements gateway.ErrorWriter: refusals in S3's XML error
-// format. Fencing refusals carry fencegate's code (<Code>stale_fencing_token</Code>);
-// S3 authentication and request errors carry S3's code, with fencegate's in
+// RefusalBody is a refusal in S3's XML error format. Fencing refusals
+// carry fencegate's code (<Code>stale_fencing_token</Code>); S3
+// authentication and request errors carry S3's code, with fencegate's in
 // <FencegateCode>.
-func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
+func (d dialect) RefusalBody(h http.Header, e *fencegate.Error) []byte {
 	doc := xmlError{
 		Code: e.Code, Message: e.Message, Resource: e.Resource, Token: e.Token,
 		Highest: e.Highest, Route: e.Route, Owner: e.Owner,
@@ -96,22 +96,8 @@ func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencega
 	if errors.As(e, &se) {
 		doc.Code, doc.Fencegate = se.Code, e.Code
 	}
-	h := w.Header()
 	h.Set("Content-Type", "application/xml")
-	h.Set("Cache-Control", "no-store")
 	h.Set("X-Amz-Request-Id", doc.RequestID)
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
-	}
-	status := e.Status
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
-	w.WriteHeader(status)
-	if r.Method == http.MethodHead {
-		return
-	}
 	b, _ := xml.Marshal(doc)
-	w.Write([]byte(xml.Header))
-	w.Write(b)
+	return append([]byte(xml.Header), b...)
 }
