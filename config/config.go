@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
@@ -483,14 +482,10 @@ func (c *Config) applyDefaults() {
 		if r.Upstream != nil && r.Upstream.Timeout == 0 {
 			r.Upstream.Timeout = fencegate.DefaultUpstreamTimeout
 		}
-		if r.S3 != nil && r.S3.Timeout == 0 {
-			r.S3.Timeout = fencegate.DefaultUpstreamTimeout
-		}
-		if r.GCS != nil && r.GCS.Timeout == 0 {
-			r.GCS.Timeout = fencegate.DefaultUpstreamTimeout
-		}
-		if r.Azure != nil && r.Azure.Timeout == 0 {
-			r.Azure.Timeout = fencegate.DefaultUpstreamTimeout
+		for _, s := range r.ObjectStores() {
+			if t := s.timeout(); *t == 0 {
+				*t = fencegate.DefaultUpstreamTimeout
+			}
 		}
 		if r.DrainTimeout == 0 {
 			r.DrainTimeout = r.UpstreamTimeout() + fencegate.DrainMargin
@@ -503,33 +498,19 @@ func (c *Config) applyDefaults() {
 }
 
 // TemplateVar reports whether the route's upstream supplies the resource
-// template variable name (S3 routes supply bucket and key).
+// template variable name (object-store routes: S3 bucket and key).
 func (r *Route) TemplateVar(name string) bool {
-	if r.S3 != nil && strings.HasPrefix(name, "key.") {
-		// {key.N}: the first N segments of the object key (a key prefix).
-		n, err := strconv.Atoi(name[len("key."):])
-		return err == nil && n >= 1
-	}
-	if r.GCS != nil {
-		return name == "bucket" || name == "object"
-	}
-	if r.Azure != nil {
-		return name == "container" || name == "blob"
-	}
-	return r.S3 != nil && (name == "bucket" || name == "key")
+	s := r.ObjectStore()
+	return s != nil && s.TemplateVar(name)
 }
 
 // UpstreamTimeout is the route's forward timeout, whichever upstream it has.
 func (r *Route) UpstreamTimeout() time.Duration {
-	switch {
-	case r.Upstream != nil:
+	if r.Upstream != nil {
 		return r.Upstream.Timeout
-	case r.S3 != nil:
-		return r.S3.Timeout
-	case r.GCS != nil:
-		return r.GCS.Timeout
-	case r.Azure != nil:
-		return r.Azure.Timeout
+	}
+	if s := r.ObjectStore(); s != nil {
+		return *s.timeout()
 	}
 	return fencegate.DefaultUpstreamTimeout
 }
@@ -768,18 +749,15 @@ func (c *Config) Validate() Errors {
 			}
 		}
 		errs = append(errs, r.validateMethods(f)...)
+		stores := r.ObjectStores()
 		switch {
-		case r.upstreams() > 1:
-			add(f, "set only one of upstream, s3, gcs and azure")
-		case r.GCS != nil:
-			errs = append(errs, validateGCS(f, r)...)
-		case r.Azure != nil:
-			errs = append(errs, validateAzure(f, r)...)
-		case r.Upstream != nil && r.S3 != nil:
-			add(f, "set either upstream or s3, not both")
-		case r.Upstream == nil && r.S3 == nil:
-			add(f+".upstream", "required (or s3, gcs or azure)")
-		case r.Upstream != nil:
+		case len(stores) > 1 || (r.Upstream != nil && len(stores) > 0):
+			add(f, "set only one of %s", wordList(append([]string{"upstream"}, ObjectStoreKinds()...), "and"))
+		case len(stores) == 1:
+			errs = append(errs, stores[0].validate(f, r)...)
+		case r.Upstream == nil:
+			add(f+".upstream", "required (or %s)", wordList(ObjectStoreKinds(), "or"))
+		default:
 			u, err := url.Parse(r.Upstream.URL)
 			switch {
 			case r.Upstream.URL == "":
@@ -798,11 +776,6 @@ func (c *Config) Validate() Errors {
 			if cp := r.Upstream.CheckPath; cp != "" && (!strings.HasPrefix(cp, "/") || strings.ContainsAny(cp, "?#") || strings.Contains(cp, "..")) {
 				add(f+".upstream.check_path", "must be an absolute path without query, fragment or .., got %q", cp)
 			}
-		case r.S3 != nil:
-			if r.S3.Endpoint == "" {
-				add(f+".s3.endpoint", "required")
-			}
-			errs = append(errs, validateS3(f, r.S3)...)
 		}
 		switch r.Precondition {
 		case "", "none":
