@@ -51,7 +51,6 @@ type Upstream struct {
 	cred        *sharedKey // nil: sas
 	sas         url.Values
 	clients     map[string]*sharedKey
-	tokenHeader string
 	stampHeader string // "" unless stamping
 	stampKey    string // the metadata name of the stamp
 	tracker     *precondition.Tracker
@@ -132,7 +131,7 @@ func New(opts Options) (*Upstream, error) {
 	e.Path = strings.TrimSuffix(e.Path, "/")
 	e.RawPath = ""
 	u := &Upstream{
-		route: opts.Route, endpoint: e, tokenHeader: opts.TokenHeader,
+		route: opts.Route, endpoint: e,
 		transport: opts.Transport, now: opts.Now, log: opts.Logger,
 		clients: map[string]*sharedKey{},
 	}
@@ -165,9 +164,6 @@ func New(opts Options) (*Upstream, error) {
 		}
 		u.clients[c.AccountName] = cred
 	}
-	if u.tokenHeader == "" {
-		u.tokenHeader = fencegate.DefaultTokenHeader
-	}
 	if u.log == nil {
 		u.log = slog.Default()
 	}
@@ -186,16 +182,9 @@ func New(opts Options) (*Upstream, error) {
 		u.stampHeader = "X-Ms-Meta-" + k
 	}
 	u.stampKey = opts.StampKey
-	if opts.PreconditionETag {
-		// An ETag is a blob's; a resource spanning several blobs has no
-		// one ETag to compare.
-		if !oneBlob {
-			return nil, errors.New("precondition: etag needs a resource template naming one blob, with {container} and {blob}")
-		}
-		if opts.ETags == nil {
-			return nil, errors.New("precondition: etag needs a store that records ETags")
-		}
-		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: opts.Route, Upstream: "Azure", Log: u.log}
+	if u.tracker, err = objectstore.NewTracker(opts.PreconditionETag, objectstore.Precondition{Name: "etag",
+		Store: opts.ETags, Route: opts.Route, Upstream: "Azure", Log: u.log}, opts.Resource, "container", "blob"); err != nil {
+		return nil, err
 	}
 	if opts.LeaseGuard {
 		if !oneBlob {
@@ -207,7 +196,7 @@ func New(opts Options) (*Upstream, error) {
 		u.leases = &leaseGuard{secret: opts.LeaseSecret}
 	}
 	// azblob sends the "/" of a blob name as %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true, TokenHeader: opts.TokenHeader})
 	return u, nil
 }
 
@@ -335,7 +324,6 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 	}
 	out.Host = ""
 	out.Header.Del("Authorization")
-	out.Header.Del(u.tokenHeader)
 	if src := out.Header.Get("X-Ms-Copy-Source"); src != "" {
 		out.Header.Set("X-Ms-Copy-Source", u.copySource(pr.In, src))
 	}

@@ -29,7 +29,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,16 +58,15 @@ const Scope = "https://www.googleapis.com/auth/devstorage.read_write"
 // gateway.Inspector, gateway.ErrorWriter and gateway.ObjectNamer.
 type Upstream struct {
 	*objectstore.Core[state]
-	route       string
-	endpoint    *url.URL
-	tokens      oauth2.TokenSource // nil: no credentials (emulator)
-	tokenHeader string
-	sessionKey  []byte
-	stampKey    string // "" unless stamping
-	scanKey     string // the stamp's key ScanStamps reads (stamping or not)
-	tracker     *precondition.Tracker
-	transport   http.RoundTripper
-	log         *slog.Logger
+	route      string
+	endpoint   *url.URL
+	tokens     oauth2.TokenSource // nil: no credentials (emulator)
+	sessionKey []byte
+	stampKey   string // "" unless stamping
+	scanKey    string // the stamp's key ScanStamps reads (stamping or not)
+	tracker    *precondition.Tracker
+	transport  http.RoundTripper
+	log        *slog.Logger
 }
 
 var (
@@ -156,11 +154,8 @@ func New(opts Options) (*Upstream, error) {
 	e.Path = strings.TrimSuffix(e.Path, "/")
 	u := &Upstream{
 		route: opts.Route, endpoint: e, tokens: opts.TokenSource,
-		tokenHeader: opts.TokenHeader, sessionKey: opts.SessionKey,
-		transport: opts.Transport, log: opts.Logger,
-	}
-	if u.tokenHeader == "" {
-		u.tokenHeader = fencegate.DefaultTokenHeader
+		sessionKey: opts.SessionKey,
+		transport:  opts.Transport, log: opts.Logger,
 	}
 	if u.log == nil {
 		u.log = slog.Default()
@@ -172,7 +167,6 @@ func New(opts Options) (*Upstream, error) {
 		u.sessionKey = make([]byte, 32)
 		rand.Read(u.sessionKey)
 	}
-	oneObject := strings.Contains(opts.Resource, "{bucket}") && strings.Contains(opts.Resource, "{object}")
 	u.scanKey = opts.StampKey
 	if u.scanKey == "" {
 		u.scanKey = DefaultStampKey
@@ -180,20 +174,13 @@ func New(opts Options) (*Upstream, error) {
 	if opts.Stamp {
 		u.stampKey = u.scanKey
 	}
-	if opts.PreconditionGeneration {
-		// A generation is an object's; a resource spanning several objects
-		// has no one generation to compare.
-		if !oneObject {
-			return nil, errors.New("precondition: generation needs a resource template naming one object, with {bucket} and {object}")
-		}
-		if opts.Generations == nil {
-			return nil, errors.New("precondition: generation needs a store that records generations")
-		}
-		u.tracker = &precondition.Tracker{Store: opts.Generations, Route: opts.Route, Upstream: "GCS", Log: u.log}
+	if u.tracker, err = objectstore.NewTracker(opts.PreconditionGeneration, objectstore.Precondition{Name: "generation",
+		Store: opts.Generations, Route: opts.Route, Upstream: "GCS", Log: u.log}, opts.Resource, "bucket", "object"); err != nil {
+		return nil, err
 	}
 	// The JSON API names an object with one path segment, its "/" sent as
 	// %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true, TokenHeader: opts.TokenHeader})
 	return u, nil
 }
 
@@ -253,8 +240,8 @@ func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 		if !u.verify(t.session, t.bucket) {
 			return errUnknownSession()
 		}
-		vs := r.Header.Values(u.tokenHeader)
-		if tok, ref := fencegate.ParseToken(u.tokenHeader, vs); ref == nil && tok != t.session.token {
+		name := u.Core.TokenHeader()
+		if tok, ref := fencegate.ParseToken(name, r.Header.Values(name)); ref == nil && tok != t.session.token {
 			return &fencegate.Error{Status: http.StatusBadRequest, Code: fencegate.CodeInvalidToken,
 				Message: fmt.Sprintf("this upload session was opened with token %d: each of its requests carries that token (a newer owner starts an upload of its own)", t.session.token),
 				Token:   tok}
@@ -305,7 +292,6 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 		out.Method = http.MethodPut
 	}
 	out.Header.Del("Authorization")
-	out.Header.Del(u.tokenHeader)
 	if f.State.body != nil {
 		out.Body = io.NopCloser(f.State.body)
 		out.ContentLength = f.State.bodyLen

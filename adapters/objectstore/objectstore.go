@@ -25,12 +25,16 @@
 package objectstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -118,6 +122,9 @@ type Options struct {
 	// EncodedSlashNames: the store names an object with one path segment,
 	// its "/" sent as %2F (gateway.ObjectNamer).
 	EncodedSlashNames bool
+	// TokenHeader is removed from every forward, after the dialect's
+	// Rewrite. Empty: fencegate.DefaultTokenHeader.
+	TokenHeader string
 }
 
 // Core is an object-store upstream over a dialect. It implements
@@ -127,11 +134,53 @@ type Core[S any] struct {
 	d            Dialect[S]
 	tracker      *precondition.Tracker
 	encodedSlash bool
+	tokenHeader  string
 }
 
 // New returns the core over d.
 func New[S any](d Dialect[S], opts Options) *Core[S] {
-	return &Core[S]{d: d, tracker: opts.Tracker, encodedSlash: opts.EncodedSlashNames}
+	return &Core[S]{d: d, tracker: opts.Tracker, encodedSlash: opts.EncodedSlashNames,
+		tokenHeader: cmp.Or(opts.TokenHeader, fencegate.DefaultTokenHeader)}
+}
+
+// TokenHeader is the name of the fencing-token header the core removes
+// from forwards (a dialect reads it to check a session's token). A nil
+// core's is the default.
+func (c *Core[S]) TokenHeader() string {
+	if c == nil {
+		return fencegate.DefaultTokenHeader
+	}
+	return c.tokenHeader
+}
+
+// Precondition describes a route's `precondition:` option for
+// NewTracker.
+type Precondition struct {
+	// Name is the option's value ("etag", "generation").
+	Name string
+	// Store records the version of each object's last write.
+	Store precondition.Store
+	// Route and Upstream name the route and the store in logs.
+	Route, Upstream string
+	Log             *slog.Logger
+}
+
+// NewTracker returns the bookkeeping of a route's precondition: nil if it
+// is off. A version is one object's, so the route's resource template
+// must name one object (collection and object, its dialect's variables);
+// and the versions need a store.
+func NewTracker(on bool, p Precondition, resource, collection, object string) (*precondition.Tracker, error) {
+	switch {
+	case !on:
+		return nil, nil
+	case !strings.Contains(resource, "{"+collection+"}") || !strings.Contains(resource, "{"+object+"}"):
+		// A resource spanning several objects (a bucket, a key prefix) has
+		// no one version to compare.
+		return nil, fmt.Errorf("precondition: %s needs a resource template naming one object, with {%s} and {%s}", p.Name, collection, object)
+	case p.Store == nil:
+		return nil, fmt.Errorf("precondition: %s needs a store that records versions", p.Name)
+	}
+	return &precondition.Tracker{Store: p.Store, Route: p.Route, Upstream: p.Upstream, Log: p.Log}, nil
 }
 
 // Tracker is the precondition bookkeeping of the route; nil if none.
@@ -185,7 +234,12 @@ func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	err := relay.Send(w, r, func(pr *httputil.ProxyRequest) { c.d.Rewrite(pr, f) }, roundTrip(func(out *http.Request) (*http.Response, error) {
+	err := relay.Send(w, r, func(pr *httputil.ProxyRequest) {
+		c.d.Rewrite(pr, f)
+		// The token is the gateway's decision, not the store's: one place
+		// removes it, whatever the dialect.
+		pr.Out.Header.Del(c.tokenHeader)
+	}, roundTrip(func(out *http.Request) (*http.Response, error) {
 		return c.roundTrip(out, f)
 	}))
 	if err != nil && f.Version != nil {

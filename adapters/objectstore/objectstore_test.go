@@ -47,7 +47,6 @@ func (d *plain) Version(ctx context.Context, f *objectstore.Forward[string]) (st
 }
 func (d *plain) Rewrite(pr *httputil.ProxyRequest, f *objectstore.Forward[string]) {
 	pr.SetURL(d.store)
-	pr.Out.Header.Del("Fencing-Token")
 	f.Version.Apply(pr.Out.Header)
 }
 func (d *plain) RoundTrip(req *http.Request, f *objectstore.Forward[string]) (*http.Response, error) {

@@ -54,7 +54,6 @@ type Upstream struct {
 	clients      map[string]string // access key id -> secret
 	keys         keyCache          // signing keys of verified worker requests
 	vhostSuffix  string
-	tokenHeader  string
 	keyPrefixes  []int // N of every {key.N} in the resource template
 	etags        ETagStore
 	precondEtag  bool
@@ -154,7 +153,6 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		route: c.Route, endpoint: ep, region: c.Region,
 		clients:      make(map[string]string),
 		vhostSuffix:  strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
-		tokenHeader:  opts.TokenHeader,
 		etags:        opts.ETags,
 		precondEtag:  c.PreconditionETag,
 		bucketConfig: c.FenceBucketConfig,
@@ -169,9 +167,6 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	}
 	u.signer.region = u.region
 	u.sign = u.signer.sign
-	if u.tokenHeader == "" {
-		u.tokenHeader = fencegate.DefaultTokenHeader
-	}
 	if u.log == nil {
 		u.log = slog.Default()
 	}
@@ -219,20 +214,11 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 			return nil, fmt.Errorf("s3.stamp_header must be an object metadata header (x-amz-meta-NAME), got %q", c.StampHeader)
 		}
 	}
-	if u.precondEtag {
-		// The ETag is an object's; a resource spanning several objects
-		// (a bucket, a key prefix) has no one ETag to compare.
-		if !strings.Contains(c.Resource, "{bucket}") || !strings.Contains(c.Resource, "{key}") {
-			return nil, errors.New("precondition: etag needs a resource template naming one object, with {bucket} and {key}")
-		}
-		if opts.ETags == nil {
-			return nil, errors.New("precondition: etag needs a store that records ETags")
-		}
+	if u.tracker, err = objectstore.NewTracker(u.precondEtag, objectstore.Precondition{Name: "etag", Store: opts.ETags,
+		Route: c.Route, Upstream: "S3", Log: u.log}, c.Resource, "bucket", "key"); err != nil {
+		return nil, err
 	}
-	if u.precondEtag {
-		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: c.Route, Upstream: "S3", Log: u.log}
-	}
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, TokenHeader: opts.TokenHeader})
 	return u, nil
 }
 
@@ -458,7 +444,7 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 	out.URL.RawQuery = upstreamQuery(pr.In.URL.RawQuery)
 	out.Host = ""
 	h := out.Header
-	for _, k := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token", u.tokenHeader} {
+	for _, k := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token"} {
 		h.Del(k)
 	}
 	h.Set("X-Amz-Content-Sha256", s.payloadHash)
