@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -49,6 +50,21 @@ type QueryRules struct {
 	// False refuses it: a store that dispatches on the decoded name and
 	// verifies signatures on the encoded one (Azurite) reads two names.
 	EncodedNames bool
+
+	once   sync.Once
+	folded map[string]string // FoldName of each of Params, to its spelling
+}
+
+// foldedParams maps each name of Params, folded, to its spelling: made
+// once per rules, not per request.
+func (rules *QueryRules) foldedParams() map[string]string {
+	rules.once.Do(func() {
+		rules.folded = make(map[string]string, len(rules.Params))
+		for n := range rules.Params {
+			rules.folded[FoldName(n)] = n
+		}
+	})
+	return rules.folded
 }
 
 // Param is one query parameter as sent.
@@ -108,15 +124,12 @@ func queryErr(name string, format string, args ...any) *QueryError {
 // store that folds case reads "Comp" and "COMP" as one name, one that does
 // not as two); a known name only in its own spelling; no value empty but
 // a flag's, an integer's in decimal digits.
-func ParseQuery(raw string, rules QueryRules) (Query, error) {
+func ParseQuery(raw string, rules *QueryRules) (Query, error) {
 	var q Query
 	if raw == "" {
 		return q, nil
 	}
-	folded := make(map[string]string, len(rules.Params))
-	for n := range rules.Params {
-		folded[FoldName(n)] = n
-	}
+	folded := rules.foldedParams()
 	seen := make(map[string]bool)
 	for rest, more := raw, true; more; {
 		var pair string

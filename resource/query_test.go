@@ -10,16 +10,13 @@ import (
 // 4: a name in another case, a name twice in any case, an empty condition
 // value were each read one way by the gateway and another by a store).
 func TestParseQuery(t *testing.T) {
-	rules := QueryRules{Params: map[string]ParamRule{
-		"comp": ParamText, "ifGenerationMatch": ParamInteger, "uploads": ParamFlag,
-	}}
-	other := rules
-	other.OtherNames = true
-	encoded := rules
-	encoded.EncodedNames = true
+	params := map[string]ParamRule{"comp": ParamText, "ifGenerationMatch": ParamInteger, "uploads": ParamFlag}
+	rules := &QueryRules{Params: params}
+	other := &QueryRules{Params: params, OtherNames: true}
+	encoded := &QueryRules{Params: params, EncodedNames: true}
 	for _, tc := range []struct {
 		raw     string
-		rules   QueryRules
+		rules   *QueryRules
 		want    string // the names parsed, joined by ","; "!" refused
 		unknown bool   // refused as an unknown name
 	}{
@@ -72,7 +69,7 @@ func TestParseQuery(t *testing.T) {
 }
 
 func TestQueryGet(t *testing.T) {
-	q, err := ParseQuery("comp=block&uploads", QueryRules{Params: map[string]ParamRule{"comp": ParamText, "uploads": ParamFlag}})
+	q, err := ParseQuery("comp=block&uploads", &QueryRules{Params: map[string]ParamRule{"comp": ParamText, "uploads": ParamFlag}})
 	if err != nil {
 		t.Fatal(err)
 	}

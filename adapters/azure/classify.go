@@ -218,7 +218,7 @@ func checkWriteHeaders(r *http.Request) *fencegate.Error {
 // sent twice in any case is refused all the same: the service reads names
 // without regard to case, Azurite reads a repeated name as an array that
 // matches no operation.
-var readRules = resource.QueryRules{OtherNames: true, EncodedNames: true}
+var readRules = &resource.QueryRules{OtherNames: true, EncodedNames: true}
 
 // writeRules are the query parameters a write may carry, spelled as the
 // SDKs and the store spell them: the operation's (comp, restype, blockid,
@@ -226,8 +226,8 @@ var readRules = resource.QueryRules{OtherNames: true, EncodedNames: true}
 // worker's account SAS; each with a value, none percent-encoded in its
 // name (Azurite dispatches on the decoded name and verifies signatures on
 // the encoded one).
-var writeQueryRules = func() resource.QueryRules {
-	r := resource.QueryRules{Params: map[string]resource.ParamRule{}}
+var writeQueryRules = func() *resource.QueryRules {
+	r := &resource.QueryRules{Params: map[string]resource.ParamRule{}}
 	for _, n := range append([]string{"comp", "restype", "blockid", "copyid", "snapshot", "versionid", "timeout"}, sasParams...) {
 		r.Params[n] = resource.ParamText
 	}

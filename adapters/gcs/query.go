@@ -35,8 +35,8 @@ var writeParams = map[string]param{
 }
 
 // queryRules are writeParams as resource.ParseQuery takes them.
-var queryRules = func() resource.QueryRules {
-	r := resource.QueryRules{Params: make(map[string]resource.ParamRule, len(writeParams)), EncodedNames: true}
+var queryRules = func() *resource.QueryRules {
+	r := &resource.QueryRules{Params: make(map[string]resource.ParamRule, len(writeParams)), EncodedNames: true}
 	for k, kind := range writeParams {
 		r.Params[k] = resource.ParamText
 		if kind == pInteger {

@@ -98,8 +98,8 @@ type Finisher[S any] interface {
 type Forward[S any] struct {
 	// In is the worker's request.
 	In *http.Request
-	// State is the dialect's state of the request: a copy of what
-	// Inspect returned, the forward's own.
+	// State is the dialect's state of the request, as Inspect returned
+	// it: one request's, forwarded once.
 	State *S
 	// Token is the request's fencing token; 0 if it is not fenced.
 	Token int64
@@ -112,6 +112,8 @@ type Forward[S any] struct {
 	Route *gateway.Route
 	// Version is the write's precondition bookkeeping; nil if untracked.
 	Version *precondition.Write
+
+	core *Core[S]
 }
 
 // Options configure New.
@@ -215,8 +217,7 @@ func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request) error {
 	if !ok || s == nil {
 		return errNotInspected
 	}
-	own := *s
-	f := &Forward[S]{In: r, State: &own, Token: req.Token, Body: req.Body, Route: req.Route}
+	f := &Forward[S]{In: r, State: s, Token: req.Token, Body: req.Body, Route: req.Route, core: c}
 	if len(req.Resources) == 1 {
 		f.Resource = req.Resources[0]
 	}
@@ -234,14 +235,7 @@ func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	err := relay.Send(w, r, func(pr *httputil.ProxyRequest) {
-		c.d.Rewrite(pr, f)
-		// The token is the gateway's decision, not the store's: one place
-		// removes it, whatever the dialect.
-		pr.Out.Header.Del(c.tokenHeader)
-	}, roundTrip(func(out *http.Request) (*http.Response, error) {
-		return c.roundTrip(out, f)
-	}))
+	err := relay.Send(w, r, (*sending[S])(f))
 	if err != nil && f.Version != nil {
 		var ref *fencegate.Error
 		if !errors.As(err, &ref) {
@@ -274,15 +268,29 @@ func (c *Core[S]) begin(f *Forward[S]) error {
 	return nil
 }
 
-// roundTrip sends a forward through the dialect and records a tracked
+// sending is a forward as relay.Send carries it: the dialect's rewrite
+// and transport, given the forward.
+type sending[S any] Forward[S]
+
+// Rewrite prepares the outbound request: the dialect's rewrite, then the
+// token header removed. The token is the gateway's decision, not the
+// store's: one place removes it, whatever the dialect.
+func (s *sending[S]) Rewrite(pr *httputil.ProxyRequest) {
+	f := (*Forward[S])(s)
+	f.core.d.Rewrite(pr, f)
+	pr.Out.Header.Del(f.core.tokenHeader)
+}
+
+// RoundTrip sends the forward through the dialect and records a tracked
 // write's answer.
-func (c *Core[S]) roundTrip(out *http.Request, f *Forward[S]) (*http.Response, error) {
-	resp, err := c.d.RoundTrip(out, f)
+func (s *sending[S]) RoundTrip(out *http.Request) (*http.Response, error) {
+	f := (*Forward[S])(s)
+	resp, err := f.core.d.RoundTrip(out, f)
 	if err != nil || f.Version == nil {
 		return resp, err
 	}
 	ctx := out.Context()
-	status, version, err := c.d.Answer(f, resp)
+	status, version, err := f.core.d.Answer(f, resp)
 	switch {
 	case err != nil:
 		f.Version.Failed(ctx)
@@ -297,11 +305,6 @@ func (c *Core[S]) roundTrip(out *http.Request, f *Forward[S]) (*http.Response, e
 	}
 	return resp, nil
 }
-
-// roundTrip is a function as an http.RoundTripper.
-type roundTrip func(*http.Request) (*http.Response, error)
-
-func (rt roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return rt(r) }
 
 // WriteError implements gateway.ErrorWriter: the one place a refusal of an
 // object-store route is written. Its status and Retry-After come from the

@@ -83,6 +83,7 @@ func forward(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.Prox
 	out.URL.RawQuery = cleanQueryParams(out.URL.RawQuery)
 	pr := &httputil.ProxyRequest{In: r, Out: out}
 	rewrite(pr)
+	largeStepsBody(pr)
 	out = pr.Out
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = noUserAgent

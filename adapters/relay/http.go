@@ -177,20 +177,16 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 	if transport == nil {
 		transport = NewTransport(nil)
 	}
-	p := &Proxy{transport: transport, rewrite: largeStepsAfter(rewrite)}
-	p.upgrades = upgradeProxy(p.rewrite, transport)
+	p := &Proxy{transport: transport, rewrite: rewrite}
+	p.upgrades = upgradeProxy(rewrite, transport)
 	return p
 }
 
-// largeStepsAfter is rewrite, then the outbound body wrapped to be copied
-// in large steps.
-func largeStepsAfter(rewrite func(*httputil.ProxyRequest)) func(*httputil.ProxyRequest) {
-	return func(pr *httputil.ProxyRequest) {
-		rewrite(pr)
-		if b := pr.Out.Body; b != nil && b != http.NoBody {
-			if _, ok := b.(io.WriterTo); !ok {
-				pr.Out.Body = largeSteps{b}
-			}
+// largeStepsBody wraps an outbound body to be copied in large steps.
+func largeStepsBody(pr *httputil.ProxyRequest) {
+	if b := pr.Out.Body; b != nil && b != http.NoBody {
+		if _, ok := b.(io.WriterTo); !ok {
+			pr.Out.Body = largeSteps{b}
 		}
 	}
 }
@@ -198,7 +194,10 @@ func largeStepsAfter(rewrite func(*httputil.ProxyRequest)) func(*httputil.ProxyR
 // upgradeProxy is the ReverseProxy that serves protocol upgrades.
 func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
-		Rewrite:    rewrite,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			rewrite(pr)
+			largeStepsBody(pr)
+		},
 		Transport:  transport,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -217,16 +216,22 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) error {
 	return serveUpgrade(p.upgrades, w, r)
 }
 
-// Send serves r as Forward does, prepared by rewrite and carried by
-// transport instead of the proxy's own: an adapter whose rewrite and
+// A Sender prepares and carries one forward: an adapter whose rewrite and
 // transport need the request's state (its target, its precondition) hands
-// them closures over it, rather than a context value each must fetch.
-func Send(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) error {
-	rw := largeStepsAfter(rewrite)
+// Send that state as a Sender, rather than a context value each must
+// fetch.
+type Sender interface {
+	// Rewrite prepares the outbound request (as NewProxy's rewrite).
+	Rewrite(*httputil.ProxyRequest)
+	http.RoundTripper
+}
+
+// Send serves r as Proxy.Forward does, prepared and carried by s.
+func Send(w http.ResponseWriter, r *http.Request, s Sender) error {
 	if upgradeType(r.Header) == "" {
-		return forward(w, r, rw, transport)
+		return forward(w, r, s.Rewrite, s)
 	}
-	return serveUpgrade(upgradeProxy(rw, transport), w, r)
+	return serveUpgrade(upgradeProxy(s.Rewrite, s), w, r)
 }
 
 func serveUpgrade(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) error {

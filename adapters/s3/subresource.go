@@ -93,8 +93,8 @@ var presignParams = []string{
 // versionId= or uploadId= is no value for one store and a value for
 // another), partNumber a number. Other names are left to the table, which
 // refuses them as a write it does not know.
-var queryRules = func() resource.QueryRules {
-	r := resource.QueryRules{Params: map[string]resource.ParamRule{"x-id": resource.ParamText}, OtherNames: true, EncodedNames: true}
+var queryRules = func() *resource.QueryRules {
+	r := &resource.QueryRules{Params: map[string]resource.ParamRule{"x-id": resource.ParamText}, OtherNames: true, EncodedNames: true}
 	values := map[string]resource.ParamRule{"uploadId": resource.ParamText, "partNumber": resource.ParamInteger,
 		"select-type": resource.ParamText, "versionId": resource.ParamText, "id": resource.ParamText}
 	for _, op := range writeOps {
