@@ -60,13 +60,6 @@ type Upstream struct {
 	log         *slog.Logger
 }
 
-var (
-	_ gateway.Upstream    = (*Upstream)(nil)
-	_ gateway.Inspector   = (*Upstream)(nil)
-	_ gateway.ErrorWriter = (*Upstream)(nil)
-	_ gateway.ObjectNamer = (*Upstream)(nil)
-)
-
 // Client is a worker's Shared Key credential.
 type Client struct {
 	AccountName string

@@ -69,13 +69,6 @@ type Upstream struct {
 	log        *slog.Logger
 }
 
-var (
-	_ gateway.Upstream    = (*Upstream)(nil)
-	_ gateway.Inspector   = (*Upstream)(nil)
-	_ gateway.ErrorWriter = (*Upstream)(nil)
-	_ gateway.ObjectNamer = (*Upstream)(nil)
-)
-
 // Options configure New.
 type Options struct {
 	// Route names the route in logs.

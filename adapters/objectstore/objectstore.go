@@ -116,6 +116,13 @@ type Forward[S any] struct {
 	core *Core[S]
 }
 
+var (
+	_ gateway.Upstream    = (*Core[struct{}])(nil)
+	_ gateway.Inspector   = (*Core[struct{}])(nil)
+	_ gateway.ErrorWriter = (*Core[struct{}])(nil)
+	_ gateway.ObjectNamer = (*Core[struct{}])(nil)
+)
+
 // Options configure New.
 type Options struct {
 	// Tracker, if set, makes tracked writes conditional on the version
@@ -311,6 +318,22 @@ func (s *sending[S]) RoundTrip(out *http.Request) (*http.Response, error) {
 // refusal, its body and Content-Type from the dialect.
 func (c *Core[S]) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
 	WriteRefusal(w, r, e, c.d.RefusalBody)
+}
+
+// Fields are a refusal's fields as a store's error document carries them
+// beside the store's own code and message (embedded: XML and JSON encode
+// them in place).
+type Fields struct {
+	Resource string `xml:"Resource,omitempty" json:"resource,omitempty"`
+	Token    int64  `xml:"Token,omitempty" json:"token,omitempty"`
+	Highest  int64  `xml:"Highest,omitempty" json:"highest,omitempty"`
+	Route    string `xml:"Route,omitempty" json:"route,omitempty"`
+	Owner    string `xml:"Owner,omitempty" json:"owner,omitempty"`
+}
+
+// FieldsOf are e's fields.
+func FieldsOf(e *fencegate.Error) Fields {
+	return Fields{Resource: e.Resource, Token: e.Token, Highest: e.Highest, Route: e.Route, Owner: e.Owner}
 }
 
 // WriteRefusal writes e with a body in a store's format (body sets the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // s3Error is a refusal in S3's own vocabulary (AccessDenied,
@@ -70,16 +71,12 @@ func errMalformedXML(msg string) *s3Error {
 // fields so that an SDK's error (smithy's GenericAPIError carries Code and
 // Message) names the fencing decision.
 type xmlError struct {
-	XMLName   xml.Name `xml:"Error"`
-	Code      string   `xml:"Code"`
-	Message   string   `xml:"Message"`
-	Resource  string   `xml:"Resource,omitempty"`
-	Token     int64    `xml:"Token,omitempty"`
-	Highest   int64    `xml:"Highest,omitempty"`
-	Route     string   `xml:"Route,omitempty"`
-	Owner     string   `xml:"Owner,omitempty"`
-	Fencegate string   `xml:"FencegateCode,omitempty"`
-	RequestID string   `xml:"RequestId"`
+	XMLName xml.Name `xml:"Error"`
+	Code    string   `xml:"Code"`
+	Message string   `xml:"Message"`
+	objectstore.Fields
+	Fencegate string `xml:"FencegateCode,omitempty"`
+	RequestID string `xml:"RequestId"`
 }
 
 // RefusalBody is a refusal in S3's XML error format. Fencing refusals
@@ -88,8 +85,7 @@ type xmlError struct {
 // <FencegateCode>.
 func (d dialect) RefusalBody(h http.Header, e *fencegate.Error) []byte {
 	doc := xmlError{
-		Code: e.Code, Message: e.Message, Resource: e.Resource, Token: e.Token,
-		Highest: e.Highest, Route: e.Route, Owner: e.Owner,
+		Code: e.Code, Message: e.Message, Fields: objectstore.FieldsOf(e),
 		RequestID: strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
 	var se *s3Error

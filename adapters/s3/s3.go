@@ -73,12 +73,6 @@ type Upstream struct {
 	sign func(req *http.Request, creds aws.Credentials, payload string, now time.Time)
 }
 
-var (
-	_ gateway.Upstream    = (*Upstream)(nil)
-	_ gateway.Inspector   = (*Upstream)(nil)
-	_ gateway.ErrorWriter = (*Upstream)(nil)
-)
-
 // Options configure New.
 type Options struct {
 	// Route names the route in logs.

@@ -117,18 +117,6 @@ func checkSharedStore(ctx context.Context, cfg *config.Config) (ok bool, err err
 	return true, nil
 }
 
-// probeWhere is where a route's probe writes: the flag's value, else the
-// route's configured place; "" (with the skip line printed) if neither.
-func probeWhere(route, flagValue, configured, flagName, field string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	if configured == "" {
-		fmt.Printf("route %s: skipped (no %s and no %s)\n", route, flagName, field)
-	}
-	return configured
-}
-
 // checkStoreReplication reports whether the PostgreSQL store's primary has
 // a synchronous standby and what that means for the fence (a failover to
 // an asynchronous standby may lose advances and issued tokens: the gateways
