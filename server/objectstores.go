@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/azure"
 	"github.com/fencegate/fencegate/adapters/gcs"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/adapters/upstreamconn"
@@ -137,7 +138,7 @@ type StampScanner struct {
 	Vars func(collection, object string) map[string]string
 	// Scan lists collection under prefix and calls fn with each stamped
 	// object; it counts the objects without a stamp.
-	Scan func(ctx context.Context, collection, prefix string, fn func(collection, object string, token int64) error) (unstamped int, err error)
+	Scan func(ctx context.Context, collection, prefix string, fn func(objectstore.Stamp) error) (unstamped int, err error)
 }
 
 // Scanner builds the route's stamp scanner.
@@ -268,7 +269,7 @@ func s3Scanner(ctx context.Context, cfg *config.Config, rc config.Route) (*Stamp
 	if err != nil {
 		return nil, err
 	}
-	return stampScanner(up, rc.S3.Stamp, func(s s3.Stamp) (string, string, int64) { return s.Bucket, s.Key, s.Token }), nil
+	return &StampScanner{Upstream: up, Stamps: rc.S3.Stamp, Vars: up.ObjectVars, Scan: up.ScanStamps}, nil
 }
 
 func gcsScanner(ctx context.Context, cfg *config.Config, rc config.Route) (*StampScanner, error) {
@@ -282,7 +283,7 @@ func gcsScanner(ctx context.Context, cfg *config.Config, rc config.Route) (*Stam
 	if err != nil {
 		return nil, err
 	}
-	return stampScanner(up, rc.GCS.Stamp, func(s gcs.Stamp) (string, string, int64) { return s.Bucket, s.Object, s.Token }), nil
+	return &StampScanner{Upstream: up, Stamps: rc.GCS.Stamp, Vars: up.ObjectVars, Scan: up.ScanStamps}, nil
 }
 
 func azureScanner(ctx context.Context, cfg *config.Config, rc config.Route) (*StampScanner, error) {
@@ -293,21 +294,5 @@ func azureScanner(ctx context.Context, cfg *config.Config, rc config.Route) (*St
 	if err != nil {
 		return nil, err
 	}
-	return stampScanner(up, rc.Azure.Stamp, func(s azure.Stamp) (string, string, int64) { return s.Container, s.Blob, s.Token }), nil
-}
-
-// stampLister is a dialect's upstream as `fence rebuild` reads it, its
-// stamps of type T.
-type stampLister[T any] interface {
-	gateway.Upstream
-	ObjectVars(collection, object string) map[string]string
-	ScanStamps(ctx context.Context, collection, prefix string, fn func(T) error) (unstamped int, err error)
-}
-
-// stampScanner is up's StampScanner; fields reads a stamp.
-func stampScanner[T any](up stampLister[T], stamps bool, fields func(T) (collection, object string, token int64)) *StampScanner {
-	return &StampScanner{Upstream: up, Stamps: stamps, Vars: up.ObjectVars,
-		Scan: func(ctx context.Context, collection, prefix string, fn func(string, string, int64) error) (int, error) {
-			return up.ScanStamps(ctx, collection, prefix, func(s T) error { return fn(fields(s)) })
-		}}
+	return &StampScanner{Upstream: up, Stamps: rc.Azure.Stamp, Vars: up.ObjectVars, Scan: up.ScanStamps}, nil
 }

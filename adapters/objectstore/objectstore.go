@@ -320,6 +320,37 @@ func (c *Core[S]) WriteError(w http.ResponseWriter, r *http.Request, e *fencegat
 	WriteRefusal(w, r, e, c.d.RefusalBody)
 }
 
+// Stamp is one object's fencing-token stamp, as `stamp: true` wrote it
+// (collection: the bucket or container).
+type Stamp struct {
+	Collection, Object string
+	Token              int64
+}
+
+// StampScan is what every dialect's stamp scan (`fence rebuild`) shares:
+// an object without a stamp (written before stamping was on, or around
+// the gateway) is counted, a malformed one is an error, not a guess.
+type StampScan struct {
+	Collection string
+	Key        string // the stamp's metadata name, for messages
+	Fn         func(Stamp) error
+	// Unstamped counts the objects without a stamp.
+	Unstamped int
+}
+
+// Object reads the stamp of one listed object: value, if it has one (ok).
+func (s *StampScan) Object(name, value string, ok bool) error {
+	if !ok {
+		s.Unstamped++
+		return nil
+	}
+	tok, err := strconv.ParseInt(value, 10, 64)
+	if err != nil || tok <= 0 {
+		return fmt.Errorf("object %s/%s: stamp %s: %q is not a token", s.Collection, name, s.Key, value)
+	}
+	return s.Fn(Stamp{Collection: s.Collection, Object: name, Token: tok})
+}
+
 // Fields are a refusal's fields as a store's error document carries them
 // beside the store's own code and message (embedded: XML and JSON encode
 // them in place).

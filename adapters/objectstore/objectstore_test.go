@@ -148,3 +148,24 @@ func TestWriteRefusal(t *testing.T) {
 		}
 	}
 }
+
+// A stamp scan counts an object without a stamp and refuses a malformed
+// one rather than guess (`fence rebuild` raises fences from it).
+func TestStampScan(t *testing.T) {
+	var got []objectstore.Stamp
+	s := &objectstore.StampScan{Collection: "b", Key: "fencing-token", Fn: func(st objectstore.Stamp) error { got = append(got, st); return nil }}
+	if err := s.Object("a", "7", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Object("b", "", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "0", "-3", "x", "9223372036854775808"} {
+		if err := s.Object("c", bad, true); err == nil {
+			t.Errorf("stamp %q accepted", bad)
+		}
+	}
+	if len(got) != 1 || got[0] != (objectstore.Stamp{Collection: "b", Object: "a", Token: 7}) || s.Unstamped != 1 {
+		t.Errorf("stamps %v, %d unstamped; want b/a at 7 and 1", got, s.Unstamped)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
@@ -452,9 +453,6 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stderr(), "warning: route %s has no %s.stamp: true; objects it wrote carry no stamp\n", rc.Name, kind)
 	}
 	up, vars := sc.Upstream, sc.Vars
-	scan := func(ctx context.Context, fn func(string, string, int64) error) (int, error) {
-		return sc.Scan(ctx, bucket, prefix, fn)
-	}
 	rt, err := gateway.NewRoute(server.RouteOptions(*rc), up)
 	if err != nil {
 		return fmt.Errorf("route %s: %w", rc.Name, err)
@@ -467,7 +465,8 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	// A rebuilt fence's ETag is unknown: the next conditional write learns
 	// it with a HEAD (on GCS, a generation with a GET).
 	imp := &importer{st: st, seq: seq, limit: server.ImportLimit(cfg, st)}
-	unstamped, err := scan(ctx, func(b, key string, token int64) error {
+	unstamped, err := sc.Scan(ctx, bucket, prefix, func(stamp objectstore.Stamp) error {
+		b, key, token := stamp.Collection, stamp.Object, stamp.Token
 		res, err := rt.ResourceOf(vars(b, key))
 		if err != nil {
 			return fmt.Errorf("object %s/%s: resource template %q: %w", b, key, rc.Resource, err)
