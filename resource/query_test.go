@@ -2,6 +2,7 @@ package resource
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -95,6 +96,40 @@ func FuzzFoldName(f *testing.F) {
 	f.Fuzz(func(t *testing.T, a, b string) {
 		if (FoldName(a) == FoldName(b)) != strings.EqualFold(a, b) {
 			t.Errorf("FoldName(%q) = %q, FoldName(%q) = %q; EqualFold %v", a, FoldName(a), b, FoldName(b), strings.EqualFold(a, b))
+		}
+	})
+}
+
+// What ParseQuery accepts, every reader reads alike: net/url gives the
+// same pairs, fasthttp-style splitting on '&' the same count, and no two
+// names fold alike.
+func FuzzParseQuery(f *testing.F) {
+	for _, s := range []string{"comp=block", "Comp=a&comp=b", "a=1&&b", "x;y", "%63omp=1", "uploads", "k=%zz", "\u212a=1&k=2"} {
+		f.Add(s)
+	}
+	rules := &QueryRules{Params: map[string]ParamRule{"comp": ParamText, "uploads": ParamFlag, "n": ParamInteger}, OtherNames: true, EncodedNames: true}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := ParseQuery(raw, rules)
+		if err != nil {
+			return
+		}
+		std, serr := url.ParseQuery(raw)
+		if serr != nil {
+			t.Fatalf("ParseQuery accepted %q, which net/url refuses: %v", raw, serr)
+		}
+		if raw != "" && len(q) != strings.Count(raw, "&")+1 {
+			t.Fatalf("%q: %d pairs parsed, %d by '&'", raw, len(q), strings.Count(raw, "&")+1)
+		}
+		seen := map[string]bool{}
+		for _, p := range q {
+			if vs := std[p.Name]; len(vs) != 1 || vs[0] != p.Value {
+				t.Fatalf("%q: %s=%q; net/url reads %q", raw, p.Name, p.Value, vs)
+			}
+			fk := FoldName(p.Name)
+			if seen[fk] {
+				t.Fatalf("%q: %s twice in some case", raw, p.Name)
+			}
+			seen[fk] = true
 		}
 	})
 }
