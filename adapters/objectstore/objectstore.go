@@ -351,6 +351,29 @@ func (s *StampScan) Object(name, value string, ok bool) error {
 	return s.Fn(Stamp{Collection: s.Collection, Object: name, Token: tok})
 }
 
+// RaceTarget is a dialect's probe object for the racing probe: its
+// conditional writes and reads (precondition.ProbeTarget), and its
+// removal.
+type RaceTarget interface {
+	precondition.ProbeTarget
+	Delete(ctx context.Context)
+}
+
+// ProbeRace runs the racing probe (precondition.Probe) on a probe object
+// in collection (a bucket, a container), with the gateway's credentials:
+// n conditional writes race to create it, then n to replace it, and a
+// write on a wrong version must be refused. Exactly one of each round may
+// win; anything else means the route's precondition gives no protection
+// on this store. The object is removed before and after.
+func ProbeRace(ctx context.Context, kind, collection string, p RaceTarget, n int) error {
+	p.Delete(ctx)
+	defer p.Delete(context.WithoutCancel(ctx))
+	if err := precondition.Probe(ctx, p, n); err != nil {
+		return fmt.Errorf("%s %s: %w", kind, collection, err)
+	}
+	return nil
+}
+
 // Fields are a refusal's fields as a store's error document carries them
 // beside the store's own code and message (embedded: XML and JSON encode
 // them in place).
