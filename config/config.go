@@ -777,21 +777,23 @@ func (c *Config) Validate() Errors {
 				add(f+".upstream.check_path", "must be an absolute path without query, fragment or .., got %q", cp)
 			}
 		}
+		store := r.ObjectStore()
 		switch r.Precondition {
 		case "", "none":
-		case "generation":
-			if r.GCS == nil {
-				add(f+".precondition", "generation is for gcs routes")
-			}
-		case "etag":
+		case "generation", "etag":
 			switch {
-			case r.GCS != nil:
-				add(f+".precondition", "a gcs route compares generations: use precondition: generation")
-			case r.Azure != nil:
-				// validateAzure checks the resource names one blob.
-			case r.S3 == nil && r.Upstream == nil:
-				add(f+".precondition", "etag needs an upstream, s3 or azure section")
-			case r.Upstream != nil && !strings.Contains(r.Resource, "{path}"):
+			case store != nil && store.Precondition() != r.Precondition:
+				// A version is what the store compares: an ETag, a
+				// generation.
+				add(f+".precondition", "a %s route compares %ss: use precondition: %s", store.Kind(), store.Precondition(), store.Precondition())
+			case store != nil:
+				// The section's validation checks the resource names one
+				// object.
+			case r.Precondition == "generation":
+				add(f+".precondition", "generation is for object-store routes whose store compares generations (gcs)")
+			case r.Upstream == nil:
+				add(f+".precondition", "etag needs an upstream or an object-store section")
+			case !strings.Contains(r.Resource, "{path}"):
 				// One fence must be one upstream object: a key spanning
 				// several paths ({path.1}, a header) has no one ETag.
 				add(f+".precondition", "etag on an upstream route needs a resource naming one object, with {path}")

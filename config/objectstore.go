@@ -20,6 +20,10 @@ type ObjectStore interface {
 	// TemplateVar reports whether the dialect supplies the resource
 	// template variable name (S3: bucket, key, key.N).
 	TemplateVar(name string) bool
+	// Precondition is the route's `precondition:` value that makes its
+	// writes conditional on the version the gateway last wrote: what the
+	// store compares ("etag", "generation").
+	Precondition() string
 	// timeout is the section's forward timeout, for its default.
 	timeout() *time.Duration
 	// validate checks the section of the route at field path f.
@@ -103,6 +107,9 @@ func (s *S3) TemplateVar(name string) bool {
 	return name == "bucket" || name == "key"
 }
 
+// Precondition implements ObjectStore: S3 compares ETags.
+func (s *S3) Precondition() string { return "etag" }
+
 func (s *S3) timeout() *time.Duration { return &s.Timeout }
 
 func (s *S3) validate(f string, r *Route) Errors {
@@ -125,6 +132,9 @@ func (g *GCS) StoreEndpoint() string { return cmp.Or(g.Endpoint, GCSDefaultEndpo
 // TemplateVar implements ObjectStore: {bucket} and {object}.
 func (g *GCS) TemplateVar(name string) bool { return name == "bucket" || name == "object" }
 
+// Precondition implements ObjectStore: GCS compares generations.
+func (g *GCS) Precondition() string { return "generation" }
+
 func (g *GCS) timeout() *time.Duration { return &g.Timeout }
 
 func (g *GCS) validate(f string, r *Route) Errors { return validateGCS(f, r) }
@@ -137,6 +147,9 @@ func (a *Azure) StoreEndpoint() string { return a.Endpoint }
 
 // TemplateVar implements ObjectStore: {container} and {blob}.
 func (a *Azure) TemplateVar(name string) bool { return name == "container" || name == "blob" }
+
+// Precondition implements ObjectStore: the Blob service compares ETags.
+func (a *Azure) Precondition() string { return "etag" }
 
 func (a *Azure) timeout() *time.Duration { return &a.Timeout }
 
