@@ -254,11 +254,7 @@ func (d dialect) Inspect(r *http.Request) (gateway.Inspection, *state, error) {
 }
 
 func vars(container, blob string) map[string]string {
-	v := map[string]string{"container": container}
-	if blob != "" {
-		v["blob"] = blob
-	}
-	return v
+	return objectstore.Vars("container", container, "blob", blob)
 }
 
 // Prepare decides whether the forward carries the gateway's stamp.

@@ -253,11 +253,7 @@ func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 }
 
 func vars(bucket, object string) map[string]string {
-	v := map[string]string{"bucket": bucket}
-	if object != "" {
-		v["object"] = object
-	}
-	return v
+	return objectstore.Vars("bucket", bucket, "object", object)
 }
 
 // Prepare reads and checks a write's body that names objects, and stamps

@@ -320,6 +320,17 @@ func (c *Core[S]) WriteError(w http.ResponseWriter, r *http.Request, e *fencegat
 	WriteRefusal(w, r, e, c.d.RefusalBody)
 }
 
+// Vars are the template variables of one object: the collection's (the
+// bucket, the container) and, unless object is "" (a write of the
+// collection itself), the object's.
+func Vars(collectionVar, collection, objectVar, object string) map[string]string {
+	v := map[string]string{collectionVar: collection}
+	if object != "" {
+		v[objectVar] = object
+	}
+	return v
+}
+
 // Stamp is one object's fencing-token stamp, as `stamp: true` wrote it
 // (collection: the bucket or container).
 type Stamp struct {

@@ -296,10 +296,7 @@ func (u *Upstream) vars(bucket, key string) map[string]string {
 		// "K/" is "K" on this route's store (s3.fold_trailing_slash).
 		key = strings.TrimSuffix(key, "/")
 	}
-	v := map[string]string{"bucket": bucket}
-	if key != "" {
-		v["key"] = key
-	}
+	v := objectstore.Vars("bucket", bucket, "key", key)
 	if len(u.keyPrefixes) > 0 {
 		segs := strings.Split(strings.TrimSuffix(key, "/"), "/")
 		for _, n := range u.keyPrefixes {
