@@ -375,14 +375,16 @@ type RaceTarget interface {
 // n conditional writes race to create it, then n to replace it, and a
 // write on a wrong version must be refused. Exactly one of each round may
 // win; anything else means the route's precondition gives no protection
-// on this store. The object is removed before and after.
+// on this store. The object is removed before and after. An error names
+// the collection as kind says ("bucket", "container"; "" names none).
 func ProbeRace(ctx context.Context, kind, collection string, p RaceTarget, n int) error {
 	p.Delete(ctx)
 	defer p.Delete(context.WithoutCancel(ctx))
-	if err := precondition.Probe(ctx, p, n); err != nil {
+	err := precondition.Probe(ctx, p, n)
+	if err != nil && kind != "" {
 		return fmt.Errorf("%s %s: %w", kind, collection, err)
 	}
-	return nil
+	return err
 }
 
 // Fields are a refusal's fields as a store's error document carries them

@@ -83,7 +83,8 @@ func (u *Upstream) ProbeRace(ctx context.Context, bucket string, n int) error {
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	p := &s3Probe{c: u.client(1), bucket: bucket, key: "fencegate-doctor/race-" + hex.EncodeToString(rnd[:])}
-	return objectstore.ProbeRace(ctx, "bucket", bucket, p, n)
+	// The doctor's line names the bucket itself.
+	return objectstore.ProbeRace(ctx, "", bucket, p, n)
 }
 
 type s3Probe struct {
