@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
@@ -491,14 +490,10 @@ func (c *Config) applyDefaults() {
 		if r.Upstream != nil && r.Upstream.Timeout == 0 {
 			r.Upstream.Timeout = fencegate.DefaultUpstreamTimeout
 		}
-		if r.S3 != nil && r.S3.Timeout == 0 {
-			r.S3.Timeout = fencegate.DefaultUpstreamTimeout
-		}
-		if r.GCS != nil && r.GCS.Timeout == 0 {
-			r.GCS.Timeout = fencegate.DefaultUpstreamTimeout
-		}
-		if r.Azure != nil && r.Azure.Timeout == 0 {
-			r.Azure.Timeout = fencegate.DefaultUpstreamTimeout
+		for _, s := range r.ObjectStores() {
+			if t := s.timeout(); *t == 0 {
+				*t = fencegate.DefaultUpstreamTimeout
+			}
 		}
 		if r.DrainTimeout == 0 {
 			r.DrainTimeout = r.UpstreamTimeout() + fencegate.DrainMargin
@@ -511,33 +506,19 @@ func (c *Config) applyDefaults() {
 }
 
 // TemplateVar reports whether the route's upstream supplies the resource
-// template variable name (S3 routes supply bucket and key).
+// template variable name (object-store routes: S3 bucket and key).
 func (r *Route) TemplateVar(name string) bool {
-	if r.S3 != nil && strings.HasPrefix(name, "key.") {
-		// {key.N}: the first N segments of the object key (a key prefix).
-		n, err := strconv.Atoi(name[len("key."):])
-		return err == nil && n >= 1
-	}
-	if r.GCS != nil {
-		return name == "bucket" || name == "object"
-	}
-	if r.Azure != nil {
-		return name == "container" || name == "blob"
-	}
-	return r.S3 != nil && (name == "bucket" || name == "key")
+	s := r.ObjectStore()
+	return s != nil && s.TemplateVar(name)
 }
 
 // UpstreamTimeout is the route's forward timeout, whichever upstream it has.
 func (r *Route) UpstreamTimeout() time.Duration {
-	switch {
-	case r.Upstream != nil:
+	if r.Upstream != nil {
 		return r.Upstream.Timeout
-	case r.S3 != nil:
-		return r.S3.Timeout
-	case r.GCS != nil:
-		return r.GCS.Timeout
-	case r.Azure != nil:
-		return r.Azure.Timeout
+	}
+	if s := r.ObjectStore(); s != nil {
+		return *s.timeout()
 	}
 	return fencegate.DefaultUpstreamTimeout
 }
@@ -779,18 +760,15 @@ func (c *Config) Validate() Errors {
 			}
 		}
 		errs = append(errs, r.validateMethods(f)...)
+		stores := r.ObjectStores()
 		switch {
-		case r.upstreams() > 1:
-			add(f, "set only one of upstream, s3, gcs and azure")
-		case r.GCS != nil:
-			errs = append(errs, validateGCS(f, r)...)
-		case r.Azure != nil:
-			errs = append(errs, validateAzure(f, r)...)
-		case r.Upstream != nil && r.S3 != nil:
-			add(f, "set either upstream or s3, not both")
-		case r.Upstream == nil && r.S3 == nil:
-			add(f+".upstream", "required (or s3, gcs or azure)")
-		case r.Upstream != nil:
+		case len(stores) > 1 || (r.Upstream != nil && len(stores) > 0):
+			add(f, "set only one of %s", wordList(append([]string{"upstream"}, ObjectStoreKinds()...), "and"))
+		case len(stores) == 1:
+			errs = append(errs, stores[0].validate(f, r)...)
+		case r.Upstream == nil:
+			add(f+".upstream", "required (or %s)", wordList(ObjectStoreKinds(), "or"))
+		default:
 			u, err := url.Parse(r.Upstream.URL)
 			switch {
 			case r.Upstream.URL == "":
@@ -809,27 +787,24 @@ func (c *Config) Validate() Errors {
 			if cp := r.Upstream.CheckPath; cp != "" && (!strings.HasPrefix(cp, "/") || strings.ContainsAny(cp, "?#") || strings.Contains(cp, "..")) {
 				add(f+".upstream.check_path", "must be an absolute path without query, fragment or .., got %q", cp)
 			}
-		case r.S3 != nil:
-			if r.S3.Endpoint == "" {
-				add(f+".s3.endpoint", "required")
-			}
-			errs = append(errs, validateS3(f, r.S3)...)
 		}
+		store := r.ObjectStore()
 		switch r.Precondition {
 		case "", "none":
-		case "generation":
-			if r.GCS == nil {
-				add(f+".precondition", "generation is for gcs routes")
-			}
-		case "etag":
+		case "generation", "etag":
 			switch {
-			case r.GCS != nil:
-				add(f+".precondition", "a gcs route compares generations: use precondition: generation")
-			case r.Azure != nil:
-				// validateAzure checks the resource names one blob.
-			case r.S3 == nil && r.Upstream == nil:
-				add(f+".precondition", "etag needs an upstream, s3 or azure section")
-			case r.Upstream != nil && !strings.Contains(r.Resource, "{path}"):
+			case store != nil && store.Precondition() != r.Precondition:
+				// A version is what the store compares: an ETag, a
+				// generation.
+				add(f+".precondition", "a %s route compares %ss: use precondition: %s", store.Kind(), store.Precondition(), store.Precondition())
+			case store != nil:
+				// The section's validation checks the resource names one
+				// object.
+			case r.Precondition == "generation":
+				add(f+".precondition", "generation is for object-store routes whose store compares generations (gcs)")
+			case r.Upstream == nil:
+				add(f+".precondition", "etag needs an upstream or an object-store section")
+			case !strings.Contains(r.Resource, "{path}"):
 				// One fence must be one upstream object: a key spanning
 				// several paths ({path.1}, a header) has no one ETag.
 				add(f+".precondition", "etag on an upstream route needs a resource naming one object, with {path}")

@@ -40,17 +40,6 @@ type GCS struct {
 	SessionKey string `yaml:"session_key"`
 }
 
-// upstreams counts the upstream sections a route sets.
-func (r *Route) upstreams() int {
-	n := 0
-	for _, set := range []bool{r.Upstream != nil, r.S3 != nil, r.GCS != nil, r.Azure != nil} {
-		if set {
-			n++
-		}
-	}
-	return n
-}
-
 func validateGCS(f string, r *Route) Errors {
 	var errs Errors
 	add := func(field, format string, args ...any) {

@@ -200,13 +200,21 @@ func writers(s3u *s3.Upstream) []struct {
 	}{
 		{"json", func(w http.ResponseWriter, _ *http.Request, e *fencegate.Error) { httprefusal.WriteJSON(w, e) }},
 		{"s3", s3u.WriteError},
-		{"gcs", new(gcs.Upstream).WriteError},
-		{"azure", new(azure.Upstream).WriteError},
+		{"gcs", must(gcs.New(gcs.Options{Route: "objects", Endpoint: "http://127.0.0.1:1"})).WriteError},
+		{"azure", must(azure.New(azure.Options{Route: "objects", Endpoint: "http://127.0.0.1:1/acct", SAS: "sv=2024-01-01&sig=x",
+			Clients: []azure.Client{{AccountName: "worker", AccountKey: "d29ya2VyLWtleQ=="}}})).WriteError},
 		// The console's pages answer a bad query (invalid_request) in plain text.
 		{"text", func(w http.ResponseWriter, _ *http.Request, e *fencegate.Error) {
 			http.Error(w, e.Message, httprefusal.Status(e))
 		}},
 	}
+}
+
+func must[U any](u U, err error) U {
+	if err != nil {
+		panic(err)
+	}
+	return u
 }
 
 var s3RequestID = regexp.MustCompile(`[0-9a-z]{10,14}`)

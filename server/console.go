@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"net/http"
 	"net/url"
@@ -179,15 +178,10 @@ func (cr consoleRoutes) Routes() []console.Route {
 				r.UnfencedMethods = fencegate.ReadMethods()
 			}
 		}
-		switch {
-		case rc.Upstream != nil:
+		if rc.Upstream != nil {
 			r.UpstreamKind, r.Upstream = "http", config.RedactURL(rc.Upstream.URL)
-		case rc.S3 != nil:
-			r.UpstreamKind, r.Upstream = "s3", config.RedactURL(rc.S3.Endpoint)
-		case rc.GCS != nil:
-			r.UpstreamKind, r.Upstream = "gcs", config.RedactURL(cmp.Or(rc.GCS.Endpoint, "https://storage.googleapis.com"))
-		case rc.Azure != nil:
-			r.UpstreamKind, r.Upstream = "azure", config.RedactURL(rc.Azure.Endpoint)
+		} else if s := rc.ObjectStore(); s != nil {
+			r.UpstreamKind, r.Upstream = s.Kind(), config.RedactURL(s.StoreEndpoint())
 		}
 		out = append(out, r)
 	}

@@ -20,9 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
-	"github.com/fencegate/fencegate/adapters/gcs"
 	"github.com/fencegate/fencegate/adapters/relay"
-	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/adapters/upstreamconn"
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
@@ -204,14 +202,6 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	// Plain-http upstreams: upstreamconn's client on the handler's goroutine;
 	// https ones (HTTP/2) and upgrades: net/http's.
 	transport := upstreamconn.NewTransport(relay.NewTransport(nil))
-	// upstream.keep_alive_writes, and Azure routes: the store's front ends
-	// and Azurite (Node's HTTP parser frames every body whether or not the
-	// handler reads it) never take a body for a request, and fencegate
-	// doctor checks it (the unread-body probe). Closing after each write
-	// cost a connection per blob: a 4 KiB Put Blob through the gateway at
-	// about 80% of direct Azurite, 92–93% with its connection kept.
-	keepTransport := upstreamconn.NewTransport(relay.NewTransport(nil))
-	keepTransport.KeepBodies = true
 	// upstream.keep_alive_writes trusts an upstream observed to read
 	// bodies: its writes with a precondition or an Expect, which servers
 	// answer from the head alone, still close (CloseShortcuts).
@@ -219,8 +209,8 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 	keepWrites.KeepBodies, keepWrites.CloseShortcuts = true, true
 	// upstream.h2c: HTTP/2 frames bodies, so writes keep connections.
 	h2cTransport := upstreamconn.NewH2C(relay.NewTransport(nil))
-	s3Transport := s3.NewTransport(nil) // S3 routes: small connection buffers
-	gcsTransport := gcs.NewTransport()  // GCS routes: writes keep their connections
+	// Object-store routes: each dialect's transport, shared by its routes.
+	storeTransports := map[string]http.RoundTripper{}
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {
 		var up gateway.Upstream
@@ -251,24 +241,21 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
 			up = h
-		case rc.GCS != nil:
-			g, err := newGCSUpstream(cfg, rc, log, telemetry.Transport(gcsTransport), store)
-			if err != nil {
-				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
-			}
-			up = g
-		case rc.Azure != nil:
-			az, err := newAzureUpstream(cfg, rc, log, telemetry.Transport(keepTransport), store)
-			if err != nil {
-				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
-			}
-			up = az
 		default:
-			s3up, err := newS3Upstream(cfg, rc, log, telemetry.Transport(s3Transport), store)
-			if err != nil {
+			dia, ok := ObjectStoreOf(rc)
+			if !ok {
+				return nil, fmt.Errorf("gateway.routes[%d] (%s): no upstream", i, rc.Name)
+			}
+			kind := rc.ObjectStore().Kind()
+			tr, ok := storeTransports[kind]
+			if !ok {
+				tr = dia.transport()
+				storeTransports[kind] = tr
+			}
+			var err error
+			if up, err = dia.build(cfg, rc, log, telemetry.Transport(tr), store); err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
-			up = s3up
 		}
 		rt, err := gateway.NewRoute(RouteOptions(rc), up)
 		if err != nil {

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/relay"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/httprefusal"
@@ -45,28 +46,20 @@ import (
 // Upstream forwards Blob service requests. It implements gateway.Upstream,
 // gateway.Inspector, gateway.ErrorWriter and gateway.ObjectNamer.
 type Upstream struct {
+	*objectstore.Core[state]
 	route       string
 	endpoint    *url.URL
 	cred        *sharedKey // nil: sas
 	sas         url.Values
 	clients     map[string]*sharedKey
-	tokenHeader string
 	stampHeader string // "" unless stamping
 	stampKey    string // the metadata name of the stamp
 	tracker     *precondition.Tracker
 	leases      *leaseGuard // nil unless lease_guard
 	transport   http.RoundTripper
-	proxy       *relay.Proxy
 	now         func() time.Time
 	log         *slog.Logger
 }
-
-var (
-	_ gateway.Upstream    = (*Upstream)(nil)
-	_ gateway.Inspector   = (*Upstream)(nil)
-	_ gateway.ErrorWriter = (*Upstream)(nil)
-	_ gateway.ObjectNamer = (*Upstream)(nil)
-)
 
 // Client is a worker's Shared Key credential.
 type Client struct {
@@ -132,7 +125,7 @@ func New(opts Options) (*Upstream, error) {
 	e.Path = strings.TrimSuffix(e.Path, "/")
 	e.RawPath = ""
 	u := &Upstream{
-		route: opts.Route, endpoint: e, tokenHeader: opts.TokenHeader,
+		route: opts.Route, endpoint: e,
 		transport: opts.Transport, now: opts.Now, log: opts.Logger,
 		clients: map[string]*sharedKey{},
 	}
@@ -165,9 +158,6 @@ func New(opts Options) (*Upstream, error) {
 		}
 		u.clients[c.AccountName] = cred
 	}
-	if u.tokenHeader == "" {
-		u.tokenHeader = fencegate.DefaultTokenHeader
-	}
 	if u.log == nil {
 		u.log = slog.Default()
 	}
@@ -186,16 +176,9 @@ func New(opts Options) (*Upstream, error) {
 		u.stampHeader = "X-Ms-Meta-" + k
 	}
 	u.stampKey = opts.StampKey
-	if opts.PreconditionETag {
-		// An ETag is a blob's; a resource spanning several blobs has no
-		// one ETag to compare.
-		if !oneBlob {
-			return nil, errors.New("precondition: etag needs a resource template naming one blob, with {container} and {blob}")
-		}
-		if opts.ETags == nil {
-			return nil, errors.New("precondition: etag needs a store that records ETags")
-		}
-		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: opts.Route, Upstream: "Azure", Log: u.log}
+	if u.tracker, err = objectstore.NewTracker(opts.PreconditionETag, objectstore.Precondition{Name: "etag",
+		Store: opts.ETags, Route: opts.Route, Upstream: "Azure", Log: u.log}, opts.Resource, "container", "blob"); err != nil {
+		return nil, err
 	}
 	if opts.LeaseGuard {
 		if !oneBlob {
@@ -206,20 +189,32 @@ func New(opts Options) (*Upstream, error) {
 		}
 		u.leases = &leaseGuard{secret: opts.LeaseSecret}
 	}
-	u.proxy = relay.NewProxy(&transport{u: u}, u.rewrite)
+	// azblob sends the "/" of a blob name as %2F (gateway.ObjectNamer).
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true, TokenHeader: opts.TokenHeader})
 	return u, nil
 }
 
-// EncodedSlashNames implements gateway.ObjectNamer: azblob sends the "/"
-// of a blob name as %2F.
-func (u *Upstream) EncodedSlashNames() bool { return true }
+// dialect is the Blob service's REST API behind the object-store core.
+type dialect struct{ *Upstream }
 
-// Inspect implements gateway.Inspector: it verifies the worker's Shared
-// Key signature and names the blob (or container) the request writes.
-func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
+// state is what Inspect learnt of a request (its target) and what its
+// forward needs besides.
+type state struct {
+	target
+	leaseID string // the gateway's lease id to send ("" none)
+	stamp   bool
+}
+
+// forward is one admitted request on its way to the store.
+type forward = objectstore.Forward[state]
+
+// Inspect verifies the worker's Shared Key signature (or account SAS) and
+// names the blob (or container) the request writes.
+func (d dialect) Inspect(r *http.Request) (gateway.Inspection, *state, error) {
+	u := d.Upstream
 	t, ref := parseTarget(r)
 	if ref != nil {
-		return gateway.Inspection{}, ref
+		return gateway.Inspection{}, nil, ref
 	}
 	var (
 		owner string
@@ -237,17 +232,17 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	}
 	if err != nil {
 		// Which check failed is told; no key or signature is.
-		return gateway.Inspection{}, &fencegate.Error{Code: fencegate.CodeForbidden,
+		return gateway.Inspection{}, nil, &fencegate.Error{Code: fencegate.CodeForbidden,
 			Message: "the request is not signed with Shared Key credentials or an account SAS of one of this route's azure.clients: " + err.Error()}
 	}
 	switch {
 	case t.op == opUnsupported:
-		return gateway.Inspection{}, httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest, Message: t.why})
+		return gateway.Inspection{}, nil, httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest, Message: t.why})
 	case t.op == opLease && u.leases != nil:
-		return gateway.Inspection{}, &fencegate.Error{Code: fencegate.CodeForbidden,
+		return gateway.Inspection{}, nil, &fencegate.Error{Code: fencegate.CodeForbidden,
 			Message: "blob leases are the gateway's on a route with lease_guard: true"}
 	}
-	insp := gateway.Inspection{Owner: owner, State: &t}
+	insp := gateway.Inspection{Owner: owner}
 	if t.container != "" {
 		insp.Vars = vars(t.container, t.blob)
 		// The container is the collection of its blobs: a write of the
@@ -256,82 +251,29 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 		insp.Collection = map[string]string{"container": t.container}
 		insp.WritesCollection = t.op == opContainer
 	}
-	return insp, nil
+	return insp, &state{target: t}, nil
 }
 
 func vars(container, blob string) map[string]string {
-	v := map[string]string{"container": container}
-	if blob != "" {
-		v["blob"] = blob
-	}
-	return v
+	return objectstore.Vars("container", container, "blob", blob)
 }
 
-// forward is the per-request state shared by rewrite, the transport and
-// the answer's bookkeeping.
-type forward struct {
-	in       *http.Request
-	target   target
-	token    int64
-	resource string
-	etag     *precondition.Write // ETag bookkeeping; nil if untracked
-	leaseID  string              // the gateway's lease id to send ("" none)
-	stamp    bool
+// Prepare decides whether the forward carries the gateway's stamp.
+func (d dialect) Prepare(f *forward) error {
+	if f.Token > 0 && d.stampHeader != "" {
+		f.State.stamp = stamped(f.In.Method, f.State.target)
+	}
+	return nil
 }
 
-type forwardKey struct{}
-
-// Forward implements gateway.Upstream.
-func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
-	req := gateway.RequestFrom(r.Context())
-	var t target
-	if req != nil {
-		if it, ok := req.Inspected.(*target); ok {
-			t = *it
-		}
+// Guard takes (or keeps) the gateway's lease on the blob a write changes
+// (lease_guard).
+func (d dialect) Guard(f *forward) error {
+	if d.leases == nil || f.State.blob == "" {
+		return nil
 	}
-	if req == nil || req.Inspected == nil {
-		// Not inspected by this upstream (a caller other than the
-		// gateway): inspect here.
-		insp, err := u.Inspect(r)
-		if err != nil {
-			return err
-		}
-		t = *insp.State.(*target)
-	}
-	f := &forward{in: r, target: t}
-	if req != nil {
-		f.token = req.Token
-		if len(req.Resources) == 1 {
-			f.resource = req.Resources[0]
-		}
-	}
-	if f.token > 0 && u.stampHeader != "" {
-		f.stamp = stamped(r.Method, t)
-	}
-	if f.token > 0 && u.tracker != nil && f.resource != "" {
-		if err := u.begin(r, f); err != nil {
-			return err
-		}
-	}
-	if f.token > 0 && u.leases != nil && t.blob != "" {
-		id, err := u.leases.before(r.Context(), u, f)
-		if err != nil {
-			if f.etag != nil {
-				f.etag.Failed(r.Context())
-			}
-			return err
-		}
-		f.leaseID = id
-	}
-	err := u.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
-	if err != nil && f.etag != nil {
-		var ref *fencegate.Error
-		if !errors.As(err, &ref) {
-			// The request may or may not have reached the store.
-			f.etag.Failed(r.Context())
-		}
-	}
+	id, err := d.leases.before(f.In.Context(), d.Upstream, f)
+	f.State.leaseID = id
 	return err
 }
 
@@ -352,13 +294,13 @@ func stamped(method string, t target) bool {
 // canonical path, the worker's credentials and token removed (the
 // transport signs with the gateway's), a copy source on the gateway
 // pointed at the store, the gateway's precondition, stamp and lease id.
-func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
-	f := pr.In.Context().Value(forwardKey{}).(*forward)
+func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
+	u := d.Upstream
 	out := pr.Out
 	out.URL.Scheme, out.URL.Host = u.endpoint.Scheme, u.endpoint.Host
-	out.URL.RawPath = u.endpoint.EscapedPath() + f.target.path
+	out.URL.RawPath = u.endpoint.EscapedPath() + f.State.path
 	out.URL.Path, _ = url.PathUnescape(out.URL.RawPath)
-	if f.target.workerSAS {
+	if f.State.workerSAS {
 		// The worker's SAS is signed with its own key, which the store
 		// does not know; the gateway's credentials authorize the forward.
 		out.URL.RawQuery = withoutSAS(out.URL.RawQuery)
@@ -372,14 +314,13 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	}
 	out.Host = ""
 	out.Header.Del("Authorization")
-	out.Header.Del(u.tokenHeader)
 	if src := out.Header.Get("X-Ms-Copy-Source"); src != "" {
 		out.Header.Set("X-Ms-Copy-Source", u.copySource(pr.In, src))
 	}
-	if f.etag != nil {
-		f.etag.Apply(out.Header)
+	if f.Version != nil {
+		f.Version.Apply(out.Header)
 	}
-	if f.stamp {
+	if f.State.stamp {
 		// Set, not merged: a worker's own value would forge the stamp
 		// `fence rebuild` trusts.
 		for k := range out.Header {
@@ -387,10 +328,10 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 				delete(out.Header, k)
 			}
 		}
-		out.Header.Set(u.stampHeader, fmt.Sprint(f.token))
+		out.Header.Set(u.stampHeader, fmt.Sprint(f.Token))
 	}
-	if f.leaseID != "" {
-		out.Header.Set("X-Ms-Lease-Id", f.leaseID)
+	if f.State.leaseID != "" {
+		out.Header.Set("X-Ms-Lease-Id", f.State.leaseID)
 	}
 }
 
@@ -413,52 +354,46 @@ func (u *Upstream) copySource(in *http.Request, src string) string {
 	return out.String()
 }
 
-// transport signs each outbound request with the gateway's credentials
-// and does the bookkeeping of the answer.
-type transport struct{ u *Upstream }
-
-func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	u := t.u
+// send signs a request with the gateway's credentials and sends it.
+func (u *Upstream) send(req *http.Request) (*http.Response, error) {
 	if u.cred != nil {
 		if err := sign(req, u.cred, u.now()); err != nil {
 			return nil, fmt.Errorf("azure: sign: %w", err)
 		}
 	}
-	resp, err := u.transport.RoundTrip(req)
-	f, _ := req.Context().Value(forwardKey{}).(*forward)
-	if err != nil || f == nil {
-		return resp, err
+	return u.transport.RoundTrip(req)
+}
+
+// RoundTrip sends a forward signed with the gateway's credentials and
+// takes the lease of a blob the write created (lease_guard).
+func (d dialect) RoundTrip(req *http.Request, f *forward) (*http.Response, error) {
+	resp, err := d.send(req)
+	if err == nil && d.leases != nil && f.State.blob != "" {
+		d.leases.after(req.Context(), d.Upstream, f, resp)
 	}
-	if u.leases != nil && f.target.blob != "" {
-		u.leases.after(req.Context(), u, f, resp)
-	}
-	if f.etag == nil {
-		return resp, nil
-	}
+	return resp, err
+}
+
+// Answer reads the status and the ETag of a write's answer.
+func (d dialect) Answer(f *forward, resp *http.Response) (int, string, error) {
 	status := resp.StatusCode
-	if status == http.StatusConflict && f.etag.IfNoneMatch && resp.Header.Get("X-Ms-Error-Code") == "BlobAlreadyExists" {
+	if status == http.StatusConflict && f.Version.IfNoneMatch && resp.Header.Get("X-Ms-Error-Code") == "BlobAlreadyExists" {
 		// The store answers If-None-Match: * on a blob that exists with
 		// 409 BlobAlreadyExists, not 412: the gateway's condition failed
 		// (the worker asked for none).
 		status = http.StatusPreconditionFailed
 	}
-	if err := f.etag.Answered(req.Context(), status, resp.Header.Get("ETag")); err != nil {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, fencegate.MaxRefusalBody))
-		resp.Body.Close()
-		return nil, err
-	}
-	return resp, nil
+	return status, resp.Header.Get("ETag"), nil
 }
 
-// begin loads the ETag the gateway last wrote and makes the write
-// conditional on it (package precondition).
-func (u *Upstream) begin(r *http.Request, f *forward) error {
-	t := f.target
+// Tracks names the ETag bookkeeping of a write (package precondition).
+func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
+	t, r := f.State, f.In
 	kind, conditional := precondition.Replace, true
 	switch t.op {
 	case opBlock:
 		// Staging a block leaves the blob and its ETag as they are.
-		return nil
+		return 0, false, false
 	case opBlockList:
 	case opCopy:
 		// The copy's ETag may be the destination's before an
@@ -478,20 +413,19 @@ func (u *Upstream) begin(r *http.Request, f *forward) error {
 	case opLease:
 		kind, conditional = precondition.Opaque, false
 	default:
-		return nil
+		return 0, false, false
 	}
 	if conditional && precondition.PinsVersion(r.Header) {
 		// The worker pins a version itself: a delayed request cannot
 		// satisfy it after a newer write either.
 		conditional = false
 	}
-	w, err := u.tracker.Begin(r.Context(), f.resource, f.token, kind, conditional,
-		func(ctx context.Context) (string, error) { return u.etag(ctx, t.container, t.blob) })
-	if err != nil {
-		return err
-	}
-	f.etag = w
-	return nil
+	return kind, conditional, true
+}
+
+// Version asks the store for the ETag of the write's blob.
+func (d dialect) Version(ctx context.Context, f *forward) (string, error) {
+	return d.etag(ctx, f.State.container, f.State.blob)
 }
 
 // blobURL is the store's URL of a blob.
@@ -507,9 +441,6 @@ func (u *Upstream) blobURL(container, blob string) *url.URL {
 
 // do sends a request of the gateway's own to the store, signed.
 func (u *Upstream) do(ctx context.Context, method string, target *url.URL, h http.Header) (*http.Response, error) {
-	// Not a forward: the transport does no bookkeeping of it, even when
-	// ctx is a forward's.
-	ctx = context.WithValue(ctx, forwardKey{}, (*forward)(nil))
 	req, err := http.NewRequestWithContext(ctx, method, target.String(), nil)
 	if err != nil {
 		return nil, err
@@ -518,7 +449,7 @@ func (u *Upstream) do(ctx context.Context, method string, target *url.URL, h htt
 		req.Header[k] = vs
 	}
 	req.Header.Set("X-Ms-Version", apiVersion)
-	return (&transport{u: u}).RoundTrip(req)
+	return u.send(req)
 }
 
 // apiVersion is the x-ms-version of the gateway's own requests.

@@ -3,13 +3,12 @@ package azure
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
-	"unicode"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/httprefusal"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // How a write is classified, and why it fails closed.
@@ -149,9 +148,9 @@ func findRule(method string, lvl level, restype, comp string) (writeRule, bool) 
 
 // check refuses a request that lacks what the row's operation requires,
 // or carries a selector of another operation.
-func (w writeRule) check(r *http.Request, q query) *fencegate.Error {
+func (w writeRule) check(r *http.Request, q resource.Query) *fencegate.Error {
 	for _, p := range w.params {
-		if q.get(p) == "" {
+		if q.Get(p) == "" {
 			return fencegate.InvalidRequest("%s?comp=%s needs the %s query parameter: without it the store runs another operation", r.Method, w.comp, p)
 		}
 	}
@@ -215,100 +214,50 @@ func checkWriteHeaders(r *http.Request) *fencegate.Error {
 	return nil
 }
 
-// query is a request's query parameters in the order sent.
-type query []param
+// readRules read a read's query: its names are the store's to judge
+// (what a read lists decides only the SAS permission it needs), but a name
+// sent twice in any case is refused all the same: the service reads names
+// without regard to case, Azurite reads a repeated name as an array that
+// matches no operation.
+var readRules = &resource.QueryRules{OtherNames: true, EncodedNames: true}
 
-type param struct{ name, value, raw string } // raw: the name as sent
+// writeRules are the query parameters a write may carry, spelled as the
+// SDKs and the store spell them: the operation's (comp, restype, blockid,
+// copyid), what it addresses (snapshot, versionid), timeout, and a
+// worker's account SAS; each with a value, none percent-encoded in its
+// name (Azurite dispatches on the decoded name and verifies signatures on
+// the encoded one).
+var writeQueryRules = func() *resource.QueryRules {
+	r := &resource.QueryRules{Params: map[string]resource.ParamRule{}}
+	for _, n := range append([]string{"comp", "restype", "blockid", "copyid", "snapshot", "versionid", "timeout"}, sasParams...) {
+		r.Params[n] = resource.ParamText
+	}
+	return r
+}()
 
-// parseQuery reads a query string as Go's url.ParseQuery and the store
-// do, keeping the order, and refuses a name sent twice in any case: the
-// service reads names without regard to case, Azurite reads a repeated
-// name as an array that matches no operation.
-func parseQuery(raw string) (query, *fencegate.Error) {
-	var q query
-	seen := map[string]bool{} // foldKey of each name: linear, not quadratic, in the pairs
-	for raw != "" {
-		var kv string
-		kv, raw, _ = strings.Cut(raw, "&")
-		if kv == "" {
-			continue
-		}
-		if strings.Contains(kv, ";") {
-			return nil, fencegate.InvalidRequest("the query string is not valid: a ; separates nothing")
-		}
-		k, v, _ := strings.Cut(kv, "=")
-		name, err1 := url.QueryUnescape(k)
-		value, err2 := url.QueryUnescape(v)
-		if err1 != nil || err2 != nil {
-			return nil, fencegate.InvalidRequest("the query string is not valid: bad percent-encoding")
-		}
-		if fk := foldKey(name); seen[fk] {
-			return nil, fencegate.InvalidRequest("the query parameter %q must be sent once, in one spelling", strings.ToLower(name))
-		} else {
-			seen[fk] = true
-		}
-		q = append(q, param{name, value, k})
+// parseQuery reads a request's query (resource.ParseQuery) with the rules
+// of a read or a write.
+func parseQuery(raw string, write bool) (resource.Query, *fencegate.Error) {
+	rules := readRules
+	if write {
+		rules = writeQueryRules
+	}
+	q, err := resource.ParseQuery(raw, rules)
+	if err != nil {
+		return nil, fencegate.InvalidRequest("%s", err)
 	}
 	return q, nil
 }
 
-// foldKey is s with each rune replaced by the least rune of its simple
-// case-folding orbit: foldKey(a) == foldKey(b) exactly when
-// strings.EqualFold(a, b) (invalid UTF-8 reads as U+FFFD in both).
-func foldKey(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for _, r := range s {
-		m := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			m = min(m, f)
-		}
-		b.WriteRune(m)
-	}
-	return b.String()
-}
-
-// get is the value of the parameter spelled name ("" if absent).
-func (q query) get(name string) string {
+// getFold is the value of the parameter named name in any case (a read's
+// comp, which decides its SAS permission).
+func getFold(q resource.Query, name string) string {
 	for _, p := range q {
-		if p.name == name {
-			return p.value
+		if strings.EqualFold(p.Name, name) {
+			return p.Value
 		}
 	}
 	return ""
-}
-
-// getFold is the value of the parameter named name in any case.
-func (q query) getFold(name string) string {
-	for _, p := range q {
-		if strings.EqualFold(p.name, name) {
-			return p.value
-		}
-	}
-	return ""
-}
-
-// writeParams are the query parameters a write may carry, spelled as the
-// SDKs and the store spell them: the operation's (comp, restype, blockid,
-// copyid), what it addresses (snapshot, versionid), timeout, and a
-// worker's account SAS.
-var writeParams = append([]string{"comp", "restype", "blockid", "copyid", "snapshot", "versionid", "timeout"}, sasParams...)
-
-// checkWrite refuses query parameters of a write the gateway does not
-// classify by, parameters in another spelling than the one the store
-// reads (a percent-encoded name too: Azurite dispatches on the decoded
-// name and verifies signatures on the encoded one), and empty values.
-func (q query) checkWrite() *fencegate.Error {
-	for _, p := range q {
-		if !slices.Contains(writeParams, p.name) || p.raw != p.name {
-			return fencegate.InvalidRequest("the query parameter %q is not accepted on a write: the gateway classifies writes by %s, spelled in lower case",
-				p.name, strings.Join(writeParams[:7], ", "))
-		}
-		if p.value == "" {
-			return fencegate.InvalidRequest("the query parameter %s is empty on a write: leave it out or give its value", p.name)
-		}
-	}
-	return nil
 }
 
 // describe names a request's row for a refusal.

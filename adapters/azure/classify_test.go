@@ -49,6 +49,9 @@ func TestClassifyWrites(t *testing.T) {
 		{"PUT", "/c/b?comp=metadata;comp=block", nil, refused},
 		{"PUT", "/c/b?c%6Fmp=metadata", nil, refused},
 		{"PUT", "/c/b?comp=block%6Cist", nil, opBlockList},
+		// One parser for every dialect (resource.ParseQuery): no empty pair.
+		{"PUT", "/c/b?comp=metadata&", nil, refused},
+		{"PUT", "/c/b?comp=metadata&&timeout=3", nil, refused},
 		{"PUT", "/c?restype=Container", nil, opUnsupported},
 		// Missing what selects the operation: the store falls back.
 		{"PUT", "/c/b?comp=block", []string{"X-Ms-Blob-Type: BlockBlob"}, refused},

@@ -41,10 +41,10 @@ func (g *leaseGuard) leaseID(container, blob string) string {
 // A blob leased by anyone else is refused: a write around the gateway
 // holds it.
 func (g *leaseGuard) before(ctx context.Context, u *Upstream, f *forward) (string, error) {
-	id := g.leaseID(f.target.container, f.target.blob)
-	status, code, err := g.acquire(ctx, u, f.target, id)
+	id := g.leaseID(f.State.target.container, f.State.target.blob)
+	status, code, err := g.acquire(ctx, u, f.State.target, id)
 	if err != nil {
-		return "", fencegate.Unavailable(f.resource, fmt.Errorf("lease_guard: acquire: %w", err))
+		return "", fencegate.Unavailable(f.Resource, fmt.Errorf("lease_guard: acquire: %w", err))
 	}
 	switch {
 	case status == http.StatusCreated || status == http.StatusOK:
@@ -52,21 +52,21 @@ func (g *leaseGuard) before(ctx context.Context, u *Upstream, f *forward) (strin
 	case status == http.StatusNotFound:
 		return "", nil
 	case status == http.StatusConflict:
-		return "", httprefusal.WithStatus(http.StatusConflict, &fencegate.Error{Code: fencegate.CodeForbidden, Resource: f.resource,
+		return "", httprefusal.WithStatus(http.StatusConflict, &fencegate.Error{Code: fencegate.CodeForbidden, Resource: f.Resource,
 			Message: "lease_guard: the blob is leased by someone other than the gateway (" + code + "): a lease taken around the gateway must be broken by the account's owner"})
 	}
-	return "", &fencegate.Error{Code: fencegate.CodeUpstreamUnavailable, Resource: f.resource,
+	return "", &fencegate.Error{Code: fencegate.CodeUpstreamUnavailable, Resource: f.Resource,
 		Message: fmt.Sprintf("lease_guard: the store answered %d (%s) to the gateway's lease", status, code)}
 }
 
 // after takes the lease on a blob the write created.
 func (g *leaseGuard) after(ctx context.Context, u *Upstream, f *forward, resp *http.Response) {
-	if f.leaseID != "" || resp.StatusCode/100 != 2 || f.in.Method == http.MethodDelete || f.target.op == opBlock {
+	if f.State.leaseID != "" || resp.StatusCode/100 != 2 || f.In.Method == http.MethodDelete || f.State.target.op == opBlock {
 		return
 	}
-	id := g.leaseID(f.target.container, f.target.blob)
-	if status, code, err := g.acquire(context.WithoutCancel(ctx), u, f.target, id); err != nil || status/100 != 2 {
-		u.log.Warn("lease_guard: the gateway could not take the lease of a blob it created", "resource", f.resource, "status", status, "code", code, "err", err)
+	id := g.leaseID(f.State.target.container, f.State.target.blob)
+	if status, code, err := g.acquire(context.WithoutCancel(ctx), u, f.State.target, id); err != nil || status/100 != 2 {
+		u.log.Warn("lease_guard: the gateway could not take the lease of a blob it created", "resource", f.Resource, "status", status, "code", code, "err", err)
 	}
 }
 

@@ -13,31 +13,22 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 
-	"github.com/fencegate/fencegate/precondition"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // ProbeBlob is the blob the racing probe writes and deletes.
 const ProbeBlob = ".fencegate-probe"
 
-// ProbeRace runs precondition.Probe on the store with the gateway's
-// credentials, through the official SDK (azblob) rather than the gateway's
-// own signing: n uploads with If-None-Match: * race to create the probe
-// blob in container, then n with its ETag race to replace it, and a write
-// on a wrong ETag must be refused. Exactly one of each round may win;
-// anything else means precondition: etag gives no protection on this
-// store. The probe blob is deleted afterwards.
+// ProbeRace runs the racing probe (objectstore.ProbeRace) on the store,
+// through the official SDK (azblob) rather than the gateway's own signing:
+// Put Blobs with If-None-Match: *, then If-Match on the probe blob's ETag,
+// in container.
 func (u *Upstream) ProbeRace(ctx context.Context, container string, n int) error {
 	c, err := u.sdkClient(container, ProbeBlob)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", container, err)
 	}
-	p := &probe{c: c}
-	p.del(ctx)
-	defer p.del(context.WithoutCancel(ctx))
-	if err := precondition.Probe(ctx, p, n); err != nil {
-		return fmt.Errorf("container %s: %w", container, err)
-	}
-	return nil
+	return objectstore.ProbeRace(ctx, "container", container, &probe{c: c}, n)
 }
 
 // sdkClient is azblob's client of one blob, with the gateway's
@@ -101,6 +92,6 @@ func (p *probe) Head(ctx context.Context) (string, error) {
 	return string(*resp.ETag), nil
 }
 
-func (p *probe) del(ctx context.Context) { p.c.Delete(ctx, nil) }
+func (p *probe) Delete(ctx context.Context) { p.c.Delete(ctx, nil) }
 
 func to[T any](v T) *T { return &v }

@@ -4,19 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
-)
 
-// Stamp is one blob's fencing-token stamp, as `stamp: true` wrote it.
-type Stamp struct {
-	Container, Blob string
-	Token           int64
-}
+	"github.com/fencegate/fencegate/adapters/objectstore"
+)
 
 // ObjectVars are the template variables of one blob (container, blob), as
 // Inspect derives them for a request writing it.
@@ -28,7 +23,7 @@ func (u *Upstream) ObjectVars(container, blob string) map[string]string { return
 // Blobs without a stamp (written before stamping was on, or around the
 // gateway) are skipped and counted in unstamped; a malformed stamp is an
 // error, not a guess. Memory is bounded by one listing page.
-func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string, fn func(Stamp) error) (unstamped int, err error) {
+func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string, fn func(objectstore.Stamp) error) (unstamped int, err error) {
 	c, err := u.containerClient(containerName)
 	if err != nil {
 		return 0, fmt.Errorf("container %s: %w", containerName, err)
@@ -37,6 +32,7 @@ func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string,
 	if key == "" {
 		key = DefaultStampKey
 	}
+	scan := &objectstore.StampScan{Collection: containerName, Key: key, Fn: fn}
 	opts := &container.ListBlobsFlatOptions{Include: container.ListBlobsInclude{Metadata: true}}
 	if prefix != "" {
 		opts.Prefix = &prefix
@@ -45,7 +41,7 @@ func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string,
 	for pager.More() {
 		page, err := pager.NextPage(ctx)
 		if err != nil {
-			return unstamped, fmt.Errorf("list %s/%s: %w", containerName, prefix, listError(err))
+			return scan.Unstamped, fmt.Errorf("list %s/%s: %w", containerName, prefix, listError(err))
 		}
 		if page.Segment == nil {
 			continue
@@ -55,20 +51,12 @@ func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string,
 				continue
 			}
 			v, ok := metaValue(b.Metadata, key)
-			if !ok {
-				unstamped++
-				continue
-			}
-			tok, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || tok <= 0 {
-				return unstamped, fmt.Errorf("blob %s/%s: stamp %s: %q is not a token", containerName, *b.Name, key, v)
-			}
-			if err := fn(Stamp{Container: containerName, Blob: *b.Name, Token: tok}); err != nil {
-				return unstamped, err
+			if err := scan.Object(*b.Name, v, ok); err != nil {
+				return scan.Unstamped, err
 			}
 		}
 	}
-	return unstamped, nil
+	return scan.Unstamped, nil
 }
 
 // metaValue finds a metadata value by name: Azure metadata names are

@@ -120,18 +120,16 @@ func parseTarget(r *http.Request) (target, *fencegate.Error) {
 	if slash && container != "" {
 		t.path += "/"
 	}
-	q, ferr := parseQuery(r.URL.RawQuery)
+	read := fencegate.ReadMethod(r.Method)
+	q, ferr := parseQuery(r.URL.RawQuery, !read)
 	if ferr != nil {
 		return t, ferr
 	}
-	if fencegate.ReadMethod(r.Method) {
+	if read {
 		// What a read lists or reads decides the SAS permission it
 		// needs, not a fence.
-		t.comp = strings.ToLower(q.getFold("comp"))
+		t.comp = strings.ToLower(getFold(q, "comp"))
 		return t, nil
-	}
-	if ferr := q.checkWrite(); ferr != nil {
-		return t, ferr
 	}
 	if ferr := checkWriteHeaders(r); ferr != nil {
 		return t, ferr
@@ -139,7 +137,7 @@ func parseTarget(r *http.Request) (target, *fencegate.Error) {
 	if slash && t.blob != "" {
 		return t, fencegate.InvalidResource("refused path: a blob name ending in / is not written through the gateway")
 	}
-	t.comp = q.get("comp")
+	t.comp = q.Get("comp")
 	switch {
 	case t.comp == "batch":
 		t.op, t.why = opUnsupported, "Blob Batch is not supported by the gateway: it would write blobs it does not fence; send each request on its own"
@@ -152,9 +150,9 @@ func parseTarget(r *http.Request) (target, *fencegate.Error) {
 	if t.blob == "" {
 		lvl = levelContainer
 	}
-	rule, ok := findRule(r.Method, lvl, q.get("restype"), t.comp)
+	rule, ok := findRule(r.Method, lvl, q.Get("restype"), t.comp)
 	if !ok {
-		t.op, t.why = opUnsupported, describe(r.Method, lvl, q.get("restype"), t.comp)+
+		t.op, t.why = opUnsupported, describe(r.Method, lvl, q.Get("restype"), t.comp)+
 			" is not a write the gateway knows: it is refused rather than guessed"
 		return t, nil
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/httprefusal"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // jsonError is the JSON API's error document ({"error": {...}}, as the
@@ -28,32 +29,24 @@ type errorItem struct {
 
 // details carries the fields of fencegate's own JSON refusal.
 type details struct {
-	Type     string `json:"@type"`
-	Code     string `json:"error"`
-	Resource string `json:"resource,omitempty"`
-	Token    int64  `json:"token,omitempty"`
-	Highest  int64  `json:"highest,omitempty"`
-	Route    string `json:"route,omitempty"`
-	Owner    string `json:"owner,omitempty"`
+	Type string `json:"@type"`
+	Code string `json:"error"`
+	objectstore.Fields
 }
 
 // DetailsType is the @type of the details entry of a refusal.
 const DetailsType = "type.fencegate.dev/Refusal"
 
-// WriteError implements gateway.ErrorWriter: refusals in the JSON API's
-// error format, with fencegate's code (stale_fencing_token, ...) as the
-// reason.
-func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
-	status := httprefusal.WriteHeader(w, e, "application/json; charset=UTF-8")
-	if r.Method == http.MethodHead {
-		return
-	}
+// RefusalBody is a refusal in the JSON API's error format, with
+// fencegate's code (stale_fencing_token, ...) as the reason.
+func (d dialect) RefusalBody(h http.Header, e *fencegate.Error) []byte {
+	status := httprefusal.Status(e)
 	var doc jsonError
 	doc.Error.Code = status
 	doc.Error.Message = e.Message
 	doc.Error.Errors = []errorItem{{Domain: "fencegate", Reason: e.Code, Message: e.Message}}
-	doc.Error.Details = []details{{Type: DetailsType, Code: e.Code, Resource: e.Resource,
-		Token: e.Token, Highest: e.Highest, Route: e.Route, Owner: e.Owner}}
+	doc.Error.Details = []details{{Type: DetailsType, Code: e.Code, Fields: objectstore.FieldsOf(e)}}
+	h.Set("Content-Type", "application/json; charset=UTF-8")
 	b, _ := json.Marshal(doc)
-	w.Write(b)
+	return b
 }

@@ -29,7 +29,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,7 +43,7 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/adapters/relay"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/precondition"
@@ -59,25 +58,17 @@ const Scope = "https://www.googleapis.com/auth/devstorage.read_write"
 // Upstream forwards GCS JSON API requests. It implements gateway.Upstream,
 // gateway.Inspector, gateway.ErrorWriter and gateway.ObjectNamer.
 type Upstream struct {
-	route       string
-	endpoint    *url.URL
-	tokens      oauth2.TokenSource // nil: no credentials (emulator)
-	tokenHeader string
-	sessionKey  []byte
-	stampKey    string // "" unless stamping
-	scanKey     string // the stamp's key ScanStamps reads (stamping or not)
-	tracker     *precondition.Tracker
-	transport   http.RoundTripper
-	proxy       *relay.Proxy
-	log         *slog.Logger
+	*objectstore.Core[state]
+	route      string
+	endpoint   *url.URL
+	tokens     oauth2.TokenSource // nil: no credentials (emulator)
+	sessionKey []byte
+	stampKey   string // "" unless stamping
+	scanKey    string // the stamp's key ScanStamps reads (stamping or not)
+	tracker    *precondition.Tracker
+	transport  http.RoundTripper
+	log        *slog.Logger
 }
-
-var (
-	_ gateway.Upstream    = (*Upstream)(nil)
-	_ gateway.Inspector   = (*Upstream)(nil)
-	_ gateway.ErrorWriter = (*Upstream)(nil)
-	_ gateway.ObjectNamer = (*Upstream)(nil)
-)
 
 // Options configure New.
 type Options struct {
@@ -157,11 +148,8 @@ func New(opts Options) (*Upstream, error) {
 	e.Path = strings.TrimSuffix(e.Path, "/")
 	u := &Upstream{
 		route: opts.Route, endpoint: e, tokens: opts.TokenSource,
-		tokenHeader: opts.TokenHeader, sessionKey: opts.SessionKey,
-		transport: opts.Transport, log: opts.Logger,
-	}
-	if u.tokenHeader == "" {
-		u.tokenHeader = fencegate.DefaultTokenHeader
+		sessionKey: opts.SessionKey,
+		transport:  opts.Transport, log: opts.Logger,
 	}
 	if u.log == nil {
 		u.log = slog.Default()
@@ -173,7 +161,6 @@ func New(opts Options) (*Upstream, error) {
 		u.sessionKey = make([]byte, 32)
 		rand.Read(u.sessionKey)
 	}
-	oneObject := strings.Contains(opts.Resource, "{bucket}") && strings.Contains(opts.Resource, "{object}")
 	u.scanKey = opts.StampKey
 	if u.scanKey == "" {
 		u.scanKey = DefaultStampKey
@@ -181,40 +168,48 @@ func New(opts Options) (*Upstream, error) {
 	if opts.Stamp {
 		u.stampKey = u.scanKey
 	}
-	if opts.PreconditionGeneration {
-		// A generation is an object's; a resource spanning several objects
-		// has no one generation to compare.
-		if !oneObject {
-			return nil, errors.New("precondition: generation needs a resource template naming one object, with {bucket} and {object}")
-		}
-		if opts.Generations == nil {
-			return nil, errors.New("precondition: generation needs a store that records generations")
-		}
-		u.tracker = &precondition.Tracker{Store: opts.Generations, Route: opts.Route, Upstream: "GCS", Log: u.log}
+	if u.tracker, err = objectstore.NewTracker(opts.PreconditionGeneration, objectstore.Precondition{Name: "generation",
+		Store: opts.Generations, Route: opts.Route, Upstream: "GCS", Log: u.log}, opts.Resource, "bucket", "object"); err != nil {
+		return nil, err
 	}
-	u.proxy = relay.NewProxy(&transport{u: u}, u.rewrite)
+	// The JSON API names an object with one path segment, its "/" sent as
+	// %2F (gateway.ObjectNamer).
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true, TokenHeader: opts.TokenHeader})
 	return u, nil
 }
 
-// EncodedSlashNames implements gateway.ObjectNamer: the JSON API names an
-// object with one path segment, its "/" sent as %2F.
-func (u *Upstream) EncodedSlashNames() bool { return true }
+// dialect is the GCS JSON API behind the object-store core.
+type dialect struct{ *Upstream }
 
-// Inspect implements gateway.Inspector: it names the object (or objects)
-// the request writes and checks a session request's binding.
-func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
+// state is what Inspect learnt of a request (its target) and what its
+// forward needs besides.
+type state struct {
+	target
+	// body, if set, replaces the request body (a stamped one), of length
+	// bodyLen (-1 unknown).
+	body    io.Reader
+	bodyLen int64
+}
+
+// forward is one admitted request on its way to the store.
+type forward = objectstore.Forward[state]
+
+// Inspect names the object (or objects) the request writes and checks a
+// session request's binding.
+func (d dialect) Inspect(r *http.Request) (gateway.Inspection, *state, error) {
 	t, ref := parseTarget(r)
 	if ref != nil {
-		return gateway.Inspection{}, ref
+		return gateway.Inspection{}, nil, ref
 	}
-	if err := u.check(r, &t); err != nil {
-		return gateway.Inspection{}, err
+	if err := d.check(r, &t); err != nil {
+		return gateway.Inspection{}, nil, err
 	}
-	insp := gateway.Inspection{State: &t}
+	s := &state{target: t, bodyLen: -1}
+	var insp gateway.Inspection
 	w := t.writes()
 	switch {
 	case t.op == opRead:
-		return insp, nil
+		return insp, s, nil
 	case t.op == opBucket:
 		// A write of the bucket, which may change every object in it: on
 		// a hierarchical route whose upstream names collections it is
@@ -226,7 +221,7 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 			if o.Bucket != w[0].Bucket {
 				// One collection per request: the gateway checks one
 				// bucket's fence below the objects'.
-				return gateway.Inspection{}, fencegate.InvalidResource("the request writes objects in buckets %s and %s: the gateway fences writes of one bucket", w[0].Bucket, o.Bucket)
+				return gateway.Inspection{}, nil, fencegate.InvalidResource("the request writes objects in buckets %s and %s: the gateway fences writes of one bucket", w[0].Bucket, o.Bucket)
 			}
 			insp.Objects = append(insp.Objects, vars(o.Bucket, o.Name))
 		}
@@ -237,7 +232,7 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 		// bucket write with a newer token refuses it.
 		insp.Collection = vars(w[0].Bucket, "")
 	}
-	return insp, nil
+	return insp, s, nil
 }
 
 // check refuses what the gateway cannot forward safely.
@@ -249,8 +244,8 @@ func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 		if !u.verify(t.session, t.bucket) {
 			return errUnknownSession()
 		}
-		vs := r.Header.Values(u.tokenHeader)
-		if tok, ref := fencegate.ParseToken(u.tokenHeader, vs); ref == nil && tok != t.session.token {
+		name := u.Core.TokenHeader()
+		if tok, ref := fencegate.ParseToken(name, r.Header.Values(name)); ref == nil && tok != t.session.token {
 			return &fencegate.Error{Code: fencegate.CodeInvalidToken,
 				Message: fmt.Sprintf("this upload session was opened with token %d: each of its requests carries that token (a newer owner starts an upload of its own)", t.session.token),
 				Token:   tok}
@@ -269,98 +264,38 @@ func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 }
 
 func vars(bucket, object string) map[string]string {
-	v := map[string]string{"bucket": bucket}
-	if object != "" {
-		v["object"] = object
-	}
-	return v
+	return objectstore.Vars("bucket", bucket, "object", object)
 }
 
-// forward is the per-request state shared by rewrite, the transport and
-// the answer's bookkeeping.
-type forward struct {
-	in       *http.Request
-	target   target
-	token    int64
-	resource string
-	gen      *precondition.Write // generation bookkeeping; nil if untracked
-	// body, if set, replaces the request body (a stamped one), of length
-	// bodyLen (-1 unknown).
-	body    io.Reader
-	bodyLen int64
-}
-
-type forwardKey struct{}
-
-// Forward implements gateway.Upstream.
-func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
-	req := gateway.RequestFrom(r.Context())
-	var t target
-	if req != nil {
-		if it, ok := req.Inspected.(*target); ok {
-			t = *it
-		}
+// Prepare reads and checks a write's body that names objects, and stamps
+// it (body).
+func (d dialect) Prepare(f *forward) error {
+	if f.State.op == opRead || f.State.op == opChunk {
+		return nil
 	}
-	if req == nil || req.Inspected == nil {
-		// Not inspected by this upstream (a caller other than the
-		// gateway): check here.
-		var ref *fencegate.Error
-		if t, ref = parseTarget(r); ref != nil {
-			return ref
-		}
-		if ref := u.check(r, &t); ref != nil {
-			return ref
-		}
-	}
-	f := &forward{in: r, target: t, bodyLen: -1}
-	if req != nil {
-		f.token = req.Token
-		if len(req.Resources) == 1 {
-			f.resource = req.Resources[0]
-		}
-	}
-	if t.op != opRead && t.op != opChunk {
-		if err := u.body(r, f, req); err != nil {
-			return err
-		}
-	}
-	if f.token > 0 && u.tracker != nil && f.resource != "" {
-		if err := u.begin(r, f); err != nil {
-			return err
-		}
-	}
-	err := u.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
-	if err != nil && f.gen != nil {
-		var ref *fencegate.Error
-		if !errors.As(err, &ref) {
-			// The request may or may not have reached the store.
-			f.gen.Failed(r.Context())
-		}
-	}
-	return err
+	return d.body(f.In, f)
 }
 
 // rewrite prepares the outbound request: the endpoint's address, the
 // worker's credentials and token removed (the transport adds the
 // gateway's), the session binding dropped, the gateway's precondition set.
-func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
-	f := pr.In.Context().Value(forwardKey{}).(*forward)
+func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
+	u := d.Upstream
 	out := pr.Out
 	out.URL.Scheme, out.URL.Host = u.endpoint.Scheme, u.endpoint.Host
-	out.URL.RawPath = u.endpoint.Path + f.target.path
+	out.URL.RawPath = u.endpoint.Path + f.State.path
 	out.URL.Path, _ = url.PathUnescape(out.URL.RawPath)
 	out.URL.RawQuery = u.query(pr.In.URL.RawQuery, f)
 	out.Host = ""
-	if f.target.op == opChunk && out.Method == http.MethodPost {
+	if f.State.op == opChunk && out.Method == http.MethodPost {
 		// A chunk, as the JSON API documents it (parseUpload).
 		out.Method = http.MethodPut
 	}
 	out.Header.Del("Authorization")
-	out.Header.Del(u.tokenHeader)
-	if f.body != nil {
-		out.Body = io.NopCloser(f.body)
-		out.ContentLength = f.bodyLen
-		if f.bodyLen < 0 {
+	if f.State.body != nil {
+		out.Body = io.NopCloser(f.State.body)
+		out.ContentLength = f.State.bodyLen
+		if f.State.bodyLen < 0 {
 			out.Header.Del("Content-Length")
 		} else {
 			// Sent with its length, not in the worker's chunks.
@@ -372,7 +307,7 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 // query is the forwarded query string: the worker's, without the session
 // binding, with the gateway's ifGenerationMatch.
 func (u *Upstream) query(raw string, f *forward) string {
-	cond := f.gen != nil && f.gen.Conditional()
+	cond := f.Version != nil && f.Version.Conditional()
 	if !cond && !strings.Contains(raw, sessionParam) && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
@@ -391,20 +326,16 @@ func (u *Upstream) query(raw string, f *forward) string {
 	}
 	if cond {
 		g := "0"
-		if f.gen.IfMatch != "" {
-			g = strings.Trim(f.gen.IfMatch, `"`)
+		if f.Version.IfMatch != "" {
+			g = strings.Trim(f.Version.IfMatch, `"`)
 		}
 		kept = append(kept, "ifGenerationMatch="+g)
 	}
 	return strings.Join(kept, "&")
 }
 
-// transport adds the gateway's credentials to each outbound request and
-// does the bookkeeping of the answer.
-type transport struct{ u *Upstream }
-
-func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	u := t.u
+// send adds the gateway's credentials to a request and sends it.
+func (u *Upstream) send(req *http.Request) (*http.Response, error) {
 	if u.tokens != nil {
 		tok, err := u.tokens.Token()
 		if err != nil {
@@ -412,20 +343,17 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		tok.SetAuthHeader(req)
 	}
-	resp, err := u.transport.RoundTrip(req)
-	f, _ := req.Context().Value(forwardKey{}).(*forward)
-	if err != nil || f == nil {
+	return u.transport.RoundTrip(req)
+}
+
+// RoundTrip sends a forward with the gateway's credentials and hands the
+// worker a resumable session's URL on the gateway's address.
+func (d dialect) RoundTrip(req *http.Request, f *forward) (*http.Response, error) {
+	resp, err := d.send(req)
+	if err != nil || f.State.op != opResumable {
 		return resp, err
 	}
-	if f.target.op == opResumable {
-		if resp, err = u.sessionAnswer(f, resp); err != nil {
-			return nil, err
-		}
-	}
-	if f.gen == nil {
-		return resp, nil
-	}
-	return u.answered(req.Context(), f, resp)
+	return d.sessionAnswer(f, resp)
 }
 
 // sessionAnswer hands the worker the session URL on the gateway's address.
@@ -437,7 +365,7 @@ func (u *Upstream) sessionAnswer(f *forward, resp *http.Response) (*http.Respons
 		if loc == "" {
 			continue
 		}
-		s, ok := u.sessionURL(f.in, f, loc)
+		s, ok := u.sessionURL(f.In, f, loc)
 		if !ok {
 			resp.Body.Close()
 			return nil, &fencegate.Error{Code: fencegate.CodeUpstreamUnavailable,
@@ -452,8 +380,9 @@ func (u *Upstream) sessionAnswer(f *forward, resp *http.Response) (*http.Respons
 // generation (an object resource, or a rewrite's answer with one).
 const maxObjectDoc = 1 << 20
 
-// answered does the generation bookkeeping of a write's answer.
-func (u *Upstream) answered(ctx context.Context, f *forward, resp *http.Response) (*http.Response, error) {
+// Answer reads the status and the generation of a write's answer (an
+// object resource, or a rewrite's answer with one).
+func (d dialect) Answer(f *forward, resp *http.Response) (int, string, error) {
 	status := resp.StatusCode
 	if o := resp.Header.Get("X-Http-Status-Code-Override"); o != "" {
 		// A session's intermediate chunk, answered 200 to clients that
@@ -467,8 +396,7 @@ func (u *Upstream) answered(ctx context.Context, f *forward, resp *http.Response
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxObjectDoc))
 		resp.Body.Close()
 		if err != nil {
-			f.gen.Failed(ctx)
-			return nil, err
+			return 0, "", err
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(b))
 		gen = generationOf(b)
@@ -476,12 +404,7 @@ func (u *Upstream) answered(ctx context.Context, f *forward, resp *http.Response
 	if gen != "" {
 		gen = `"` + gen + `"`
 	}
-	if err := f.gen.Answered(ctx, status, gen); err != nil {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, fencegate.MaxRefusalBody))
-		resp.Body.Close()
-		return nil, err
-	}
-	return resp, nil
+	return status, gen, nil
 }
 
 // generationOf reads the generation of the object an answer describes: an
@@ -506,11 +429,11 @@ func generationOf(b []byte) string {
 	return string(g)
 }
 
-// begin loads the generation the gateway last wrote and makes the write
-// conditional on it (package precondition).
-func (u *Upstream) begin(r *http.Request, f *forward) error {
+// Tracks names the generation bookkeeping of a write (package
+// precondition).
+func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 	kind, conditional := precondition.Replace, true
-	t := f.target
+	t, r := f.State, f.In
 	switch t.op {
 	case opUpload, opCompose, opCopy:
 	case opResumable:
@@ -528,20 +451,19 @@ func (u *Upstream) begin(r *http.Request, f *forward) error {
 			kind = precondition.Delete
 		}
 	default:
-		return nil
+		return 0, false, false
 	}
 	if conditional && len(r.URL.Query()["ifGenerationMatch"]) > 0 {
 		// The worker pins a generation itself: a delayed request cannot
 		// satisfy it after a newer write either.
 		conditional = false
 	}
-	w, err := u.tracker.Begin(r.Context(), f.resource, f.token, kind, conditional,
-		func(ctx context.Context) (string, error) { return u.generation(ctx, t.bucket, t.object) })
-	if err != nil {
-		return err
-	}
-	f.gen = w
-	return nil
+	return kind, conditional, true
+}
+
+// Version asks the store for the generation of the write's object.
+func (d dialect) Version(ctx context.Context, f *forward) (string, error) {
+	return d.generation(ctx, f.State.bucket, f.State.object)
 }
 
 // generation asks the store for an object's generation, quoted as an
@@ -552,7 +474,7 @@ func (u *Upstream) generation(ctx context.Context, bucket, object string) (strin
 	if err != nil {
 		return "", err
 	}
-	resp, err := (&transport{u: u}).RoundTrip(req)
+	resp, err := u.send(req)
 	if err != nil {
 		return "", err
 	}

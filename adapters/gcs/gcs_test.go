@@ -6,18 +6,24 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
 	"net/url"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
 
 	"golang.org/x/oauth2"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/gateway"
 )
 
 // The worker's credentials and token never reach the store; the gateway's
@@ -47,8 +53,9 @@ func TestCredentialIsolation(t *testing.T) {
 			req.Header.Set("Authorization", "Bearer worker-key")
 			req.Header.Set("Fencing-Token", "7")
 			w := httptest.NewRecorder()
-			if err := u.Forward(w, req); err != nil {
-				t.Fatal(err)
+			throughGateway(t, u).ServeHTTP(w, req)
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", w.Code, w.Body)
 			}
 			if a := got.Get("Authorization"); a != tc.want {
 				t.Fatalf("store saw Authorization %q; want %q", a, tc.want)
@@ -116,13 +123,21 @@ func TestSessionBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &forward{target: target{bucket: "bk", object: "dir/obj"}, token: 41}
+	f := &forward{State: &state{target: target{bucket: "bk", object: "dir/obj"}}, Token: 41}
 	in := httptest.NewRequest(http.MethodPost, "http://gw.example:8080/upload/storage/v1/b/bk/o", nil)
 	loc, ok := u.sessionURL(in, f, "http://127.0.0.1:4443/upload/storage/v1/b/bk/o?uploadType=resumable&name=dir%2Fobj&upload_id=U1")
 	if !ok || !strings.HasPrefix(loc, "http://gw.example:8080/upload/storage/v1/b/bk/o?") {
 		t.Fatalf("session URL %q", loc)
 	}
 	l, _ := url.Parse(loc)
+	parseSession := func(q url.Values) (*session, *fencegate.Error) {
+		// As a session's request is read: its query parsed first.
+		rq, ref := parseQuery(q.Encode(), true)
+		if ref != nil {
+			return nil, ref
+		}
+		return parseSession(rq)
+	}
 	s, ref := parseSession(l.Query())
 	if ref != nil || !u.verify(s, "bk") || s.token != 41 || s.object != "dir/obj" {
 		t.Fatalf("the gateway's own session URL does not verify: %+v %v", s, ref)
@@ -209,5 +224,42 @@ func TestStampJSON(t *testing.T) {
 		if out, ok := stampPlain([]byte(doc), "fencing-token", "42"); ok {
 			t.Errorf("stampPlain(%s) = %s; want declined", doc, out)
 		}
+	}
+}
+
+// throughGateway is a gateway with one route, "{bucket}/{object}", to u:
+// the upstream forwards only what the gateway inspected and admitted.
+func throughGateway(t *testing.T, u *Upstream) http.Handler {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+	rt, err := gateway.NewRoute(gateway.RouteOptions{Name: "r", Resource: "{bucket}/{object}",
+		Vars: func(n string) bool { return n == "bucket" || n == "object" }}, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetRoutes([]*gateway.Route{rt})
+	return g
+}
+
+// A request that did not come through the gateway's inspection is refused,
+// not inspected anew: nothing reaches the store (issue 41: no fallback
+// inspection for a caller that does not exist).
+func TestForwardNeedsInspection(t *testing.T) {
+	hits := 0
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	defer store.Close()
+	u, err := New(Options{Route: "r", Endpoint: store.URL, Resource: "{bucket}/{object}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodDelete, "http://gw/storage/v1/b/bk/o/x", nil)
+	req.Header.Set("Fencing-Token", "7")
+	if err := u.Forward(httptest.NewRecorder(), req); err == nil || hits != 0 {
+		t.Fatalf("Forward without inspection: %v, %d requests to the store; want a refusal and none", err, hits)
 	}
 }

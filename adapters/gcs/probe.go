@@ -2,32 +2,22 @@ package gcs
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 
-	"github.com/fencegate/fencegate/precondition"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // ProbeObject is the object the racing probe writes and deletes.
 const ProbeObject = ".fencegate-probe"
 
-// ProbeRace runs precondition.Probe on the store with the gateway's
-// credentials: n uploads with ifGenerationMatch=0 race to create the probe
-// object in bucket, then n with its generation race to replace it, and a
-// write on a wrong generation must be refused. Exactly one of each round
-// may win; anything else means precondition: generation gives no
-// protection on this store. The probe object is deleted afterwards.
+// ProbeRace runs the racing probe (objectstore.ProbeRace) on the store:
+// uploads with ifGenerationMatch (0, then the probe object's generation)
+// in bucket.
 func (u *Upstream) ProbeRace(ctx context.Context, bucket string, n int) error {
-	p := &probe{u: u, bucket: bucket}
-	p.del(ctx)
-	defer p.del(context.WithoutCancel(ctx))
-	if err := precondition.Probe(ctx, p, n); err != nil {
-		return fmt.Errorf("bucket %s: %w", bucket, err)
-	}
-	return nil
+	return objectstore.ProbeRace(ctx, "bucket", bucket, &probe{u: u, bucket: bucket}, n)
 }
 
 type probe struct {
@@ -54,7 +44,7 @@ func (p *probe) Put(ctx context.Context, body, ifMatch string) (int, string, err
 		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "text/plain")
-	resp, err := (&transport{u: u}).RoundTrip(req)
+	resp, err := u.send(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -71,14 +61,14 @@ func (p *probe) Head(ctx context.Context) (string, error) {
 	return p.u.generation(ctx, p.bucket, ProbeObject)
 }
 
-func (p *probe) del(ctx context.Context) {
+func (p *probe) Delete(ctx context.Context) {
 	u := p.u
 	target := u.endpoint.Scheme + "://" + u.endpoint.Host + u.endpoint.Path + "/storage/v1/b/" + url.PathEscape(p.bucket) + "/o/" + url.PathEscape(ProbeObject)
 	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, target, nil)
 	if err != nil {
 		return
 	}
-	if resp, err := (&transport{u: u}).RoundTrip(req); err == nil {
+	if resp, err := u.send(req); err == nil {
 		resp.Body.Close()
 	}
 }

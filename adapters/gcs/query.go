@@ -1,10 +1,8 @@
 package gcs
 
 import (
-	"net/url"
-	"strings"
-
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // param is how the gateway accepts a query parameter of a write.
@@ -36,44 +34,31 @@ var writeParams = map[string]param{
 	"uploadType": pUpload, "name": pUpload, "upload_id": pUpload, sessionParam: pUpload,
 }
 
-// foldedParams maps each known name, folded, to its spelling.
-var foldedParams = func() map[string]string {
-	m := make(map[string]string, len(writeParams))
-	for k := range writeParams {
-		m[strings.ToLower(k)] = k
+// queryRules are writeParams as resource.ParseQuery takes them.
+var queryRules = func() *resource.QueryRules {
+	r := &resource.QueryRules{Params: make(map[string]resource.ParamRule, len(writeParams)), EncodedNames: true}
+	for k, kind := range writeParams {
+		r.Params[k] = resource.ParamText
+		if kind == pInteger {
+			r.Params[k] = resource.ParamInteger
+		}
 	}
-	return m
+	return r
 }()
 
 // parseQuery reads a write's query string as the gateway and the store
-// must both read it: every parameter known, in its own case, once (in any
-// case), with a value (an empty ifGenerationMatch= is no condition for one
-// reader and the worker's condition for another); upload parameters on
-// upload paths only.
-func parseQuery(raw string, upload bool) (url.Values, *fencegate.Error) {
-	q, err := url.ParseQuery(raw)
+// must both read it (resource.ParseQuery: every parameter known, in its
+// own case, once in any case, with a value: an empty ifGenerationMatch=
+// is no condition for one reader and the worker's condition for another);
+// upload parameters on upload paths only.
+func parseQuery(raw string, upload bool) (resource.Query, *fencegate.Error) {
+	q, err := resource.ParseQuery(raw, queryRules)
 	if err != nil {
-		return nil, fencegate.InvalidRequest("the query string is not valid: %v", err)
+		return nil, fencegate.InvalidRequest("%s", err)
 	}
-	seen := make(map[string]bool, len(q))
-	for k, vs := range q {
-		folded := strings.ToLower(k)
-		if seen[folded] || len(vs) > 1 {
-			return nil, fencegate.InvalidRequest("the query parameter %s is sent more than once (in some case): the store and the gateway could read different values", k)
-		}
-		seen[folded] = true
-		kind, ok := writeParams[k]
-		switch {
-		case !ok && foldedParams[folded] != "":
-			return nil, fencegate.InvalidRequest("the query parameter %s is spelled %s by the JSON API: send it so", k, foldedParams[folded])
-		case !ok:
-			return nil, fencegate.InvalidRequest("the query parameter %s is not known to the gateway on writes", k)
-		case kind == pUpload && !upload:
-			return nil, fencegate.InvalidRequest("the query parameter %s is accepted on uploads only", k)
-		case vs[0] == "":
-			return nil, fencegate.InvalidRequest("the query parameter %s has no value", k)
-		case kind == pInteger && strings.Trim(vs[0], "0123456789") != "":
-			return nil, fencegate.InvalidRequest("the query parameter %s must be a decimal number", k)
+	for _, p := range q {
+		if writeParams[p.Name] == pUpload && !upload {
+			return nil, fencegate.InvalidRequest("the query parameter %s is accepted on uploads only", p.Name)
 		}
 	}
 	return q, nil

@@ -7,14 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
-)
 
-// Stamp is one object's fencing-token stamp, as `stamp: true` wrote it.
-type Stamp struct {
-	Bucket, Object string
-	Token          int64
-}
+	"github.com/fencegate/fencegate/adapters/objectstore"
+)
 
 // ObjectVars are the template variables of one object (bucket, object),
 // as Inspect derives them for a request writing it.
@@ -30,7 +25,8 @@ const maxListPage = 64 << 20
 // credentials. Objects without a stamp (written before stamping was on,
 // or around the gateway) are skipped and counted in unstamped; a malformed
 // stamp is an error, not a guess. Memory is bounded by one listing page.
-func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn func(Stamp) error) (unstamped int, err error) {
+func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn func(objectstore.Stamp) error) (unstamped int, err error) {
+	scan := &objectstore.StampScan{Collection: bucket, Key: u.scanKey, Fn: fn}
 	page := ""
 	for {
 		q := url.Values{"prefix": {prefix}, "fields": {"items(name,metadata),nextPageToken"}}
@@ -45,24 +41,16 @@ func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn fun
 			NextPageToken string `json:"nextPageToken"`
 		}
 		if err := u.getJSON(ctx, "/storage/v1/b/"+url.PathEscape(bucket)+"/o?"+q.Encode(), &list); err != nil {
-			return unstamped, fmt.Errorf("list %s/%s: %w", bucket, prefix, err)
+			return scan.Unstamped, fmt.Errorf("list %s/%s: %w", bucket, prefix, err)
 		}
 		for _, o := range list.Items {
 			v, ok := o.Metadata[u.scanKey]
-			if !ok {
-				unstamped++
-				continue
-			}
-			tok, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || tok <= 0 {
-				return unstamped, fmt.Errorf("object %s/%s: stamp %s: %q is not a token", bucket, o.Name, u.scanKey, v)
-			}
-			if err := fn(Stamp{Bucket: bucket, Object: o.Name, Token: tok}); err != nil {
-				return unstamped, err
+			if err := scan.Object(o.Name, v, ok); err != nil {
+				return scan.Unstamped, err
 			}
 		}
 		if list.NextPageToken == "" || list.NextPageToken == page {
-			return unstamped, nil
+			return scan.Unstamped, nil
 		}
 		page = list.NextPageToken
 	}
@@ -74,7 +62,7 @@ func (u *Upstream) getJSON(ctx context.Context, path string, v any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := (&transport{u: u}).RoundTrip(req)
+	resp, err := u.send(req)
 	if err != nil {
 		return err
 	}

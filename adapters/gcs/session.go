@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/httprefusal"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // sessionParam is the query parameter the gateway adds to the session URL
@@ -27,7 +28,7 @@ type session struct {
 
 // parseSession reads the session binding of a request on an open session.
 // The MAC is checked by the upstream (verify), which has the key.
-func parseSession(q url.Values) (*session, *fencegate.Error) {
+func parseSession(q resource.Query) (*session, *fencegate.Error) {
 	v := q.Get(sessionParam)
 	tok, mac, ok := strings.Cut(v, ".")
 	t, err := strconv.ParseInt(tok, 10, 64)
@@ -72,7 +73,7 @@ func (u *Upstream) sessionURL(in *http.Request, f *forward, loc string) (string,
 	if err != nil || len(q["upload_id"]) != 1 || q.Get("upload_id") == "" {
 		return "", false
 	}
-	s := &session{bucket: f.target.bucket, object: f.target.object, uploadID: q.Get("upload_id"), token: f.token}
+	s := &session{bucket: f.State.target.bucket, object: f.State.target.object, uploadID: q.Get("upload_id"), token: f.Token}
 	q.Set("name", s.object)
 	q.Set(sessionParam, strconv.FormatInt(s.token, 10)+"."+u.sign(s))
 	out := url.URL{Scheme: "http", Host: in.Host, Path: "/upload/storage/v1/b/" + s.bucket + "/o", RawQuery: q.Encode()}

@@ -15,7 +15,6 @@ import (
 	"sync"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/gateway"
 )
 
 // maxMetadataDoc bounds the JSON object resource the gateway reads to
@@ -39,14 +38,11 @@ const maxMetadataDoc = 1 << 20
 // gives the destination's metadata (one without takes the source's, stamp
 // included, as the store copies it). Set, not merged: a worker's own value
 // would forge the stamp `fence rebuild` trusts.
-func (u *Upstream) body(r *http.Request, f *forward, req *gateway.Request) error {
-	var whole []byte // the body, if the gateway has it in memory
-	if req != nil {
-		whole = req.Body
-	}
-	stamp := f.token > 0 && u.stampKey != ""
-	val := strconv.FormatInt(f.token, 10)
-	t := f.target
+func (u *Upstream) body(r *http.Request, f *forward) error {
+	whole := f.Body // the body, if the gateway has it in memory
+	stamp := f.Token > 0 && u.stampKey != ""
+	val := strconv.FormatInt(f.Token, 10)
+	t := f.State.target
 	switch {
 	case t.op == opUpload && t.multipart:
 		ct := r.Header.Get("Content-Type")
@@ -76,10 +72,10 @@ func (u *Upstream) body(r *http.Request, f *forward, req *gateway.Request) error
 			recycle(br)
 			return fencegate.InvalidRequest("the multipart upload's metadata part: %v", err)
 		}
-		f.body = body
+		f.State.body = body
 		if r.ContentLength >= 0 {
-			f.bodyLen = r.ContentLength + delta
-		} else if f.body, f.bodyLen = readAhead(body, ahead); f.bodyLen >= 0 {
+			f.State.bodyLen = r.ContentLength + delta
+		} else if f.State.body, f.State.bodyLen = readAhead(body, ahead); f.State.bodyLen >= 0 {
 			recycle(br) // read to its end: body holds none of it
 		}
 	case t.op == opResumable, t.op == opCompose, t.op == opCopy, t.op == opMove, t.op == opBucket,
@@ -114,7 +110,7 @@ func (u *Upstream) body(r *http.Request, f *forward, req *gateway.Request) error
 			}
 		}
 		if doc != nil {
-			f.body, f.bodyLen = bytes.NewReader(doc), int64(len(doc))
+			f.State.body, f.State.bodyLen = bytes.NewReader(doc), int64(len(doc))
 		}
 	}
 	return nil

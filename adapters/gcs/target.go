@@ -131,7 +131,7 @@ func checkRawPath(escaped string) *fencegate.Error {
 }
 
 // parseUpload reads /upload/storage/v1/b/BUCKET/o (rest: BUCKET, "o").
-func parseUpload(r *http.Request, t target, rest []string, q url.Values) (target, *fencegate.Error) {
+func parseUpload(r *http.Request, t target, rest []string, q resource.Query) (target, *fencegate.Error) {
 	if len(rest) != 2 || rest[1] != "o" {
 		return unsupported(t, "uploads go to /upload/storage/v1/b/BUCKET/o")
 	}

@@ -50,6 +50,11 @@ func TestClassificationTable(t *testing.T) {
 		{"DELETE", ob + "x?name=y", nil},
 		{"POST", "/upload/storage/v1/b/bk/o?uploadType=media&name=a&Name=b", nil},
 		{"POST", "/upload/storage/v1/b/bk/o?uploadType=Media&name=a", nil},
+		// One parser for every dialect (resource.ParseQuery): no empty
+		// pair, no ';'.
+		{"DELETE", ob + "x?generation=1&", nil},
+		{"DELETE", ob + "x?generation=1&&ifGenerationMatch=2", nil},
+		{"DELETE", ob + "x?generation=1;ifGenerationMatch=2", nil},
 		// Outside the table.
 		{"POST", "/storage/v1/b", nil},
 		{"PATCH", ob + "x/acl/e/f", nil},

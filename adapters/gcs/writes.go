@@ -1,10 +1,6 @@
 package gcs
 
-import (
-	"net/http"
-
-	"github.com/fencegate/fencegate/gateway"
-)
+import "net/http"
 
 // Write is an object a request writes, as the gateway fences it; Name is
 // "" for a write of the whole bucket.
@@ -30,7 +26,7 @@ func Writes(r *http.Request, body []byte) ([]Write, error) {
 	}
 	r = r.Clone(r.Context())
 	r.Body, r.ContentLength = http.NoBody, int64(len(body))
-	if err := u.body(r, &forward{in: r, target: t, bodyLen: -1}, &gateway.Request{Body: body}); err != nil {
+	if err := u.body(r, &forward{In: r, State: &state{target: t, bodyLen: -1}, Body: body}); err != nil {
 		return nil, err
 	}
 	return t.writes(), nil

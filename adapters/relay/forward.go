@@ -35,7 +35,7 @@ import (
 // announced and relayed; answers of unknown length and event streams
 // flushed as they arrive; a failed answer copy aborts the client's
 // connection (http.ErrAbortHandler) so a cut answer never looks whole.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) error {
+func forward(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) error {
 	var (
 		mu   sync.Mutex
 		done bool // RoundTrip returned: 1xx may no longer touch w's headers
@@ -82,13 +82,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) error {
 	}
 	out.URL.RawQuery = cleanQueryParams(out.URL.RawQuery)
 	pr := &httputil.ProxyRequest{In: r, Out: out}
-	p.rewrite(pr)
+	rewrite(pr)
+	largeStepsBody(pr)
 	out = pr.Out
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = noUserAgent
 	}
 
-	res, err := p.transport.RoundTrip(out)
+	res, err := transport.RoundTrip(out)
 	mu.Lock()
 	done = true
 	mu.Unlock()

@@ -177,17 +177,27 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 	if transport == nil {
 		transport = NewTransport(nil)
 	}
-	p := &Proxy{transport: transport}
-	p.rewrite = func(pr *httputil.ProxyRequest) {
-		rewrite(pr)
-		if b := pr.Out.Body; b != nil && b != http.NoBody {
-			if _, ok := b.(io.WriterTo); !ok {
-				pr.Out.Body = largeSteps{b}
-			}
+	p := &Proxy{transport: transport, rewrite: rewrite}
+	p.upgrades = upgradeProxy(rewrite, transport)
+	return p
+}
+
+// largeStepsBody wraps an outbound body to be copied in large steps.
+func largeStepsBody(pr *httputil.ProxyRequest) {
+	if b := pr.Out.Body; b != nil && b != http.NoBody {
+		if _, ok := b.(io.WriterTo); !ok {
+			pr.Out.Body = largeSteps{b}
 		}
 	}
-	p.upgrades = &httputil.ReverseProxy{
-		Rewrite:    p.rewrite,
+}
+
+// upgradeProxy is the ReverseProxy that serves protocol upgrades.
+func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			rewrite(pr)
+			largeStepsBody(pr)
+		},
 		Transport:  transport,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -196,16 +206,37 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 			}
 		},
 	}
-	return p
 }
 
 // Forward serves r through the proxy and returns its transport error.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) error {
 	if upgradeType(r.Header) == "" {
-		return p.forward(w, r)
+		return forward(w, r, p.rewrite, p.transport)
 	}
+	return serveUpgrade(p.upgrades, w, r)
+}
+
+// A Sender prepares and carries one forward: an adapter whose rewrite and
+// transport need the request's state (its target, its precondition) hands
+// Send that state as a Sender, rather than a context value each must
+// fetch.
+type Sender interface {
+	// Rewrite prepares the outbound request (as NewProxy's rewrite).
+	Rewrite(*httputil.ProxyRequest)
+	http.RoundTripper
+}
+
+// Send serves r as Proxy.Forward does, prepared and carried by s.
+func Send(w http.ResponseWriter, r *http.Request, s Sender) error {
+	if upgradeType(r.Header) == "" {
+		return forward(w, r, s.Rewrite, s)
+	}
+	return serveUpgrade(upgradeProxy(s.Rewrite, s), w, r)
+}
+
+func serveUpgrade(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) error {
 	ew := &errWriter{ResponseWriter: w}
-	p.upgrades.ServeHTTP(ew, r)
+	rp.ServeHTTP(ew, r)
 	return ew.err
 }
 

@@ -15,6 +15,7 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/precondition"
 )
 
@@ -74,21 +75,25 @@ func (u *Upstream) CheckConditionalWrites(ctx context.Context, bucket string) er
 	return nil
 }
 
-// ProbeRace runs the racing probe (precondition.Probe) against the
-// upstream: n concurrent conditional PutObjects to one fresh probe object
+// ProbeRace runs the racing probe (objectstore.ProbeRace) against the
+// upstream: concurrent conditional PutObjects to one fresh probe object
 // under fencegate-doctor/ in bucket, of which exactly one may win per
-// round. It deletes the object afterwards.
+// round.
 func (u *Upstream) ProbeRace(ctx context.Context, bucket string, n int) error {
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	p := &s3Probe{c: u.client(1), bucket: bucket, key: "fencegate-doctor/race-" + hex.EncodeToString(rnd[:])}
-	defer p.c.DeleteObject(context.WithoutCancel(ctx), &awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(p.key)})
-	return precondition.Probe(ctx, p, n)
+	// The doctor's line names the bucket itself.
+	return objectstore.ProbeRace(ctx, "", bucket, p, n)
 }
 
 type s3Probe struct {
 	c           *awss3.Client
 	bucket, key string
+}
+
+func (p *s3Probe) Delete(ctx context.Context) {
+	p.c.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(p.bucket), Key: aws.String(p.key)})
 }
 
 func (p *s3Probe) Put(ctx context.Context, body, ifMatch string) (int, string, error) {

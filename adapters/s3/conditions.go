@@ -102,7 +102,7 @@ func (u *Upstream) addDeleteObjectsPreconditions(r *http.Request, f *forward, d 
 	var groups []*group
 	byRes := map[string]*group{}
 	for i, k := range d.keys {
-		res, err := resourceOf(f.target.bucket, k)
+		res, err := resourceOf(f.State.target.bucket, k)
 		if err != nil {
 			return nil, err
 		}
@@ -140,14 +140,14 @@ func (u *Upstream) addDeleteObjectsPreconditions(r *http.Request, f *forward, d 
 			// write re-learns its ETag.
 			kind = precondition.Opaque
 		}
-		t := target{bucket: f.target.bucket, key: g.key, op: opDeleteObject}
-		w, err := u.tracker.Begin(r.Context(), g.resource, f.token, kind, cond && !g.worker,
+		t := target{bucket: f.State.target.bucket, key: g.key, op: opDeleteObject}
+		w, err := u.tracker.Begin(r.Context(), g.resource, f.Token, kind, cond && !g.worker,
 			func(ctx context.Context) (string, error) { return u.headETag(ctx, t) })
 		if err != nil {
 			// Objects already begun stay marked unknown: re-learnt later.
 			return nil, err
 		}
-		f.deletes = append(f.deletes, deleteWrite{key: d.doc.objects[g.entries[0]].fields["Key"], w: w,
+		f.State.deletes = append(f.State.deletes, deleteWrite{key: d.doc.objects[g.entries[0]].fields["Key"], w: w,
 			ambiguous: g.other, head: func(ctx context.Context) (string, error) { return u.headETag(ctx, t) }})
 		if w.IfMatch != "" {
 			for _, i := range g.entries {
@@ -264,7 +264,7 @@ const maxDeleteResult = 8 << 20
 // logged as precondition_failed (unless a condition of the worker's beside
 // it failed: preconditionFailed); one refused otherwise is re-learnt. The
 // answer itself is passed on unchanged.
-func (f *forward) deletesAnswered(ctx context.Context, resp *http.Response) {
+func (f *state) deletesAnswered(ctx context.Context, resp *http.Response) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		for _, d := range f.deletes {
 			d.w.Answered(ctx, resp.StatusCode, "")

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/httprefusal"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // s3Error is a refusal in S3's own vocabulary (AccessDenied,
@@ -75,38 +75,29 @@ func errMalformedXML(msg string) *s3Error {
 // fields so that an SDK's error (smithy's GenericAPIError carries Code and
 // Message) names the fencing decision.
 type xmlError struct {
-	XMLName   xml.Name `xml:"Error"`
-	Code      string   `xml:"Code"`
-	Message   string   `xml:"Message"`
-	Resource  string   `xml:"Resource,omitempty"`
-	Token     int64    `xml:"Token,omitempty"`
-	Highest   int64    `xml:"Highest,omitempty"`
-	Route     string   `xml:"Route,omitempty"`
-	Owner     string   `xml:"Owner,omitempty"`
-	Fencegate string   `xml:"FencegateCode,omitempty"`
-	RequestID string   `xml:"RequestId"`
+	XMLName xml.Name `xml:"Error"`
+	Code    string   `xml:"Code"`
+	Message string   `xml:"Message"`
+	objectstore.Fields
+	Fencegate string `xml:"FencegateCode,omitempty"`
+	RequestID string `xml:"RequestId"`
 }
 
-// WriteError implements gateway.ErrorWriter: refusals in S3's XML error
-// format. Fencing refusals carry fencegate's code (<Code>stale_fencing_token</Code>);
-// S3 authentication and request errors carry S3's code, with fencegate's in
+// RefusalBody is a refusal in S3's XML error format. Fencing refusals
+// carry fencegate's code (<Code>stale_fencing_token</Code>); S3
+// authentication and request errors carry S3's code, with fencegate's in
 // <FencegateCode>.
-func (u *Upstream) WriteError(w http.ResponseWriter, r *http.Request, e *fencegate.Error) {
+func (d dialect) RefusalBody(h http.Header, e *fencegate.Error) []byte {
 	doc := xmlError{
-		Code: e.Code, Message: e.Message, Resource: e.Resource, Token: e.Token,
-		Highest: e.Highest, Route: e.Route, Owner: e.Owner,
+		Code: e.Code, Message: e.Message, Fields: objectstore.FieldsOf(e),
 		RequestID: strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
 	var se *s3Error
 	if errors.As(e, &se) {
 		doc.Code, doc.Fencegate = se.Code, e.Code
 	}
-	w.Header().Set("X-Amz-Request-Id", doc.RequestID)
-	httprefusal.WriteHeader(w, e, "application/xml")
-	if r.Method == http.MethodHead {
-		return
-	}
+	h.Set("Content-Type", "application/xml")
+	h.Set("X-Amz-Request-Id", doc.RequestID)
 	b, _ := xml.Marshal(doc)
-	w.Write([]byte(xml.Header))
-	w.Write(b)
+	return append([]byte(xml.Header), b...)
 }

@@ -33,7 +33,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/adapters/relay"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/precondition"
 )
@@ -45,6 +45,7 @@ type ETagStore = precondition.Store
 // Upstream forwards S3 requests. It implements gateway.Upstream,
 // gateway.Inspector and gateway.ErrorWriter.
 type Upstream struct {
+	*objectstore.Core[state]
 	route        string
 	endpoint     *url.URL
 	region       string
@@ -53,7 +54,6 @@ type Upstream struct {
 	clients      map[string]string // access key id -> secret
 	keys         keyCache          // signing keys of verified worker requests
 	vhostSuffix  string
-	tokenHeader  string
 	keyPrefixes  []int // N of every {key.N} in the resource template
 	etags        ETagStore
 	precondEtag  bool
@@ -63,7 +63,6 @@ type Upstream struct {
 	bucketConfig bool                       // bucket configuration writes are fenced, not refused
 	foldSlash    bool                       // "K/" and "K" share one fence (s3.fold_trailing_slash)
 	transport    http.RoundTripper
-	proxy        *relay.Proxy
 	log          *slog.Logger
 	now          func() time.Time
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
@@ -73,12 +72,6 @@ type Upstream struct {
 	// aws-sdk-go-v2's signer to compare, BenchmarkSignerEndToEnd).
 	sign func(req *http.Request, creds aws.Credentials, payload string, now time.Time)
 }
-
-var (
-	_ gateway.Upstream    = (*Upstream)(nil)
-	_ gateway.Inspector   = (*Upstream)(nil)
-	_ gateway.ErrorWriter = (*Upstream)(nil)
-)
 
 // Options configure New.
 type Options struct {
@@ -154,7 +147,6 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		route: c.Route, endpoint: ep, region: c.Region,
 		clients:      make(map[string]string),
 		vhostSuffix:  strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
-		tokenHeader:  opts.TokenHeader,
 		etags:        opts.ETags,
 		precondEtag:  c.PreconditionETag,
 		bucketConfig: c.FenceBucketConfig,
@@ -169,9 +161,6 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	}
 	u.signer.region = u.region
 	u.sign = u.signer.sign
-	if u.tokenHeader == "" {
-		u.tokenHeader = fencegate.DefaultTokenHeader
-	}
 	if u.log == nil {
 		u.log = slog.Default()
 	}
@@ -219,52 +208,57 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 			return nil, fmt.Errorf("s3.stamp_header must be an object metadata header (x-amz-meta-NAME), got %q", c.StampHeader)
 		}
 	}
-	if u.precondEtag {
-		// The ETag is an object's; a resource spanning several objects
-		// (a bucket, a key prefix) has no one ETag to compare.
-		if !strings.Contains(c.Resource, "{bucket}") || !strings.Contains(c.Resource, "{key}") {
-			return nil, errors.New("precondition: etag needs a resource template naming one object, with {bucket} and {key}")
-		}
-		if opts.ETags == nil {
-			return nil, errors.New("precondition: etag needs a store that records ETags")
-		}
+	if u.tracker, err = objectstore.NewTracker(u.precondEtag, objectstore.Precondition{Name: "etag", Store: opts.ETags,
+		Route: c.Route, Upstream: "S3", Log: u.log}, c.Resource, "bucket", "key"); err != nil {
+		return nil, err
 	}
-	if u.precondEtag {
-		u.tracker = &precondition.Tracker{Store: opts.ETags, Route: c.Route, Upstream: "S3", Log: u.log}
-	}
-	u.proxy = relay.NewProxy(&signingTransport{u: u}, u.rewrite)
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, TokenHeader: opts.TokenHeader})
 	return u, nil
 }
 
-// Inspect implements gateway.Inspector: it authenticates the worker and
-// names the object (or, for DeleteObjects, every object) the request writes.
-func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
+// dialect is the S3 API behind the object-store core.
+type dialect struct{ *Upstream }
+
+// Inspect authenticates the worker and names the object (or, for
+// DeleteObjects, every object) the request writes. The signature is
+// verified once per request, at one reading of the clock; Forward gets
+// what Inspect verified.
+func (d dialect) Inspect(r *http.Request) (gateway.Inspection, *state, error) {
+	insp, s, err := d.inspect(r)
+	if err != nil {
+		return gateway.Inspection{}, nil, err.refusal()
+	}
+	return insp, s, nil
+}
+
+func (u *Upstream) inspect(r *http.Request) (gateway.Inspection, *state, *s3Error) {
 	a, key, err := u.authenticate(r)
 	if err != nil {
-		return gateway.Inspection{}, err.refusal()
+		return gateway.Inspection{}, nil, err
 	}
 	t, err := u.parseTarget(r)
 	if err != nil {
-		return gateway.Inspection{}, err.refusal()
+		return gateway.Inspection{}, nil, err
 	}
 	if _, ok := r.Header["X-Amz-Rename-Source"]; ok || queryHas(r.URL.RawQuery, "renameObject") {
 		// RenameObject (S3 Express) removes the object its header names:
 		// a write to a second object, which the fence key of the path
 		// does not cover.
-		return gateway.Inspection{}, errNotImplemented("RenameObject is not supported by the gateway: it would write an object the gateway does not fence").refusal()
+		return gateway.Inspection{}, nil, errNotImplemented("RenameObject is not supported by the gateway: it would write an object the gateway does not fence")
 	}
 	switch t.op {
 	case opPostObject:
-		return gateway.Inspection{}, errNotImplemented("POST (browser form) uploads are not supported by the gateway: the object they write is named in the form, which the gateway does not read").refusal()
+		return gateway.Inspection{}, nil, errNotImplemented("POST (browser form) uploads are not supported by the gateway: the object they write is named in the form, which the gateway does not read")
 	case opBucketConfig:
 		if !u.bucketConfig {
-			return gateway.Inspection{}, errAccessDenied("bucket configuration writes are refused on this route: they can change or expose every object of the bucket (s3.bucket_config: fence admits them, fenced on the bucket's key)").refusal()
+			return gateway.Inspection{}, nil, errAccessDenied("bucket configuration writes are refused on this route: they can change or expose every object of the bucket (s3.bucket_config: fence admits them, fenced on the bucket's key)")
 		}
 	}
 	if err := checkWrite(r, t); err != nil {
-		return gateway.Inspection{}, err.refusal()
+		return gateway.Inspection{}, nil, err
 	}
-	insp := gateway.Inspection{Owner: a.accessKey, State: &inspected{auth: a, key: key, target: t}}
+	s := &state{auth: a, key: key, target: t}
+	insp := gateway.Inspection{Owner: a.accessKey}
 	if t.bucket != "" {
 		insp.Vars = u.vars(t.bucket, t.key)
 		if !u.foldSlash && settingsWrite(r, t) {
@@ -283,14 +277,14 @@ func (u *Upstream) Inspect(r *http.Request) (gateway.Inspection, error) {
 	if t.op == opDeleteObjects {
 		d, err := readDeleteObjects(r)
 		if err != nil {
-			return gateway.Inspection{}, err.refusal()
+			return gateway.Inspection{}, nil, err
 		}
-		insp.State.(*inspected).del = d
+		s.del = d
 		for _, k := range d.keys {
 			insp.Objects = append(insp.Objects, u.vars(t.bucket, k))
 		}
 	}
-	return insp, nil
+	return insp, s, nil
 }
 
 // ObjectVars are the template variables of one object (bucket, key, key.N),
@@ -302,10 +296,7 @@ func (u *Upstream) vars(bucket, key string) map[string]string {
 		// "K/" is "K" on this route's store (s3.fold_trailing_slash).
 		key = strings.TrimSuffix(key, "/")
 	}
-	v := map[string]string{"bucket": bucket}
-	if key != "" {
-		v["key"] = key
-	}
+	v := objectstore.Vars("bucket", bucket, "key", key)
 	if len(u.keyPrefixes) > 0 {
 		segs := strings.Split(strings.TrimSuffix(key, "/"), "/")
 		for _, n := range u.keyPrefixes {
@@ -344,137 +335,90 @@ func (u *Upstream) authenticate(r *http.Request) (*authRequest, []byte, *s3Error
 	return a, key, nil
 }
 
-// forward is the per-request state shared by rewrite, the signing
-// transport and the response handling.
-type forward struct {
-	target      target
-	auth        *authRequest
-	payloadHash string
-	chunks      *chunkSigner // signed aws-chunked bodies, re-signed per chunk
-	resource    string
-	token       int64
-	// etag is the write's ETag bookkeeping (precondition: etag); nil if
-	// the write is not tracked.
-	etag *precondition.Write
-	// conds are the conditions the store sees on a tracked write: the
-	// gateway's combined with the worker's own.
-	conds conditions
-	// deletes is the bookkeeping of each object of a DeleteObjects.
-	deletes []deleteWrite
-	// bodyHeaders are set on the outbound request: the integrity headers
-	// of a DeleteObjects body the gateway wrote anew.
-	bodyHeaders map[string]string
-	// body is the whole request body when it is in memory (the gateway
-	// read a small body before the fence, or a DeleteObjects body was
-	// written anew); nil if it streams.
-	body []byte
-}
-
-type forwardKey struct{}
-
-// inspected is what Inspect verified, handed to Forward by the gateway: the
-// signature is verified once per request, at one reading of the clock.
-type inspected struct {
+// state is what Inspect verified of a request and what its forward needs
+// besides: the signature is verified once per request, at one reading of
+// the clock.
+type state struct {
 	auth   *authRequest
 	key    []byte
 	target target
 	del    *deleteRequest // DeleteObjects: the body Inspect read
+
+	payloadHash string
+	chunks      *chunkSigner // signed aws-chunked bodies, re-signed per chunk
+	// deletes is the bookkeeping of each object of a DeleteObjects.
+	deletes []deleteWrite
+	// bodyHeaders are set on the outbound request: the integrity headers
+	// of a DeleteObjects body the gateway wrote anew (Forward.Body).
+	bodyHeaders map[string]string
+	rebodied    bool
 }
 
-// Forward implements gateway.Upstream.
-func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
-	req := gateway.RequestFrom(r.Context())
-	in, _ := func() (*inspected, bool) {
-		if req == nil {
-			return nil, false
-		}
-		in, ok := req.Inspected.(*inspected)
-		return in, ok
-	}()
-	if in == nil {
-		// Not inspected by this upstream (a caller other than the
-		// gateway): verify here.
-		a, key, serr := u.authenticate(r)
-		if serr != nil {
-			return serr.refusal()
-		}
-		t, serr := u.parseTarget(r)
-		if serr == nil {
-			serr = checkWrite(r, t)
-		}
-		if serr != nil {
-			return serr.refusal()
-		}
-		in = &inspected{auth: a, key: key, target: t}
-	}
-	a, key, t := in.auth, in.key, in.target
-	f := &forward{target: t, auth: a, payloadHash: a.payloadHash}
-	if req != nil {
-		f.token = req.Token
-		if len(req.Resources) == 1 {
-			f.resource = req.Resources[0]
-		}
-		f.body = req.Body
-	}
+// forward is one admitted request on its way to the store. Its Body is
+// the whole request body when it is in memory (the gateway read a small
+// body before the fence, or a DeleteObjects body was written anew); nil
+// if it streams.
+type forward = objectstore.Forward[state]
+
+// Prepare readies the forward: the payload hash the gateway signs, the
+// chunk signer of a signed aws-chunked body, and a DeleteObjects' per-
+// object preconditions (its body written anew with them).
+func (d dialect) Prepare(f *forward) error {
+	u, s, r := d.Upstream, f.State, f.In
+	a := s.auth
+	s.payloadHash = a.payloadHash
 	if a.presigned && a.payloadHash == unsignedPayload {
-		f.payloadHash = unsignedPayload
+		s.payloadHash = unsignedPayload
 	}
 	if a.payloadHash == streamingSigned || a.payloadHash == streamingSignedTrailer {
-		f.chunks = newChunkSigner(r.Body, a, key, a.payloadHash == streamingSignedTrailer, u.maxChunk)
+		s.chunks = newChunkSigner(r.Body, a, s.key, a.payloadHash == streamingSignedTrailer, u.maxChunk)
 	}
-	out := r.WithContext(context.WithValue(r.Context(), forwardKey{}, f))
-	if u.precondEtag && f.token > 0 && f.resource != "" && t.op != opDeleteObjects {
-		if err := u.addPrecondition(r, f); err != nil {
-			return err
+	if !u.precondEtag || f.Token <= 0 || s.target.op != opDeleteObjects || s.del == nil || f.Route == nil {
+		return nil
+	}
+	rt := f.Route
+	body, err := u.addDeleteObjectsPreconditions(r, f, s.del, func(bucket, key string) (string, error) {
+		return rt.ResourceOf(u.vars(bucket, key))
+	})
+	if err != nil || body == nil {
+		return err
+	}
+	set, payload, ok, serr := rebody(r.Header, s.payloadHash, s.del.body, body)
+	switch {
+	case serr != nil:
+		for _, d := range s.deletes {
+			d.w.Answered(r.Context(), serr.Status, "")
+		}
+		return serr.refusal()
+	case ok:
+		// The gateway has the whole body (Inspect read it); reading it
+		// marks it sent for the gateway's drain logic, which then waits
+		// for the answer instead of aborting.
+		io.Copy(io.Discard, r.Body)
+		s.bodyHeaders, s.payloadHash, s.rebodied = set, payload, true
+		f.Body = body
+	default:
+		// An integrity header the gateway cannot compute: the body goes
+		// as sent, its objects unconditioned.
+		for _, d := range s.deletes {
+			d.w.IfMatch = ""
 		}
 	}
-	if u.precondEtag && f.token > 0 && t.op == opDeleteObjects && in.del != nil && req != nil && req.Route != nil {
-		rt := req.Route
-		body, err := u.addDeleteObjectsPreconditions(r, f, in.del, func(bucket, key string) (string, error) {
-			return rt.ResourceOf(u.vars(bucket, key))
-		})
-		if err != nil {
-			return err
-		}
-		if body != nil {
-			set, payload, ok, serr := rebody(r.Header, f.payloadHash, in.del.body, body)
-			switch {
-			case serr != nil:
-				for _, d := range f.deletes {
-					d.w.Answered(r.Context(), serr.Status, "")
-				}
-				return serr.refusal()
-			case ok:
-				// The gateway has the whole body (Inspect read it);
-				// reading it marks it sent for the gateway's drain logic,
-				// which then waits for the answer instead of aborting.
-				io.Copy(io.Discard, r.Body)
-				out.Body = io.NopCloser(bytes.NewReader(body))
-				out.ContentLength = int64(len(body))
-				f.bodyHeaders, f.payloadHash, f.body = set, payload, body
-			default:
-				// An integrity header the gateway cannot compute: the
-				// body goes as sent, its objects unconditioned.
-				for _, d := range f.deletes {
-					d.w.IfMatch = ""
-				}
-			}
-		}
+	return nil
+}
+
+// Finish answers a forward's failure: a chunk the gateway could not
+// re-sign is the worker's error; a DeleteObjects that may or may not have
+// reached S3 leaves its objects unknown.
+func (d dialect) Finish(f *forward, err error) error {
+	s := f.State
+	if err != nil && s.chunks != nil && s.chunks.err != nil {
+		return s.chunks.err.refusal()
 	}
-	err := u.proxy.Forward(w, out)
-	if err != nil && f.chunks != nil && f.chunks.err != nil {
-		return f.chunks.err.refusal()
-	}
-	if err != nil && (f.etag != nil || f.deletes != nil) {
-		var ref *fencegate.Error
-		if !errors.As(err, &ref) {
-			// The request may or may not have reached S3.
-			if f.etag != nil {
-				f.etag.Failed(r.Context())
-			}
-			for _, d := range f.deletes {
-				d.w.Failed(r.Context())
-			}
+	var ref *fencegate.Error
+	if err != nil && !errors.As(err, &ref) {
+		for _, d := range s.deletes {
+			d.w.Failed(f.In.Context())
 		}
 	}
 	return err
@@ -482,42 +426,45 @@ func (u *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
 
 // rewrite prepares the outbound request: path-style URL on the endpoint,
 // the worker's authentication removed (the transport signs anew).
-func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
-	f := pr.In.Context().Value(forwardKey{}).(*forward)
+func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
+	u, s := d.Upstream, f.State
 	out := pr.Out
 	out.URL.Scheme = u.endpoint.Scheme
 	out.URL.Host = u.endpoint.Host
-	out.URL.Path, out.URL.RawPath = upstreamPath(u.endpoint.Path, f.target)
+	out.URL.Path, out.URL.RawPath = upstreamPath(u.endpoint.Path, s.target)
 	out.URL.RawQuery = upstreamQuery(pr.In.URL.RawQuery)
 	out.Host = ""
 	h := out.Header
-	for _, k := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token", u.tokenHeader} {
+	for _, k := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token"} {
 		h.Del(k)
 	}
-	h.Set("X-Amz-Content-Sha256", f.payloadHash)
-	if f.etag != nil {
-		f.conds.apply(h)
+	h.Set("X-Amz-Content-Sha256", s.payloadHash)
+	if f.Version != nil {
+		combineConditions(pr.In.Header, f.Version).apply(h)
 	}
-	for k, v := range f.bodyHeaders {
+	for k, v := range s.bodyHeaders {
 		h.Set(k, v)
 	}
+	if s.rebodied {
+		out.ContentLength = int64(len(f.Body))
+	}
 	switch {
-	case f.chunks != nil:
-		out.Body = f.chunks
-	case f.body != nil && int64(len(f.body)) == out.ContentLength:
+	case s.chunks != nil:
+		out.Body = s.chunks
+	case f.Body != nil && int64(len(f.Body)) == out.ContentLength:
 		// A body whole in memory goes as a reader net/http knows to be
 		// one (a bytes.Reader): it then writes head and body in one write
 		// (one TCP segment for a small PutObject) instead of flushing the
 		// head first, as it must for ReverseProxy's wrapper of the body,
 		// which could block. The bytes are those the worker sent (or the
 		// DeleteObjects body written anew), as gateway.Request.Body says.
-		out.Body = io.NopCloser(bytes.NewReader(f.body))
+		out.Body = io.NopCloser(bytes.NewReader(f.Body))
 	}
-	if u.stampHeader != "" && f.token > 0 && stamps(pr.In, f.target.op) {
+	if u.stampHeader != "" && f.Token > 0 && stamps(pr.In, s.target.op) {
 		// Set, not added: a worker's own copy would forge the stamp
 		// `fence rebuild` trusts. The header is signed with the rest of the
 		// request by the signing transport.
-		h.Set(u.stampHeader, strconv.FormatInt(f.token, 10))
+		h.Set(u.stampHeader, strconv.FormatInt(f.Token, 10))
 	}
 }
 
@@ -563,74 +510,68 @@ func upstreamQuery(raw string) string {
 	return strings.Join(kept, "&")
 }
 
-// signingTransport signs each outbound request with the gateway's
-// credentials just before it is sent, when its headers are final.
-type signingTransport struct{ u *Upstream }
-
-func (st *signingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	u := st.u
-	f, _ := req.Context().Value(forwardKey{}).(*forward)
-	payload := emptySHA256
-	if f != nil {
-		payload = f.payloadHash
-	}
+// send signs req with the gateway's credentials just before it is sent,
+// when its headers are final, and sends it; chunks, if set, re-signs a
+// signed aws-chunked body from the request's seed signature.
+func (u *Upstream) send(req *http.Request, payload string, chunks *chunkSigner) (*http.Response, error) {
 	creds, err := u.creds.Retrieve(req.Context())
 	if err != nil {
 		return nil, fmt.Errorf("s3: gateway credentials: %w", err)
 	}
 	now := u.now().UTC()
 	u.sign(req, creds, payload, now)
-	if f != nil && f.chunks != nil {
+	if chunks != nil {
 		seed := req.Header.Get("Authorization")
 		i := strings.LastIndex(seed, "Signature=")
 		if i < 0 {
 			return nil, errors.New("s3: signed request has no signature")
 		}
 		date := now.Format("20060102")
-		f.chunks.setOutput(u.signer.signingKey(creds.SecretAccessKey, date),
+		chunks.setOutput(u.signer.signingKey(creds.SecretAccessKey, date),
 			now.Format(amzDateFormat), date+"/"+u.region+"/s3/aws4_request", seed[i+len("Signature="):])
 	}
-	resp, err := u.transport.RoundTrip(req)
-	if err != nil || f == nil {
-		return resp, err
-	}
-	return u.response(req.Context(), f, resp)
+	return u.transport.RoundTrip(req)
 }
 
-// response does the ETag bookkeeping of a write's answer. A 412 to a
-// precondition the gateway added becomes the precondition_failed refusal.
-func (u *Upstream) response(ctx context.Context, f *forward, resp *http.Response) (*http.Response, error) {
-	if f.deletes != nil {
-		f.deletesAnswered(ctx, resp)
-		return resp, nil
+// RoundTrip signs and sends a forward and does the bookkeeping of a
+// DeleteObjects' answer.
+func (d dialect) RoundTrip(req *http.Request, f *forward) (*http.Response, error) {
+	s := f.State
+	resp, err := d.send(req, s.payloadHash, s.chunks)
+	if err == nil && s.deletes != nil {
+		s.deletesAnswered(req.Context(), resp)
 	}
-	if f.etag == nil {
-		return resp, nil
-	}
-	if resp.StatusCode == http.StatusPreconditionFailed && f.etag.Conditional() &&
-		preconditionFailed(ctx, f.etag, f.conds.ambiguous, func(ctx context.Context) (string, error) { return u.headETag(ctx, f.target) }) {
-		return resp, nil
-	}
-	return f.etag.Response(ctx, resp)
+	return resp, err
 }
 
-// addPrecondition makes the write conditional on the ETag the gateway last
-// wrote (package precondition: write-ahead unknown mark, HEAD re-learning).
-// A worker's own If-Match / If-None-Match is kept instead when it pins a
-// version (precondition.PinsVersion): a precondition on a version the
-// worker saw, which a delayed request cannot satisfy after a newer write
-// either. If-Match: * and If-None-Match on an ETag do not, and get the
-// gateway's condition.
-func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
+// Answer reads the status and the ETag of a write's answer. A 412 that a
+// condition of the worker's own caused (the gateway's held) is recorded
+// here and passed on (status 0).
+func (d dialect) Answer(f *forward, resp *http.Response) (int, string, error) {
+	if resp.StatusCode == http.StatusPreconditionFailed && f.Version.Conditional() &&
+		preconditionFailed(f.In.Context(), f.Version, combineConditions(f.In.Header, f.Version).ambiguous,
+			func(ctx context.Context) (string, error) { return d.headETag(ctx, f.State.target) }) {
+		return 0, "", nil
+	}
+	return resp.StatusCode, resp.Header.Get("ETag"), nil
+}
+
+// Tracks names the ETag bookkeeping of a write (package precondition).
+// A worker's own If-Match / If-None-Match is kept instead of the
+// gateway's when it pins a version (precondition.PinsVersion): a
+// precondition on a version the worker saw, which a delayed request
+// cannot satisfy after a newer write either. If-Match: * and
+// If-None-Match on an ETag do not, and get the gateway's condition.
+func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 	var kind precondition.Kind
 	conditional := true
-	switch f.target.op {
+	switch f.State.target.op {
 	case opPutObject:
 		kind = precondition.Replace
 	case opDeleteObject:
 		// If-Match where the store honours it (ProbeConditions); the
 		// delete is tracked either way.
-		kind, conditional = precondition.Delete, u.Conditions().Delete.Honoured
+		kind, conditional = precondition.Delete, d.Conditions().Delete.Honoured
 	case opDeleteVersion:
 		// The object may stay or change version: re-learnt by the next
 		// write. Not conditional: the gateway's ETag is the current
@@ -642,26 +583,23 @@ func (u *Upstream) addPrecondition(r *http.Request, f *forward) error {
 		// S3-compatible stores differ on destination preconditions
 		// (ProbeConditions); the copy is fenced and its ETag re-learnt
 		// either way.
-		kind, conditional = precondition.Opaque, u.Conditions().CopyDest.Honoured
+		kind, conditional = precondition.Opaque, d.Conditions().CopyDest.Honoured
 	default:
-		return nil
+		return 0, false, false
 	}
-	if conditional && precondition.PinsVersion(r.Header) {
+	if conditional && precondition.PinsVersion(f.In.Header) {
 		// The worker's own condition names a version; one that does not
 		// (If-Match: *, If-None-Match on an ETag, a size or a time) is
 		// satisfied by a newer owner's version too, and is combined with
 		// the gateway's (combineConditions).
 		conditional = false
 	}
-	t := f.target
-	w, err := u.tracker.Begin(r.Context(), f.resource, f.token, kind, conditional,
-		func(ctx context.Context) (string, error) { return u.headETag(ctx, t) })
-	if err != nil {
-		return err
-	}
-	f.etag = w
-	f.conds = combineConditions(r.Header, w)
-	return nil
+	return kind, conditional, true
+}
+
+// Version asks S3 for the ETag of the write's object.
+func (d dialect) Version(ctx context.Context, f *forward) (string, error) {
+	return d.headETag(ctx, f.State.target)
 }
 
 // headETag asks the upstream for an object's ETag header ("" if it does
@@ -674,7 +612,7 @@ func (u *Upstream) headETag(ctx context.Context, t target) (string, error) {
 	}
 	req.URL.Path, req.URL.RawPath = p, rp
 	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
-	resp, err := (&signingTransport{u: u}).RoundTrip(req)
+	resp, err := u.send(req, emptySHA256, nil)
 	if err != nil {
 		return "", err
 	}

@@ -4,18 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
-)
 
-// Stamp is one object's fencing-token stamp, as `stamp: true` wrote it.
-type Stamp struct {
-	Bucket, Key string
-	Token       int64
-}
+	"github.com/fencegate/fencegate/adapters/objectstore"
+)
 
 // client is an SDK client with the gateway's credentials, for the
 // gateway's own requests (doctor probes, stamp scans).
@@ -31,24 +26,25 @@ func (u *Upstream) client(attempts int) *awss3.Client {
 // credentials. Objects without a stamp (written before stamping was on, or
 // around the gateway) are skipped and counted in unstamped; a malformed
 // stamp is an error, not a guess. Memory is bounded by one listing page.
-func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn func(Stamp) error) (unstamped int, err error) {
+func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn func(objectstore.Stamp) error) (unstamped int, err error) {
 	header := u.stampHeader
 	if header == "" {
 		header = DefaultStampHeader
 	}
 	meta := strings.TrimPrefix(header, "x-amz-meta-")
+	scan := &objectstore.StampScan{Collection: bucket, Key: header, Fn: fn}
 	c := u.client(3)
 	p := awss3.NewListObjectsV2Paginator(c, &awss3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return unstamped, fmt.Errorf("list %s/%s: %w", bucket, prefix, err)
+			return scan.Unstamped, fmt.Errorf("list %s/%s: %w", bucket, prefix, err)
 		}
 		for _, o := range page.Contents {
 			key := aws.ToString(o.Key)
 			h, err := c.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(bucket), Key: o.Key})
 			if err != nil {
-				return unstamped, fmt.Errorf("head %s/%s: %w", bucket, key, err)
+				return scan.Unstamped, fmt.Errorf("head %s/%s: %w", bucket, key, err)
 			}
 			v, ok := "", false
 			for k, mv := range h.Metadata {
@@ -56,18 +52,10 @@ func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn fun
 					v, ok = mv, true
 				}
 			}
-			if !ok {
-				unstamped++
-				continue
-			}
-			tok, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || tok <= 0 {
-				return unstamped, fmt.Errorf("object %s/%s: stamp %s: %q is not a token", bucket, key, header, v)
-			}
-			if err := fn(Stamp{Bucket: bucket, Key: key, Token: tok}); err != nil {
-				return unstamped, err
+			if err := scan.Object(key, v, ok); err != nil {
+				return scan.Unstamped, err
 			}
 		}
 	}
-	return unstamped, nil
+	return scan.Unstamped, nil
 }

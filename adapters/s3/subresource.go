@@ -2,10 +2,10 @@ package s3
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // A write's query names the operation: the store routes a request by the
@@ -87,54 +87,49 @@ var presignParams = []string{
 	"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token",
 }
 
-// knownNames are every parameter name of the table, by lower case, for the
-// message that names a parameter sent in another case.
-var knownNames = func() map[string]string {
-	m := map[string]string{"x-id": "x-id"}
+// queryRules are every parameter name of the table as
+// resource.ParseQuery takes them: a sub-resource is a flag (its value may
+// be empty, ?uploads), every other parameter needs a value (an empty
+// versionId= or uploadId= is no value for one store and a value for
+// another), partNumber a number. Other names are left to the table, which
+// refuses them as a write it does not know.
+var queryRules = func() *resource.QueryRules {
+	r := &resource.QueryRules{Params: map[string]resource.ParamRule{"x-id": resource.ParamText}, OtherNames: true, EncodedNames: true}
+	values := map[string]resource.ParamRule{"uploadId": resource.ParamText, "partNumber": resource.ParamInteger,
+		"select-type": resource.ParamText, "versionId": resource.ParamText, "id": resource.ParamText}
 	for _, op := range writeOps {
 		for _, n := range append(append([]string(nil), op.names...), op.optional...) {
-			m[strings.ToLower(n)] = n
+			rule, ok := values[n]
+			if !ok {
+				rule = resource.ParamFlag
+			}
+			r.Params[n] = rule
 		}
 	}
 	for _, n := range presignParams {
-		m[strings.ToLower(n)] = n
+		r.Params[n] = resource.ParamText
 	}
-	return m
+	return r
 }()
 
 // checkWriteQuery refuses a write whose query does not name exactly one
-// operation of the table, spelled as S3 spells it: every pair well formed
-// (no ';', valid percent-encoding, a name), every name once (compared
-// without case), in S3's case, and the set of names that of one operation
-// (its sub-resources, its optional parameters, x-id, a presigned URL's
+// operation of the table, spelled as S3 spells it: a query every store
+// reads alike (resource.ParseQuery: no empty pair or ';', valid
+// percent-encoding, each name once in any case and in S3's case, a value
+// where one is due), and the set of names that of one operation (its
+// sub-resources, its optional parameters, x-id, a presigned URL's
 // authentication). Reads are not checked: they change nothing.
 func checkWriteQuery(method string, t target, raw string) *s3Error {
 	if t.bucket == "" {
 		return nil // the service: no write is defined there; the store answers
 	}
-	seen := map[string]bool{}
-	for rest := raw; rest != ""; {
-		var pair string
-		pair, rest, _ = strings.Cut(rest, "&")
-		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
-			return errInvalidArgument("the query of a write has an empty pair or a ';', which stores read differently; the gateway refuses it")
-		}
-		k, v, _ := strings.Cut(pair, "=")
-		name, err := url.QueryUnescape(k)
-		if err != nil || name == "" {
-			return errInvalidArgument("the query of a write has a parameter without a valid name")
-		}
-		if _, err := url.QueryUnescape(v); err != nil {
-			return errInvalidArgument("the query parameter " + quoteName(name) + " has invalid percent-encoding")
-		}
-		lower := strings.ToLower(name)
-		if seen[lower] {
-			return errInvalidArgument("the query parameter " + quoteName(name) + " is sent more than once (in some case); stores read such a query differently")
-		}
-		seen[lower] = true
-		if want, ok := knownNames[lower]; ok && want != name {
-			return errInvalidArgument("the query parameter " + quoteName(name) + " must be spelled " + want + "; the gateway refuses names in another case, which stores read differently")
-		}
+	q, err := resource.ParseQuery(raw, queryRules)
+	if err != nil {
+		return errInvalidArgument("the query of a write is refused: " + err.Error())
+	}
+	seen := make(map[string]bool, len(q))
+	for _, p := range q {
+		seen[strings.ToLower(p.Name)] = true
 	}
 	for _, op := range writeOps {
 		if op.method == method && op.bucket == (t.key == "") && op.matches(seen) {
@@ -175,14 +170,6 @@ func containsFold(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// quoteName quotes a parameter name for a message, bounded in length.
-func quoteName(n string) string {
-	if len(n) > 64 {
-		n = n[:64] + "..."
-	}
-	return `"` + strings.ToValidUTF8(n, "?") + `"`
 }
 
 // conditionHeaders are the worker's conditional headers on a write. An

@@ -62,6 +62,13 @@ func TestCheckWriteQuery(t *testing.T) {
 		{"PUT", bkt, "frobnicate", false},
 		{"POST", bkt, "", false},
 		{"POST", bkt, "Delete", false},
+		// One parser for every dialect (resource.ParseQuery): a value
+		// where one is due, no empty pair at the end either.
+		{"DELETE", obj, "versionId=", false},
+		{"POST", obj, "uploadId=", false},
+		{"PUT", obj, "partNumber=x&uploadId=u", false},
+		{"PUT", obj, "x-id=", false},
+		{"PUT", obj, "tagging&", false},
 	} {
 		err := checkWriteQuery(tc.method, tc.t, tc.query)
 		if (err == nil) != tc.ok {

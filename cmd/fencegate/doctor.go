@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/postgres"
-	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/precondition"
 	"github.com/fencegate/fencegate/server"
 
 	"github.com/spf13/cobra"
@@ -92,54 +90,14 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 			failed++
 		}
 	}
-	for _, rc := range cfg.Gateway.Routes {
-		if rc.S3 == nil {
-			continue
-		}
-		b := probeWhere(rc.Name, c.bucket, rc.S3.CheckBucket, "--bucket", "s3.check_bucket")
-		if b == "" {
-			continue
-		}
-		checked++
-		cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
-		opts := server.S3Options(rc, cfg.Gateway.TokenHeader)
-		opts.ETags = nopETags{}
-		up, err := s3.New(cctx, opts)
-		if err == nil {
-			err = up.CheckConditionalWrites(cctx, b)
-		}
-		if err == nil {
-			err = up.ProbeRace(cctx, b, 0)
-		}
-		var conds s3.Conditions
-		if err == nil {
-			conds, err = up.ProbeConditions(cctx, b, 0)
-		}
-		cancel()
-		if err != nil {
-			failed++
-			fmt.Printf("route %s: FAIL: %v\n", rc.Name, err)
-			continue
-		}
-		fmt.Printf("route %s: ok: %s honours If-Match and If-None-Match on PutObject, racing writes included (bucket %s)\n", rc.Name, config.RedactURL(rc.S3.Endpoint), b)
-		conds.Each(func(op string, f s3.Finding) {
-			if f.Honoured {
-				fmt.Printf("route %s: ok: %s honoured: the gateway makes it conditional\n", rc.Name, op)
-			} else {
-				fmt.Printf("route %s: note: %s not honoured (%s): the gateway forwards it unconditioned; it is fenced, but a delayed one can still land\n", rc.Name, op, f.Detail)
-			}
-		})
-	}
+	oc, of := doctorObjectStores(ctx, cfg, c.bucket, c.container)
+	checked, failed = checked+oc, failed+of
 	hc, hf := doctorHTTPRoutes(ctx, cfg, c.path)
 	checked, failed = checked+hc, failed+hf
 	uc, uf := doctorUnreadBodies(ctx, cfg, c.path)
 	checked, failed = checked+uc, failed+uf
 	dc, df := doctorDAVRoutes(ctx, cfg, routes, c.path)
 	checked, failed = checked+dc, failed+df
-	gc, gf := doctorGCSRoutes(ctx, cfg, c.bucket)
-	checked, failed = checked+gc, failed+gf
-	ac, af := doctorAzureRoutes(ctx, cfg, c.container)
-	checked, failed = checked+ac, failed+af
 	if checked == 0 {
 		return usagef("no route to check: pass --bucket or set s3.check_bucket (S3) or gcs.check_bucket (GCS), --container or set azure.check_container (Azure), --path or set upstream.check_path (HTTP routes)")
 	}
@@ -166,18 +124,6 @@ func checkSharedStore(ctx context.Context, cfg *config.Config) (ok bool, err err
 	}
 	fmt.Println("store.postgres: ok: each connection keeps a server session of its own (no pooler, or PgBouncer pool_mode = session)")
 	return true, nil
-}
-
-// probeWhere is where a route's probe writes: the flag's value, else the
-// route's configured place; "" (with the skip line printed) if neither.
-func probeWhere(route, flagValue, configured, flagName, field string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	if configured == "" {
-		fmt.Printf("route %s: skipped (no %s and no %s)\n", route, flagName, field)
-	}
-	return configured
 }
 
 // checkStoreReplication reports whether the PostgreSQL store's primary has
@@ -224,9 +170,29 @@ func checkStoreReplication(ctx context.Context, cfg *config.Config) (ok bool, er
 	return true, nil
 }
 
-// nopETags satisfies s3.New for routes with precondition etag; doctor
-// sends no fenced writes.
-type nopETags struct{}
-
-func (nopETags) LastETag(context.Context, string) (string, error)        { return "", nil }
-func (nopETags) RecordETag(context.Context, string, int64, string) error { return nil }
+// doctorObjectStores runs each object-store route's probes (its
+// dialect's, server.ObjectStore) where the flag or its section says.
+func doctorObjectStores(ctx context.Context, cfg *config.Config, bucket, container string) (checked, failed int) {
+	flags := map[string]string{"--bucket": bucket, "--container": container}
+	for _, rc := range cfg.Gateway.Routes {
+		dia, ok := server.ObjectStoreOf(rc)
+		if !ok {
+			continue
+		}
+		where, skipped := dia.CheckWhere(rc, flags[dia.Where])
+		if where == "" {
+			fmt.Printf("route %s: %s\n", rc.Name, skipped)
+			continue
+		}
+		checked++
+		bad := false
+		for _, f := range dia.Doctor(ctx, cfg, rc, where) {
+			fmt.Printf("route %s: %s: %s\n", rc.Name, f.Word, f.Text)
+			bad = bad || f.Failed()
+		}
+		if bad {
+			failed++
+		}
+	}
+	return checked, failed
+}

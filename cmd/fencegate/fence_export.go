@@ -10,11 +10,9 @@ import (
 	"os"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/adapters/azure"
 	"github.com/fencegate/fencegate/adapters/bolt"
-	"github.com/fencegate/fencegate/adapters/gcs"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/postgres"
-	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/server"
@@ -414,10 +412,6 @@ it stay raised, and a rebuild can be run again.
 	return wrap(cmd, c)
 }
 
-// stampScan is one route's stamp scanner: fn gets each stamped object's
-// bucket, name and token; the answer counts the objects without a stamp.
-type stampScan func(ctx context.Context, fn func(bucket, object string, token int64) error) (unstamped int, err error)
-
 func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	path, routeName, bucket, prefix := c.config, c.route, c.bucket, c.prefix
 	cfg, err := config.Load(path)
@@ -434,7 +428,7 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	if cfg.Gateway != nil {
 		for i := range cfg.Gateway.Routes {
 			r := &cfg.Gateway.Routes[i]
-			if (r.S3 == nil && r.GCS == nil && r.Azure == nil) || (routeName != "" && r.Name != routeName) {
+			if r.ObjectStore() == nil || (routeName != "" && r.Name != routeName) {
 				continue
 			}
 			if rc != nil {
@@ -446,59 +440,19 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	if rc == nil {
 		return usagef("no S3, GCS or Azure route %q in %s", routeName, path)
 	}
-	var (
-		scan stampScan
-		up   gateway.Upstream
-		vars func(bucket, object string) map[string]string
-	)
-	switch {
-	case rc.S3 != nil:
-		if !rc.S3.Stamp {
-			fmt.Fprintf(c.stderr(), "warning: route %s has no s3.stamp: true; objects it wrote carry no stamp\n", rc.Name)
-		}
-		opts := server.S3Options(*rc, cfg.Gateway.TokenHeader)
-		opts.ETags = nopETags{}
-		s3up, err := s3.New(ctx, opts)
-		if err != nil {
-			return fmt.Errorf("route %s: %w", rc.Name, err)
-		}
-		up, vars = s3up, s3up.ObjectVars
-		scan = func(ctx context.Context, fn func(string, string, int64) error) (int, error) {
-			return s3up.ScanStamps(ctx, bucket, prefix, func(s s3.Stamp) error { return fn(s.Bucket, s.Key, s.Token) })
-		}
-	case rc.Azure != nil:
-		if !rc.Azure.Stamp {
-			fmt.Fprintf(c.stderr(), "warning: route %s has no azure.stamp: true; blobs it wrote carry no stamp\n", rc.Name)
-		}
-		opts := server.AzureOptions(*rc, cfg.Gateway.TokenHeader)
-		opts.PreconditionETag = false // the rebuild forwards no write
-		opts.LeaseGuard = false
-		aup, err := azure.New(opts)
-		if err != nil {
-			return fmt.Errorf("route %s: %w", rc.Name, err)
-		}
-		up, vars = aup, aup.ObjectVars
-		scan = func(ctx context.Context, fn func(string, string, int64) error) (int, error) {
-			return aup.ScanStamps(ctx, bucket, prefix, func(s azure.Stamp) error { return fn(s.Container, s.Blob, s.Token) })
-		}
-	default:
-		if !rc.GCS.Stamp {
-			fmt.Fprintf(c.stderr(), "warning: route %s has no gcs.stamp: true; objects it wrote carry no stamp\n", rc.Name)
-		}
-		opts := server.GCSOptions(*rc, cfg.Gateway.TokenHeader)
-		opts.PreconditionGeneration = false // the rebuild forwards no write
-		if opts.TokenSource, err = gcs.Credentials(ctx, rc.GCS.CredentialsFile, rc.GCS.NoAuth); err != nil {
-			return fmt.Errorf("route %s: %w", rc.Name, err)
-		}
-		gup, err := gcs.New(opts)
-		if err != nil {
-			return fmt.Errorf("route %s: %w", rc.Name, err)
-		}
-		up, vars = gup, gup.ObjectVars
-		scan = func(ctx context.Context, fn func(string, string, int64) error) (int, error) {
-			return gup.ScanStamps(ctx, bucket, prefix, func(s gcs.Stamp) error { return fn(s.Bucket, s.Object, s.Token) })
-		}
+	dia, ok := server.ObjectStoreOf(*rc)
+	if !ok {
+		return fmt.Errorf("route %s: no object-store dialect for %s", rc.Name, rc.ObjectStore().Kind())
 	}
+	sc, err := dia.Scanner(ctx, cfg, *rc)
+	if err != nil {
+		return fmt.Errorf("route %s: %w", rc.Name, err)
+	}
+	if !sc.Stamps {
+		kind := rc.ObjectStore().Kind()
+		fmt.Fprintf(c.stderr(), "warning: route %s has no %s.stamp: true; objects it wrote carry no stamp\n", rc.Name, kind)
+	}
+	up, vars := sc.Upstream, sc.Vars
 	rt, err := gateway.NewRoute(server.RouteOptions(*rc), up)
 	if err != nil {
 		return fmt.Errorf("route %s: %w", rc.Name, err)
@@ -511,7 +465,8 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	// A rebuilt fence's ETag is unknown: the next conditional write learns
 	// it with a HEAD (on GCS, a generation with a GET).
 	imp := &importer{st: st, seq: seq, limit: server.ImportLimit(cfg, st)}
-	unstamped, err := scan(ctx, func(b, key string, token int64) error {
+	unstamped, err := sc.Scan(ctx, bucket, prefix, func(stamp objectstore.Stamp) error {
+		b, key, token := stamp.Collection, stamp.Object, stamp.Token
 		res, err := rt.ResourceOf(vars(b, key))
 		if err != nil {
 			return fmt.Errorf("object %s/%s: resource template %q: %w", b, key, rc.Resource, err)
