@@ -5,8 +5,8 @@ import (
 	"net/http"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/httprefusal"
 	"github.com/fencegate/fencegate/adapters/objectstore"
+	"github.com/fencegate/fencegate/httprefusal"
 )
 
 // jsonError is the JSON API's error document ({"error": {...}}, as the
