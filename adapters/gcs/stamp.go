@@ -59,7 +59,7 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 		br := multipartReaders.Get().(*bufio.Reader)
 		br.Reset(src)
 		edit := func(doc []byte) ([]byte, error) {
-			if err := checkNames(doc, t.bucket, t.object); err != nil {
+			if err := checkNames(doc, t.bucket, t.object, true); err != nil {
 				return nil, err
 			}
 			if !stamp {
@@ -91,7 +91,10 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 		case opBucket:
 			object = t.bucket // a bucket resource's name is the bucket's
 		}
-		if err := checkNames(doc, bucket, object); err != nil {
+		// An object's metadata or ACL update is applied to the object its
+		// path names; its body may name the bucket alone, as the official
+		// clients send it. An upload's resource names the object written.
+		if err := checkNames(doc, bucket, object, t.op != opObject); err != nil {
 			return fencegate.InvalidRequest("the request body: %v", err)
 		}
 		stamped := stamp && (t.op == opResumable || t.op == opCompose || t.op == opCopy ||
@@ -138,8 +141,9 @@ func bodyDoc(r *http.Request, whole []byte) ([]byte, error) {
 }
 
 // checkNames reads doc (readNames) and refuses it unless every object it
-// names is bucket/object.
-func checkNames(doc []byte, bucket, object string) error {
+// names is bucket/object; with nameRequired, a doc that names the bucket
+// must name the object too.
+func checkNames(doc []byte, bucket, object string, nameRequired bool) error {
 	n, err := readNames(doc)
 	if err != nil {
 		return fmt.Errorf("not one JSON object read one way: %w", err)
@@ -147,7 +151,7 @@ func checkNames(doc []byte, bucket, object string) error {
 	if !n.agree(bucket, object) {
 		return fmt.Errorf("it names another bucket or object than the request's %s/%s (the store may write the one it names)", bucket, object)
 	}
-	if n.bucket != nil && n.name == nil && n.object == nil {
+	if nameRequired && n.bucket != nil && n.name == nil && n.object == nil {
 		// fake-gcs-server takes a resumable upload's resource that names
 		// a bucket for the whole name: the object's name is then the
 		// resource's, "" if it has none.
