@@ -240,13 +240,15 @@ type S3Client struct {
 	SecretAccessKey string `yaml:"secret_access_key"`
 }
 
-// Store selects the durable store: embedded (default) or postgres.
+// Store selects the durable store: embedded (default), postgres or etcd.
 type Store struct {
 	// Embedded is the single-file store (default).
 	Embedded *Embedded `yaml:"embedded"`
 	// Postgres is the PostgreSQL store (several processes, shared fence
 	// mode).
 	Postgres *Postgres `yaml:"postgres"`
+	// Etcd is an etcd cluster (shared fence mode only, etcdstore.go).
+	Etcd *EtcdStore `yaml:"etcd"`
 	// Marker is the file recording which store this process serves from,
 	// so that a start on a lost (new, empty) store is refused until fences
 	// are imported, rebuilt or the loss is accepted (docs/recovery.md).
@@ -422,9 +424,10 @@ func DefaultConfig() *Config {
 func (c *Config) applyDefaults() {
 	c.applyEdgeDefaults()
 	c.applyListenerDefaults()
-	if c.Store.Embedded == nil && c.Store.Postgres == nil {
+	if c.Store.Embedded == nil && c.Store.Postgres == nil && c.Store.Etcd == nil {
 		c.Store.Embedded = &Embedded{}
 	}
+	c.applyEtcdStoreDefaults()
 	if c.Store.Embedded != nil && c.Store.Embedded.Path == "" {
 		c.Store.Embedded.Path = "./data/fencegate.db"
 	}
@@ -649,9 +652,7 @@ func (c *Config) Validate() Errors {
 	errs = append(errs, c.validateListeners()...)
 	errs = append(errs, c.validateListenAddrs()...)
 	errs = append(errs, c.validateTokenSources()...)
-	if c.Store.Embedded != nil && c.Store.Postgres != nil {
-		add("store", "set either embedded or postgres, not both")
-	}
+	errs = append(errs, c.validateStoreKind()...) // etcdstore.go
 	if p := c.Store.Postgres; p != nil {
 		if p.URL == "" {
 			add("store.postgres.url", "required")
@@ -667,8 +668,8 @@ func (c *Config) Validate() Errors {
 	switch c.Fence.Mode {
 	case "local":
 	case "shared":
-		if c.Store.Postgres == nil {
-			add("fence.mode", "shared needs store.postgres (several gateways share one database)")
+		if c.Store.Postgres == nil && c.Store.Etcd == nil {
+			add("fence.mode", "shared needs store.postgres or store.etcd (several gateways share one store)")
 		}
 		if n := c.Fence.MarkerConns; n < 1 || n > 64 {
 			add("fence.marker_conns", "must be between 1 and 64, not %d", n)

@@ -1,0 +1,695 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// session is one lease of this replica and the markers attached to it.
+type session struct {
+	lease clientv3.LeaseID
+	// provenUntil (unix nanoseconds) is the time measured before the last
+	// renewal that succeeded plus the TTL it granted: until then the lease
+	// is alive whatever happened since.
+	provenUntil atomic.Int64
+	// Guarded by f.mu.
+	lost    bool
+	entries map[string]*entry // by marker key
+	// lostLeft counts the forwards still in flight once the session is
+	// lost.
+	lostLeft int
+}
+
+func (s *session) proven() bool { return time.Now().UnixNano() < s.provenUntil.Load() }
+
+// entry is one marker key and the writes that hold it.
+type entry struct {
+	key      string
+	resource string
+	token    int64
+	count    int  // writes holding the entry (admitted, or being decided)
+	held     bool // the marker was put (or may have been: a failed Txn)
+	putting  bool // a put is queued or in flight
+	deleting bool // a delete is queued
+	closed   bool // the fence moved past token: no write joins any more
+	// watchGen is the fence watch's generation at the entry's last read;
+	// idleSince is when its last write ended.
+	watchGen  int64
+	idleSince time.Time
+	flights   map[*permit]struct{}
+}
+
+type opKind int
+
+const (
+	opMark   opKind = iota // (put the marker and) read the record
+	opDelete               // delete an idle marker
+)
+
+type op struct {
+	kind  opKind
+	e     *entry
+	put   bool
+	w     gateway.Write
+	start time.Time
+	done  chan struct{}
+	s     *session
+
+	// Results.
+	m   marked
+	err error
+}
+
+// marked is what mark found out for one write.
+type marked struct {
+	permit *permit
+	exists bool
+	rec    record
+	rev    int64 // the record's mod revision
+}
+
+// mark puts (or joins) this replica's marker of w.Resource at w.Token and
+// reads the record, in the next marker Txn.
+func (f *SharedFence) mark(ctx context.Context, w gateway.Write) (marked, error) {
+	s, err := f.session(ctx, w.Resource)
+	if err != nil {
+		return marked{}, err
+	}
+	key := f.markerKey(w.Resource, w.Token, s.lease)
+	f.mu.Lock()
+	if s.lost {
+		f.mu.Unlock()
+		return marked{}, fencegate.Unavailable(w.Resource, errLeaseLost)
+	}
+	e := s.entries[key]
+	if e == nil {
+		e = &entry{key: key, resource: w.Resource, token: w.Token, flights: make(map[*permit]struct{})}
+		s.entries[key] = e
+	}
+	if e.closed {
+		// The fence moved past this token, as a read through this entry
+		// saw: stale without a request.
+		f.mu.Unlock()
+		return f.closedState(ctx, w)
+	}
+	e.count++
+	o := &op{kind: opMark, e: e, w: w, start: time.Now(), done: make(chan struct{}), s: s}
+	if !e.held && !e.putting {
+		e.putting, o.put = true, true
+	}
+	e.deleting = false
+	f.queue = append(f.queue, o)
+	f.mu.Unlock()
+	f.kick()
+	select {
+	case <-o.done:
+	case <-f.closing:
+		return marked{}, fencegate.Unavailable(w.Resource, errClosed)
+	}
+	// o.done is closed only by the worker, which always finishes an op
+	// it took; a write whose ctx ends meanwhile still waits the Txn out
+	// (it is bounded by the store timeout), so its count stays right.
+	return o.m, o.err
+}
+
+// closedState answers a write of a closed entry's token: the record read
+// again (a closed entry's token is below the highest).
+func (f *SharedFence) closedState(ctx context.Context, w gateway.Write) (marked, error) {
+	st, err := f.State(ctx, w.Resource)
+	if err != nil {
+		return marked{}, err
+	}
+	if st.Highest > w.Token {
+		return marked{exists: true, rec: record{Highest: st.Highest, Ready: st.Ready}}, nil
+	}
+	return marked{}, fencegate.Unavailable(w.Resource, fmt.Errorf("the marker of token %d was closed while the fence is at %d", w.Token, st.Highest))
+}
+
+// session returns the live session, waiting up to the store timeout.
+func (f *SharedFence) session(ctx context.Context, resource string) (*session, error) {
+	t := time.NewTimer(f.storeTimeout)
+	defer t.Stop()
+	for {
+		f.mu.Lock()
+		s, up, lastErr := f.sess, f.up, f.lastErr
+		f.mu.Unlock()
+		if s != nil && !s.lost {
+			if !s.proven() {
+				return nil, fencegate.Unavailable(resource, errors.New("the replica cannot prove its etcd lease alive (renewals are failing)"))
+			}
+			return s, nil
+		}
+		select {
+		case <-up:
+		case <-t.C:
+			if lastErr == nil {
+				lastErr = errors.New("no etcd lease yet")
+			}
+			return nil, fencegate.Unavailable(resource, lastErr)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-f.closing:
+			return nil, fencegate.Unavailable(resource, errClosed)
+		}
+	}
+}
+
+func (f *SharedFence) kick() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runMarkers sends the queued marker puts, deletes and record reads, as
+// few Txns as it can.
+func (f *SharedFence) runMarkers() {
+	tick := time.NewTicker(f.idle / 2)
+	defer tick.Stop()
+	busy := false
+	for {
+		select {
+		case <-f.closing:
+			f.failQueue(errClosed)
+			return
+		case <-f.wake:
+		case <-tick.C:
+			f.dropIdle(time.Now().Add(-f.idle))
+		}
+		if busy && f.linger > 0 {
+			// Under load, wait a little for more writes to share the Txn.
+			deadline := time.Now().Add(f.linger)
+			for time.Now().Before(deadline) {
+				f.mu.Lock()
+				n := len(f.queue)
+				f.mu.Unlock()
+				if n >= lingerMarks {
+					break
+				}
+				time.Sleep(f.linger / 4)
+			}
+		}
+		for {
+			ops := f.take()
+			if len(ops) == 0 {
+				break
+			}
+			busy = len(ops) > 1
+			f.send(ops)
+		}
+	}
+}
+
+func (f *SharedFence) failQueue(err error) {
+	f.mu.Lock()
+	ops := f.queue
+	f.queue = nil
+	for _, o := range ops {
+		if o.kind == opMark {
+			f.release(o.e, o.s)
+		}
+		o.err = fencegate.Unavailable(o.e.resource, err)
+	}
+	f.mu.Unlock()
+	for _, o := range ops {
+		if o.done != nil {
+			close(o.done)
+		}
+	}
+}
+
+// take removes from the queue the ops of one Txn: at most maxOps etcd
+// operations, each key put or deleted once.
+func (f *SharedFence) take() []*op {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ops []*op
+	n := 0
+	reads := make(map[string]bool)
+	i := 0
+	for ; i < len(f.queue); i++ {
+		o := f.queue[i]
+		cost := 0
+		switch o.kind {
+		case opDelete:
+			if !o.e.deleting || o.e.count > 0 {
+				// Joined again since: the marker stays.
+				continue
+			}
+			cost = 1
+		case opMark:
+			if o.put {
+				cost++
+			}
+			if !reads[o.e.resource] {
+				cost++
+			}
+		}
+		if n+cost > maxOps {
+			break
+		}
+		n += cost
+		if o.kind == opMark {
+			reads[o.e.resource] = true
+		} else {
+			o.e.deleting = false
+		}
+		ops = append(ops, o)
+	}
+	f.queue = f.queue[i:]
+	return ops
+}
+
+// send runs one marker Txn and hands each op its result.
+func (f *SharedFence) send(ops []*op) {
+	f.mu.Lock()
+	s := f.sess
+	f.mu.Unlock()
+	var then []clientv3.Op
+	reads := make(map[string]int) // resource -> index of its read in then
+	for _, o := range ops {
+		switch {
+		case o.kind == opDelete:
+			then = append(then, clientv3.OpDelete(o.e.key))
+		case o.put:
+			then = append(then, clientv3.OpPut(o.e.key, "", clientv3.WithLease(o.s.lease)))
+		}
+	}
+	for _, o := range ops {
+		if o.kind != opMark {
+			continue
+		}
+		if _, ok := reads[o.e.resource]; !ok {
+			reads[o.e.resource] = len(then)
+			then = append(then, clientv3.OpGet(f.fenceKey(o.e.resource)))
+		}
+	}
+	var resp *clientv3.TxnResponse
+	var err error
+	if s == nil || s.lost || anyOther(ops, s) {
+		// Ops of a lease lost since they were queued: they cannot be
+		// decided on it.
+		err = errLeaseLost
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+		f.requests.Add(1)
+		resp, err = f.client.Txn(ctx).Then(then...).Commit()
+		cancel()
+	}
+	gen := f.watchGen.Load()
+	f.mu.Lock()
+	var permits []*permit
+	for _, o := range ops {
+		e := o.e
+		if o.kind == opDelete {
+			if err == nil {
+				e.held = false
+				if e.count == 0 {
+					delete(o.s.entries, e.key)
+				}
+			}
+			continue
+		}
+		if o.put {
+			e.putting = false
+			// A failed Txn may still have been applied: the marker is
+			// deleted when its last write ends.
+			e.held = true
+		}
+		if err != nil {
+			if errors.Is(err, errLeaseLost) {
+				o.err = fencegate.Unavailable(e.resource, err)
+			} else {
+				o.err = fencegate.Unavailable(e.resource, fmt.Errorf("marker: %w", err))
+			}
+			f.release(e, o.s)
+			continue
+		}
+		kvs := resp.Responses[reads[e.resource]].GetResponseRange().Kvs
+		if len(kvs) > 0 {
+			rec, derr := decode(kvs[0])
+			if derr != nil {
+				o.err = fencegate.Unavailable(e.resource, derr)
+				f.release(e, o.s)
+				continue
+			}
+			o.m.exists, o.m.rec, o.m.rev = true, rec, kvs[0].ModRevision
+		}
+		e.watchGen = gen
+		if o.m.exists && o.m.rec.Highest > e.token {
+			e.closed = true
+		}
+		if !o.s.lost && o.m.exists && o.m.rec.Highest == e.token && o.m.rec.Ready {
+			p := &permit{f: f, s: o.s, e: e, resource: e.resource, abort: o.w.Abort, bodySent: o.w.BodySent, start: o.start}
+			e.flights[p] = struct{}{}
+			o.m.permit = p
+			permits = append(permits, p)
+			continue
+		}
+		f.release(e, o.s)
+	}
+	f.mu.Unlock()
+	if s != nil && isLeaseGone(err) {
+		f.lose(s, err)
+	}
+	for _, p := range permits {
+		if p.abort != nil {
+			// The forward must end within the forward timeout counted from
+			// before the marker was read: a drain that finds this replica
+			// gone waits that long (docs/design.md §4).
+			abort, timeout := p.abort, f.forwardTimeout
+			p.timer = time.AfterFunc(timeout-time.Since(p.start), func() {
+				abort(&fencegate.ForwardTimeoutError{Timeout: timeout})
+			})
+		}
+	}
+	for _, o := range ops {
+		if o.done != nil {
+			close(o.done)
+		}
+	}
+}
+
+var errLeaseLost = errors.New("the replica's etcd lease was lost")
+
+// anyOther reports whether an op of ops belongs to another session than s.
+func anyOther(ops []*op, s *session) bool {
+	for _, o := range ops {
+		if o.s != s {
+			return true
+		}
+	}
+	return false
+}
+
+// release ends one write's hold on e (f.mu held). The last one leaves the
+// marker idle, or queues its delete if it must not linger.
+func (f *SharedFence) release(e *entry, s *session) {
+	e.count--
+	if e.count > 0 {
+		return
+	}
+	e.idleSince = time.Now()
+	if s.lost {
+		delete(s.entries, e.key)
+		return
+	}
+	if !e.held && !e.putting {
+		delete(s.entries, e.key)
+		return
+	}
+	if e.closed || e.watchGen%2 == 0 || e.watchGen != f.watchGen.Load() {
+		f.queueDelete(e, s)
+	}
+}
+
+func (f *SharedFence) queueDelete(e *entry, s *session) {
+	if e.deleting || e.count > 0 {
+		return
+	}
+	e.deleting = true
+	f.queue = append(f.queue, &op{kind: opDelete, e: e, s: s})
+	f.kick()
+}
+
+// dropIdle deletes the markers idle since before cutoff.
+func (f *SharedFence) dropIdle(cutoff time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return
+	}
+	for _, e := range s.entries {
+		if e.count == 0 && e.held && e.idleSince.Before(cutoff) {
+			f.queueDelete(e, s)
+		}
+	}
+}
+
+// superseded closes this replica's markers of resource below highest: no
+// write joins them, and an idle one is deleted at once so the drain of
+// highest does not wait for it.
+func (f *SharedFence) superseded(resource string, highest int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return
+	}
+	dir := f.markerDir(resource)
+	for k, e := range s.entries {
+		if strings.HasPrefix(k, dir) && e.token < highest {
+			e.closed = true
+			if e.count == 0 && e.held {
+				f.queueDelete(e, s)
+			}
+		}
+	}
+}
+
+// permit is a write in flight: it holds its entry's marker.
+type permit struct {
+	f        *SharedFence
+	s        *session
+	e        *entry
+	resource string
+	abort    func(cause error)
+	bodySent func() bool
+	start    time.Time
+	timer    *time.Timer
+	once     sync.Once
+}
+
+// Release implements gateway.Permit. It does no I/O: the marker lingers,
+// or its delete goes out with the next marker Txn.
+func (p *permit) Release() {
+	p.once.Do(func() {
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		f := p.f
+		f.mu.Lock()
+		delete(p.e.flights, p)
+		if p.s.lost {
+			p.s.lostLeft--
+		}
+		f.release(p.e, p.s)
+		f.mu.Unlock()
+	})
+}
+
+// lose ends session s: its lease expired or cannot be proven alive. Its
+// markers are gone (or will be when the lease expires), so its writes in
+// flight are aborted; drains of other replicas wait their forward timeout.
+func (f *SharedFence) lose(s *session, err error) {
+	f.mu.Lock()
+	if s.lost {
+		f.mu.Unlock()
+		return
+	}
+	s.lost = true
+	if f.sess == s {
+		f.sess = nil
+		f.up = make(chan struct{})
+		f.lastErr = err
+	}
+	var aborts []*permit
+	for _, e := range s.entries {
+		for p := range e.flights {
+			s.lostLeft++
+			if p.abort != nil {
+				aborts = append(aborts, p)
+			}
+		}
+	}
+	n := s.lostLeft
+	f.mu.Unlock()
+	f.log.Warn("etcd shared fence: the replica's lease is lost; aborting its writes in flight", "lease", lease16(s.lease), "writes", n, "err", err)
+	for _, p := range aborts {
+		p.abort(&fencegate.SessionLostError{Resource: p.resource, Err: fmt.Errorf("the replica's etcd lease: %w", err)})
+	}
+	// Let the lease go at once if it still exists: its markers vanish and
+	// drains elsewhere start the forward-timeout wait now, not at expiry.
+	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+	f.requests.Add(1)
+	f.client.Revoke(ctx, s.lease)
+	cancel()
+}
+
+// runLease grants the replica's lease, registers the replica, renews the
+// lease and watches that it stays provable; it starts a new one when it is
+// lost.
+func (f *SharedFence) runLease() {
+	backoff := 100 * time.Millisecond
+	for {
+		s, err := f.grant()
+		if err != nil {
+			f.mu.Lock()
+			f.lastErr = err
+			f.mu.Unlock()
+			select {
+			case <-f.closing:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		f.mu.Lock()
+		f.sess, f.lastErr = s, nil
+		close(f.up)
+		f.mu.Unlock()
+		if done := f.keepAlive(s); done {
+			return
+		}
+	}
+}
+
+// grant takes a new lease and registers it: the registration (no lease)
+// tells drains that markers on this lease exist, the liveness key (on the
+// lease) that it is alive.
+func (f *SharedFence) grant() (*session, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+	defer cancel()
+	before := time.Now()
+	f.requests.Add(1)
+	g, err := f.client.Grant(ctx, int64(f.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("grant the replica's etcd lease: %w", err)
+	}
+	reg := fmt.Sprintf(`{"replica":%q,"forward_timeout_ms":%d}`, f.replica, f.forwardTimeout.Milliseconds())
+	f.requests.Add(1)
+	if _, err := f.client.Txn(ctx).Then(
+		clientv3.OpPut(f.replicaKey(g.ID), reg),
+		clientv3.OpPut(f.aliveKey(g.ID), f.replica, clientv3.WithLease(g.ID)),
+	).Commit(); err != nil {
+		f.client.Revoke(ctx, g.ID)
+		return nil, fmt.Errorf("register the replica: %w", err)
+	}
+	s := &session{lease: g.ID, entries: make(map[string]*entry)}
+	s.provenUntil.Store(before.Add(time.Duration(g.TTL) * time.Second).UnixNano())
+	return s, nil
+}
+
+// keepAlive renews s until it is lost (false) or the fence closes (true).
+// Each renewal proves the lease until the time measured before it was
+// sent plus the TTL granted; past that, the session is lost, whatever the
+// renewals say later.
+func (f *SharedFence) keepAlive(s *session) bool {
+	every := max(f.ttl/4, 250*time.Millisecond)
+	renew := time.NewTimer(0)
+	defer renew.Stop()
+	check := time.NewTicker(50 * time.Millisecond)
+	defer check.Stop()
+	type result struct {
+		until time.Time
+		err   error
+	}
+	results := make(chan result, 1)
+	pending := false
+	for {
+		select {
+		case <-f.closing:
+			return true
+		case <-check.C:
+			if !s.proven() {
+				f.lose(s, errors.New("its renewals did not succeed within the lease TTL"))
+				return false
+			}
+		case <-renew.C:
+			if pending {
+				renew.Reset(every)
+				continue
+			}
+			pending = true
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+				defer cancel()
+				before := time.Now()
+				f.requests.Add(1)
+				r, err := f.client.KeepAliveOnce(ctx, s.lease)
+				if err == nil && r.TTL <= 0 {
+					err = errors.New("lease not found")
+				}
+				var until time.Time
+				if err == nil {
+					until = before.Add(time.Duration(r.TTL) * time.Second)
+				}
+				results <- result{until, err}
+			}()
+		case r := <-results:
+			pending = false
+			switch {
+			case r.err == nil:
+				if !s.proven() {
+					// Renewed, but only after it could no longer be proven:
+					// the writes were aborted already (check above) or are
+					// about to be. Stay lost.
+					f.lose(s, errors.New("its renewals did not succeed within the lease TTL"))
+					return false
+				}
+				if u := r.until.UnixNano(); u > s.provenUntil.Load() {
+					s.provenUntil.Store(u)
+				}
+				renew.Reset(every)
+			case isLeaseGone(r.err) || strings.Contains(r.err.Error(), "lease not found"):
+				f.lose(s, r.err)
+				return false
+			default:
+				renew.Reset(250 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// runWatch follows every fence record and closes this replica's markers
+// of tokens a record was raised past.
+func (f *SharedFence) runWatch() {
+	dir := f.prefix + "/f/"
+	for {
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
+		f.requests.Add(1)
+		wch := f.client.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
+		up := false
+		for resp := range wch {
+			if resp.Err() != nil || resp.Canceled {
+				break
+			}
+			if resp.Created && !up {
+				// Up (odd): a raise after this is seen. Nothing idle of the
+				// last generation stays.
+				up = true
+				f.watchGen.Add(1)
+			}
+			for _, ev := range resp.Events {
+				rec, err := decode(ev.Kv)
+				if err != nil {
+					continue
+				}
+				f.superseded(strings.TrimPrefix(string(ev.Kv.Key), dir), rec.Highest)
+			}
+		}
+		cancel()
+		if up {
+			f.watchGen.Add(1) // down (even)
+		}
+		f.dropIdle(time.Now())
+		select {
+		case <-f.closing:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,298 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.RunMain(m) }
+
+type testCluster struct {
+	*testenv.EtcdCluster
+	prefix string
+}
+
+// newCluster starts a fresh three-member cluster for t (tests that kill
+// members need their own).
+func newCluster(t *testing.T) *testCluster {
+	t.Helper()
+	return &testCluster{EtcdCluster: testenv.Etcd(t, 3), prefix: "/fg"}
+}
+
+func (c *testCluster) client(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, err := NewClient(c.Endpoints, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// replica starts a shared fence (one gateway replica) on c.
+func (c *testCluster) replica(t *testing.T, opts SharedFenceOptions) *SharedFence {
+	t.Helper()
+	opts.Prefix = c.prefix
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 2 * time.Second
+	}
+	if opts.ForwardTimeout == 0 {
+		opts.ForwardTimeout = 2 * time.Second
+	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = 20 * time.Second
+	}
+	f := NewSharedFence(c.client(t), opts)
+	t.Cleanup(func() { f.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// stored reads resource's fence record straight from etcd (the durable
+// state, not the fence's answer).
+func (c *testCluster) stored(t *testing.T, resource string) record {
+	t.Helper()
+	cli := c.client(t)
+	resp, err := cli.Get(context.Background(), c.prefix+"/f/"+resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return record{}
+	}
+	r, err := decode(resp.Kvs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func admit(f *SharedFence, res string, token int64) (gateway.Permit, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return f.Admit(ctx, gateway.Write{Resource: res, Token: token})
+}
+
+func code(err error) string {
+	if r, ok := fencegate.Refusal(err); ok {
+		return r.Code
+	}
+	return fmt.Sprint(err)
+}
+
+// Seed test 1 across replicas: A wrote with 5, B advanced to 6; A's late
+// write is refused, and the record in etcd says 6.
+func TestSharedFenceStaleOwner(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{})
+	b := c.replica(t, SharedFenceOptions{})
+	p, err := admit(a, "/orders/7", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	p, err = admit(b, "/orders/7", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	if _, err := admit(a, "/orders/7", 5); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("late write of token 5 after 6: got %v, want stale_fencing_token", err)
+	}
+	if r := c.stored(t, "/orders/7"); r.Highest != 6 || !r.Ready {
+		t.Fatalf("etcd record: %+v, want highest 6 ready", r)
+	}
+	// A repeated token on the replica that did not advance is accepted.
+	p, err = admit(a, "/orders/7", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+}
+
+// I2 across replicas: B's newer token waits until A's older write in
+// flight ended, even with A's marker lingering afterwards.
+func TestSharedFenceCrossReplicaDrain(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{})
+	b := c.replica(t, SharedFenceOptions{})
+	pa, err := admit(a, "/r", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var released atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		p, err := admit(b, "/r", 6)
+		if err == nil {
+			if !released.Load() {
+				err = errors.New("token 6 admitted while token 5 was in flight on the other replica")
+			}
+			p.Release()
+		}
+		done <- err
+	}()
+	time.Sleep(700 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("token 6 decided while 5 in flight: %v", err)
+	default:
+	}
+	if r := c.stored(t, "/r"); r.Highest != 6 || r.Ready {
+		t.Fatalf("etcd record during the drain: %+v, want highest 6 not ready", r)
+	}
+	released.Store(true)
+	pa.Release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("token 6 still waiting 10s after token 5's write ended (a lingering marker held the drain)")
+	}
+	if r := c.stored(t, "/r"); r.Highest != 6 || !r.Ready {
+		t.Fatalf("etcd record after the drain: %+v, want highest 6 ready", r)
+	}
+}
+
+// A replica's lease lost while a write is in flight (revoked here, as
+// etcd does when the replica stops renewing): the replica aborts the
+// forward with SessionLostError, and the other replica's newer token waits
+// the forward timeout before it is forwarded (the aborted write may have
+// gone out whole).
+func TestSharedFenceLeaseLostWaitsForwardTimeout(t *testing.T) {
+	c := newCluster(t)
+	const ft = 3 * time.Second
+	a := c.replica(t, SharedFenceOptions{ForwardTimeout: ft})
+	b := c.replica(t, SharedFenceOptions{ForwardTimeout: ft})
+	aborted := make(chan error, 1)
+	pa, err := a.Admit(context.Background(), gateway.Write{Resource: "/r", Token: 5,
+		Abort: func(cause error) { aborted <- cause }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Release()
+	if _, err := c.client(t).Revoke(context.Background(), a.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-aborted:
+		var sl *fencegate.SessionLostError
+		if !errors.As(cause, &sl) {
+			t.Fatalf("abort cause %v, want SessionLostError", cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write in flight on the lost lease was not aborted")
+	}
+	start := time.Now()
+	pb, err := admit(b, "/r", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb.Release()
+	if waited := time.Since(start); waited < ft-200*time.Millisecond {
+		t.Fatalf("token 6 forwarded %s after the lease of token 5's replica was lost; want at least the forward timeout %s", waited, ft)
+	}
+	// The lost replica serves again on a new lease.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := admit(a, "/r", 6)
+		if err == nil {
+			p.Release()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica did not come back on a new lease: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The replica cannot renew (the whole cluster stopped): it aborts its
+// forward within the lease TTL, before etcd could have expired its markers.
+func TestSharedFenceAbortsWhenLeaseUnproven(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{LeaseTTL: 2 * time.Second})
+	aborted := make(chan time.Time, 1)
+	pa, err := a.Admit(context.Background(), gateway.Write{Resource: "/r", Token: 5,
+		Abort: func(error) { aborted <- time.Now() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Release()
+	stopped := time.Now()
+	c.StopAll()
+	select {
+	case at := <-aborted:
+		if d := at.Sub(stopped); d > 2*time.Second+500*time.Millisecond {
+			t.Fatalf("aborted %s after the cluster went away; the lease TTL is 2s", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("write in flight not aborted with its lease unprovable")
+	}
+	if _, err := admit(a, "/r", 5); code(err) != fencegate.CodeFenceUnavailable {
+		t.Fatalf("write with the cluster down: %v, want fence_unavailable", err)
+	}
+}
+
+// Repeated tokens from many concurrent writers cost at most 0.25 etcd
+// requests per write.
+func TestSharedFenceRequestsPerWrite(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{})
+	b := c.replica(t, SharedFenceOptions{})
+	for _, f := range []*SharedFence{a, b} {
+		p, err := admit(f, "/hot", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+	}
+	before := a.Requests() + b.Requests()
+	const writers, each = 64, 50
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range writers {
+		f := a
+		if i%2 == 1 {
+			f = b
+		}
+		wg.Go(func() {
+			for range each {
+				p, err := admit(f, "/hot", 3)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				time.Sleep(time.Millisecond) // the forward
+				p.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d writes refused", n)
+	}
+	reqs := a.Requests() + b.Requests() - before
+	per := float64(reqs) / (writers * each)
+	t.Logf("%d etcd requests for %d writes: %.3f per write", reqs, writers*each, per)
+	if per > 0.25 {
+		t.Fatalf("%.3f etcd requests per write, want at most 0.25", per)
+	}
+}
