@@ -17,7 +17,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
@@ -62,20 +61,16 @@ import (
 // watches P/f/ and lets its idle markers of an older token go when a
 // record is raised, so a drain does not wait for them.
 type SharedFence struct {
-	client         *clientv3.Client
-	prefix         string
+	*Store
 	ttl            time.Duration
 	drainTimeout   time.Duration
 	forwardTimeout time.Duration
-	storeTimeout   time.Duration
 	verify         func(ctx context.Context, resource string, token int64) error
 	log            *slog.Logger
 	replica        string
 	linger         time.Duration
 	idle           time.Duration
 	noMarkers      bool
-
-	requests atomic.Int64
 
 	mu      sync.Mutex
 	sess    *session // nil while a lease is being granted
@@ -96,8 +91,6 @@ type SharedFence struct {
 
 // SharedFenceOptions configure NewSharedFence. Zero values pick defaults.
 type SharedFenceOptions struct {
-	// Prefix of every key. Default /fencegate.
-	Prefix string
 	// LeaseTTL of the replica's lease. Default 10s.
 	LeaseTTL time.Duration
 	// DrainTimeout: as postgres.SharedFenceOptions. Default 31s.
@@ -106,9 +99,6 @@ type SharedFenceOptions struct {
 	// aborted when it has passed since its marker was read, and a drain
 	// that finds this replica's lease gone waits that long. Default 30s.
 	ForwardTimeout time.Duration
-	// StoreTimeout bounds one request that waits for no other writer.
-	// Default 5s.
-	StoreTimeout time.Duration
 	// Verify, if set, is consulted before a write's token advances the
 	// fence (never on the repeated-token path).
 	Verify func(ctx context.Context, resource string, token int64) error
@@ -149,29 +139,10 @@ var (
 	errNUL       = errors.New("a resource key with a NUL byte cannot be fenced on store.etcd")
 )
 
-// NewSharedFenceClient returns a client for opts' cluster, quiet (refusals
-// and /readyz report an outage, not the client's retries).
-func NewClient(endpoints []string, username, password string) (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		Username:    username,
-		Password:    password,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("etcd client: %w", err)
-	}
-	return c, nil
-}
-
-// NewSharedFence returns the shared fence over client's cluster. It grants
-// its lease in the background; until it holds one, writes are refused with
-// fence_unavailable. Close ends it (the client is the caller's).
-func NewSharedFence(client *clientv3.Client, opts SharedFenceOptions) *SharedFence {
-	if opts.Prefix == "" {
-		opts.Prefix = "/fencegate"
-	}
+// NewSharedFence returns the shared fence over st. It grants its lease in
+// the background; until it holds one, writes are refused with
+// fence_unavailable. Close ends it (the store stays open).
+func NewSharedFence(st *Store, opts SharedFenceOptions) *SharedFence {
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = 10 * time.Second
 	}
@@ -180,9 +151,6 @@ func NewSharedFence(client *clientv3.Client, opts SharedFenceOptions) *SharedFen
 	}
 	if opts.ForwardTimeout <= 0 {
 		opts.ForwardTimeout = fencegate.DefaultUpstreamTimeout
-	}
-	if opts.StoreTimeout <= 0 {
-		opts.StoreTimeout = fencegate.DefaultStoreTimeout
 	}
 	if opts.MarkerLinger == 0 {
 		opts.MarkerLinger = markerLinger
@@ -198,12 +166,10 @@ func NewSharedFence(client *clientv3.Client, opts SharedFenceOptions) *SharedFen
 		opts.Replica = h + "/" + strconv.Itoa(os.Getpid())
 	}
 	f := &SharedFence{
-		client:         client,
-		prefix:         strings.TrimSuffix(opts.Prefix, "/"),
+		Store:          st,
 		ttl:            opts.LeaseTTL,
 		drainTimeout:   opts.DrainTimeout,
 		forwardTimeout: opts.ForwardTimeout,
-		storeTimeout:   opts.StoreTimeout,
 		verify:         opts.Verify,
 		log:            opts.Logger,
 		replica:        opts.Replica,
@@ -223,12 +189,7 @@ func NewSharedFence(client *clientv3.Client, opts SharedFenceOptions) *SharedFen
 	return f
 }
 
-// Requests returns the number of requests the fence sent to etcd (Txns,
-// reads, lease grants and renewals), for benchmarks.
-func (f *SharedFence) Requests() int64 { return f.requests.Load() }
-
-// Replica returns the ID of this replica's current lease in hex ("" while
-// it holds none).
+// Lease returns this replica's current lease (0 while it holds none).
 func (f *SharedFence) Lease() clientv3.LeaseID {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -293,53 +254,6 @@ func (f *SharedFence) Close() error {
 	return nil
 }
 
-// Keys.
-func (f *SharedFence) fenceKey(resource string) string { return f.prefix + "/f/" + resource }
-func (f *SharedFence) markerDir(resource string) string {
-	return f.prefix + "/m/" + resource + "\x00"
-}
-func (f *SharedFence) markerKey(resource string, token int64, lease clientv3.LeaseID) string {
-	return f.markerDir(resource) + pad(token) + "\x00" + lease16(lease)
-}
-func (f *SharedFence) replicaKey(l clientv3.LeaseID) string { return f.prefix + "/r/" + lease16(l) }
-func (f *SharedFence) aliveKey(l clientv3.LeaseID) string   { return f.prefix + "/a/" + lease16(l) }
-func (f *SharedFence) deadKey(id string) string             { return f.prefix + "/d/" + id }
-
-// pad writes a token so that byte order is numeric order.
-func pad(token int64) string { return fmt.Sprintf("%020d", token) }
-
-func lease16(l clientv3.LeaseID) string { return fmt.Sprintf("%016x", int64(l)) }
-
-// record is the value of a fence key.
-type record struct {
-	Highest int64  `json:"h"`
-	Ready   bool   `json:"r"`
-	Owner   string `json:"o,omitempty"`
-	ETag    string `json:"e,omitempty"`
-	Updated int64  `json:"u,omitempty"` // unix milliseconds
-}
-
-func decode(kv *mvccpb.KeyValue) (record, error) {
-	var r record
-	if err := json.Unmarshal(kv.Value, &r); err != nil {
-		return r, fmt.Errorf("fence record %q: %w", kv.Key, err)
-	}
-	return r, nil
-}
-
-func (r record) state(resource string) fencegate.FenceState {
-	st := fencegate.FenceState{Resource: resource, Highest: r.Highest, Ready: r.Ready, Owner: r.Owner, ETag: r.ETag}
-	if r.Updated != 0 {
-		st.UpdatedAt = time.UnixMilli(r.Updated).UTC()
-	}
-	return st
-}
-
-func (r record) encode() string {
-	b, _ := json.Marshal(r)
-	return string(b)
-}
-
 // registration is the value of a replica key.
 type registration struct {
 	Replica        string `json:"replica"`
@@ -384,6 +298,9 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 			if err != nil {
 				return nil, err
 			}
+			if raised {
+				f.superseded(w.Resource, w.Token)
+			}
 			if !raised || rec.Ready {
 				continue // raced with another raise, or a new record: decide again
 			}
@@ -408,45 +325,6 @@ func (f *SharedFence) checkIssued(ctx context.Context, resource string, token in
 	vctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	return fencegate.Unverified(resource, token, f.verify(vctx, resource, token))
-}
-
-// raise compares-and-raises resource's record to token: created ready when
-// there was none (no write can be in flight under a fence that did not
-// exist: every permit is given on a read of the record), raised not ready
-// otherwise. It reports the record as it is afterwards, its mod revision,
-// and whether this call raised it.
-func (f *SharedFence) raise(ctx context.Context, resource string, token int64, owner string, exists bool, modRev int64) (record, int64, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-	defer cancel()
-	key := f.fenceKey(resource)
-	for {
-		rec := record{Highest: token, Ready: !exists, Owner: owner, Updated: time.Now().UnixMilli()}
-		f.requests.Add(1)
-		resp, err := f.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
-			Then(clientv3.OpPut(key, rec.encode())).
-			Else(clientv3.OpGet(key)).Commit()
-		if err != nil {
-			return record{}, 0, false, fencegate.Unavailable(resource, fmt.Errorf("advance fence to %d: %w", token, err))
-		}
-		if resp.Succeeded {
-			f.superseded(resource, token)
-			return rec, resp.Header.Revision, true, nil
-		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			exists, modRev = false, 0
-			continue
-		}
-		cur, err := decode(kvs[0])
-		if err != nil {
-			return record{}, 0, false, fencegate.Unavailable(resource, err)
-		}
-		if cur.Highest >= token {
-			return cur, kvs[0].ModRevision, false, nil
-		}
-		exists, modRev = true, kvs[0].ModRevision
-	}
 }
 
 // drain waits until no marker of a token below w.Token is left on
@@ -636,63 +514,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// State implements gateway.Fence.
-func (f *SharedFence) State(ctx context.Context, resource string) (fencegate.FenceState, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-	defer cancel()
-	f.requests.Add(1)
-	resp, err := f.client.Get(ctx, f.fenceKey(resource))
-	if err != nil {
-		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return fencegate.FenceState{Resource: resource}, nil
-	}
-	rec, err := decode(resp.Kvs[0])
-	if err != nil {
-		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
-	}
-	return rec.state(resource), nil
-}
-
-// Advance implements gateway.Fence: an operator's raise. It never lowers a
-// fence; the first write of the new token drains the older ones.
+// Advance implements gateway.Fence: an operator's raise (never a lowering).
 func (f *SharedFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
-	if strings.Contains(resource, "\x00") {
-		return fencegate.FenceState{}, fencegate.Unavailable(resource, errNUL)
+	st, err := f.Store.AdvanceFence(ctx, resource, token, owner)
+	if err == nil {
+		f.superseded(resource, st.Highest)
 	}
-	st, err := f.State(ctx, resource)
-	if err != nil {
-		return st, err
-	}
-	if st.Highest >= token {
-		return st, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-	defer cancel()
-	f.requests.Add(1)
-	resp, err := f.client.Get(ctx, f.fenceKey(resource))
-	if err != nil {
-		return st, fencegate.Unavailable(resource, err)
-	}
-	var modRev int64
-	exists := len(resp.Kvs) > 0
-	if exists {
-		modRev = resp.Kvs[0].ModRevision
-	}
-	if _, _, _, err := f.raise(ctx, resource, token, owner, exists, modRev); err != nil {
-		return st, err
-	}
-	return f.State(ctx, resource)
+	return st, err
 }
 
-// LoadFence and AdvanceFence make the fence a gateway.Store for the
-// server's other users of the store (the fence API's reads).
-func (f *SharedFence) LoadFence(ctx context.Context, resource string) (fencegate.FenceState, error) {
-	return f.State(ctx, resource)
-}
-
-// AdvanceFence implements gateway.Store.
+// AdvanceFence is Advance (gateway.Store, for the server's other users).
 func (f *SharedFence) AdvanceFence(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
 	return f.Advance(ctx, resource, token, owner)
 }
@@ -701,9 +532,7 @@ func (f *SharedFence) AdvanceFence(ctx context.Context, resource string, token i
 // and, for a replica that admits writes, whether it holds a lease it can
 // prove alive.
 func (f *SharedFence) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-	defer cancel()
-	if _, err := f.client.Get(ctx, f.prefix+"/f/", clientv3.WithCountOnly(), clientv3.WithLimit(1)); err != nil {
+	if err := f.Store.Ping(ctx); err != nil {
 		return err
 	}
 	if f.noMarkers {

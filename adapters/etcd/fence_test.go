@@ -32,18 +32,23 @@ func newCluster(t *testing.T) *testCluster {
 
 func (c *testCluster) client(t *testing.T) *clientv3.Client {
 	t.Helper()
-	cli, err := NewClient(c.Endpoints, "", "")
+	return c.store(t).client
+}
+
+// store opens the cluster as a gateway process does (its own client).
+func (c *testCluster) store(t *testing.T) *Store {
+	t.Helper()
+	st, err := OpenStore(StoreOptions{Endpoints: c.Endpoints, Prefix: c.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // replica starts a shared fence (one gateway replica) on c.
 func (c *testCluster) replica(t *testing.T, opts SharedFenceOptions) *SharedFence {
 	t.Helper()
-	opts.Prefix = c.prefix
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 2 * time.Second
 	}
@@ -53,7 +58,7 @@ func (c *testCluster) replica(t *testing.T, opts SharedFenceOptions) *SharedFenc
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 20 * time.Second
 	}
-	f := NewSharedFence(c.client(t), opts)
+	f := NewSharedFence(c.store(t), opts)
 	t.Cleanup(func() { f.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -158,11 +163,13 @@ func TestSharedFenceCrossReplicaDrain(t *testing.T) {
 	}
 	released.Store(true)
 	pa.Release()
+	at := time.Now()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("token 6 admitted %s after token 5's write ended", time.Since(at))
 	case <-time.After(10 * time.Second):
 		t.Fatal("token 6 still waiting 10s after token 5's write ended (a lingering marker held the drain)")
 	}
@@ -228,10 +235,16 @@ func TestSharedFenceLeaseLostWaitsForwardTimeout(t *testing.T) {
 // forward within the lease TTL, before etcd could have expired its markers.
 func TestSharedFenceAbortsWhenLeaseUnproven(t *testing.T) {
 	c := newCluster(t)
-	a := c.replica(t, SharedFenceOptions{LeaseTTL: 2 * time.Second})
+	a := c.replica(t, SharedFenceOptions{LeaseTTL: 2 * time.Second, ForwardTimeout: 20 * time.Second})
 	aborted := make(chan time.Time, 1)
 	pa, err := a.Admit(context.Background(), gateway.Write{Resource: "/r", Token: 5,
-		Abort: func(error) { aborted <- time.Now() }})
+		Abort: func(cause error) {
+			var sl *fencegate.SessionLostError
+			if !errors.As(cause, &sl) {
+				t.Errorf("abort cause %v, want SessionLostError", cause)
+			}
+			aborted <- time.Now()
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

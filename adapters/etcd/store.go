@@ -1,0 +1,219 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencegate/fencegate"
+)
+
+// Store is an etcd cluster as the fence store of shared mode: the fence
+// records under Prefix + "/f/" (one key per resource, a JSON record), read
+// and raised with compare-and-set Txns. SharedFence adds the markers.
+type Store struct {
+	client       *clientv3.Client
+	prefix       string
+	storeTimeout time.Duration
+	requests     atomic.Int64
+}
+
+// StoreOptions configure OpenStore.
+type StoreOptions struct {
+	// Endpoints are the cluster's client URLs.
+	Endpoints []string
+	// Prefix of every key. Default /fencegate.
+	Prefix string
+	// Username and Password, if set, authenticate to etcd.
+	Username, Password string
+	// Timeout bounds one request that waits for no other writer. Default 5s.
+	Timeout time.Duration
+}
+
+// OpenStore returns the store of opts' cluster. It does not wait for the
+// cluster: while etcd cannot be reached, fence decisions fail closed and
+// Ping reports it.
+func OpenStore(opts StoreOptions) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = "/fencegate"
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = fencegate.DefaultStoreTimeout
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   opts.Endpoints,
+		Username:    opts.Username,
+		Password:    opts.Password,
+		DialTimeout: 5 * time.Second,
+		// The client's own retries log at warn on every failed attempt;
+		// refusals and /readyz report the outage instead.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return &Store{client: c, prefix: strings.TrimSuffix(opts.Prefix, "/"), storeTimeout: opts.Timeout}, nil
+}
+
+// Requests returns the number of requests sent to etcd (Txns, reads,
+// watches opened, lease grants and renewals), for benchmarks.
+func (f *Store) Requests() int64 { return f.requests.Load() }
+
+// Close closes the connections to the cluster.
+func (f *Store) Close() error { return f.client.Close() }
+
+// Keys.
+func (f *Store) fenceKey(resource string) string { return f.prefix + "/f/" + resource }
+func (f *Store) markerDir(resource string) string {
+	return f.prefix + "/m/" + resource + "\x00"
+}
+func (f *Store) markerKey(resource string, token int64, lease clientv3.LeaseID) string {
+	return f.markerDir(resource) + pad(token) + "\x00" + lease16(lease)
+}
+func (f *Store) replicaKey(l clientv3.LeaseID) string { return f.prefix + "/r/" + lease16(l) }
+func (f *Store) aliveKey(l clientv3.LeaseID) string   { return f.prefix + "/a/" + lease16(l) }
+func (f *Store) deadKey(id string) string             { return f.prefix + "/d/" + id }
+
+// pad writes a token so that byte order is numeric order.
+func pad(token int64) string { return fmt.Sprintf("%020d", token) }
+
+func lease16(l clientv3.LeaseID) string { return fmt.Sprintf("%016x", int64(l)) }
+
+// record is the value of a fence key.
+type record struct {
+	Highest int64  `json:"h"`
+	Ready   bool   `json:"r"`
+	Owner   string `json:"o,omitempty"`
+	ETag    string `json:"e,omitempty"`
+	Updated int64  `json:"u,omitempty"` // unix milliseconds
+}
+
+func decode(kv *mvccpb.KeyValue) (record, error) {
+	var r record
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return r, fmt.Errorf("fence record %q: %w", kv.Key, err)
+	}
+	return r, nil
+}
+
+func (r record) state(resource string) fencegate.FenceState {
+	st := fencegate.FenceState{Resource: resource, Highest: r.Highest, Ready: r.Ready, Owner: r.Owner, ETag: r.ETag}
+	if r.Updated != 0 {
+		st.UpdatedAt = time.UnixMilli(r.Updated).UTC()
+	}
+	return st
+}
+
+func (r record) encode() string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// raise compares-and-raises resource's record to token: created ready when
+// there was none (no write can be in flight under a fence that did not
+// exist: every permit is given on a read of the record), raised not ready
+// otherwise. It reports the record as it is afterwards, its mod revision,
+// and whether this call raised it.
+func (f *Store) raise(ctx context.Context, resource string, token int64, owner string, exists bool, modRev int64) (record, int64, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	key := f.fenceKey(resource)
+	for {
+		rec := record{Highest: token, Ready: !exists, Owner: owner, Updated: time.Now().UnixMilli()}
+		f.requests.Add(1)
+		resp, err := f.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			Then(clientv3.OpPut(key, rec.encode())).
+			Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return record{}, 0, false, fencegate.Unavailable(resource, fmt.Errorf("advance fence to %d: %w", token, err))
+		}
+		if resp.Succeeded {
+			return rec, resp.Header.Revision, true, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			exists, modRev = false, 0
+			continue
+		}
+		cur, err := decode(kvs[0])
+		if err != nil {
+			return record{}, 0, false, fencegate.Unavailable(resource, err)
+		}
+		if cur.Highest >= token {
+			return cur, kvs[0].ModRevision, false, nil
+		}
+		exists, modRev = true, kvs[0].ModRevision
+	}
+}
+
+// State reads resource's fence record (zero Highest if none).
+func (f *Store) State(ctx context.Context, resource string) (fencegate.FenceState, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.requests.Add(1)
+	resp, err := f.client.Get(ctx, f.fenceKey(resource))
+	if err != nil {
+		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fencegate.FenceState{Resource: resource}, nil
+	}
+	rec, err := decode(resp.Kvs[0])
+	if err != nil {
+		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
+	}
+	return rec.state(resource), nil
+}
+
+// AdvanceFence raises resource's fence to token (never lowers it), not
+// ready: the first write of the new token drains the older ones.
+func (f *Store) AdvanceFence(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
+	if strings.Contains(resource, "\x00") {
+		return fencegate.FenceState{}, fencegate.Unavailable(resource, errNUL)
+	}
+	st, err := f.State(ctx, resource)
+	if err != nil {
+		return st, err
+	}
+	if st.Highest >= token {
+		return st, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.requests.Add(1)
+	resp, err := f.client.Get(ctx, f.fenceKey(resource))
+	if err != nil {
+		return st, fencegate.Unavailable(resource, err)
+	}
+	var modRev int64
+	exists := len(resp.Kvs) > 0
+	if exists {
+		modRev = resp.Kvs[0].ModRevision
+	}
+	if _, _, _, err := f.raise(ctx, resource, token, owner, exists, modRev); err != nil {
+		return st, err
+	}
+	return f.State(ctx, resource)
+}
+
+// LoadFence implements gateway.Store.
+func (f *Store) LoadFence(ctx context.Context, resource string) (fencegate.FenceState, error) {
+	return f.State(ctx, resource)
+}
+
+// Ping reports whether a linearizable read succeeds (a quorum answers).
+func (f *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.requests.Add(1)
+	_, err := f.client.Get(ctx, f.prefix+"/f/", clientv3.WithCountOnly(), clientv3.WithLimit(1))
+	return err
+}
