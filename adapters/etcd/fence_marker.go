@@ -22,6 +22,8 @@ type session struct {
 	// renewal that succeeded plus the TTL it granted: until then the lease
 	// is alive whatever happened since.
 	provenUntil atomic.Int64
+	// gone is lost, readable without f.mu (permit.Live).
+	gone atomic.Bool
 	// Guarded by f.mu.
 	lost    bool
 	entries map[string]*entry // by marker key
@@ -471,6 +473,21 @@ type permit struct {
 	once     sync.Once
 }
 
+var _ gateway.LivePermit = (*permit)(nil)
+
+// Live implements gateway.LivePermit: the write may send on only while its
+// lease is proven alive and within the forward timeout since its marker
+// was read. Memory only.
+func (p *permit) Live() error {
+	switch {
+	case p.s.gone.Load() || !p.s.proven():
+		return &fencegate.SessionLostError{Resource: p.resource, Err: errors.New("the replica cannot prove its etcd lease alive")}
+	case time.Since(p.start) > p.f.forwardTimeout:
+		return &fencegate.ForwardTimeoutError{Timeout: p.f.forwardTimeout}
+	}
+	return nil
+}
+
 // Release implements gateway.Permit. It does no I/O: the marker lingers,
 // or its delete goes out with the next marker Txn.
 func (p *permit) Release() {
@@ -499,6 +516,7 @@ func (f *SharedFence) lose(s *session, err error) {
 		return
 	}
 	s.lost = true
+	s.gone.Store(true)
 	if f.sess == s {
 		f.sess = nil
 		f.up = make(chan struct{})
@@ -692,4 +710,22 @@ func (f *SharedFence) runWatch() {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// InFlight counts this replica's writes admitted to resource and still in
+// flight (console.InFlightCounter). Memory only.
+func (f *SharedFence) InFlight(resource string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return 0
+	}
+	n := 0
+	for _, e := range s.entries {
+		if e.resource == resource {
+			n += len(e.flights)
+		}
+	}
+	return n
 }

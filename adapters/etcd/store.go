@@ -217,3 +217,31 @@ func (f *Store) Ping(ctx context.Context) error {
 	_, err := f.client.Get(ctx, f.prefix+"/f/", clientv3.WithCountOnly(), clientv3.WithLimit(1))
 	return err
 }
+
+// ListFences pages through the fence records (console.FenceLister): up to
+// limit records whose resource starts with prefix and sorts after after,
+// in key order. One range read, whatever the number of records.
+func (f *Store) ListFences(ctx context.Context, prefix, after string, limit int) ([]fencegate.FenceState, error) {
+	dir := f.prefix + "/f/"
+	from := dir + prefix
+	if after != "" && dir+after >= from {
+		from = dir + after + "\x00"
+	}
+	end := clientv3.GetPrefixRangeEnd(dir + prefix)
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.requests.Add(1)
+	resp, err := f.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(max(limit, 1))))
+	if err != nil {
+		return nil, fmt.Errorf("list fences: %w", err)
+	}
+	out := make([]fencegate.FenceState, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		rec, err := decode(kv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec.state(strings.TrimPrefix(string(kv.Key), dir)))
+	}
+	return out, nil
+}

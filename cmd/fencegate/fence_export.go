@@ -48,6 +48,8 @@ func openFenceStore(ctx context.Context, cfg *config.Config) (fenceStore, sequen
 			return nil, nil, err
 		}
 		return st, bolt.NewLeases(st), nil
+	case cfg.Store.Etcd != nil:
+		return nil, nil, errors.New("fence export, import and rebuild do not support store.etcd yet: back the fences up with etcd's own snapshot (etcdctl snapshot save), which keeps every revision of them")
 	default:
 		p := cfg.Store.Postgres
 		st, err := postgres.Open(ctx, p.URL, postgres.Options{MaxConns: 4, Timeout: p.Timeout})
