@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencegate/fencegate"
@@ -303,10 +304,7 @@ func (f *SharedFence) send(ops []*op) {
 		// decided on it.
 		err = errLeaseLost
 	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
-		f.requests.Add(1)
-		resp, err = f.client.Txn(ctx).Then(then...).Commit()
-		cancel()
+		resp, err = f.markerTxn(then)
 	}
 	gen := f.watchGen.Load()
 	f.mu.Lock()
@@ -380,6 +378,45 @@ func (f *SharedFence) send(ops []*op) {
 			close(o.done)
 		}
 	}
+}
+
+// markerTxn runs a marker Txn. It requires a leader: a member that lost
+// its leader (the leader died, an election runs) refuses it at once, before
+// proposing anything, so it is sent again until the store timeout instead
+// of waiting that long for a proposal that cannot commit.
+//
+// A marker Txn is idempotent (puts of one empty value on this replica's
+// lease, deletes, reads), so an attempt whose outcome is unknown is sent
+// again too, each attempt bounded by a quarter of the store timeout: a
+// proposal forwarded to a leader that just died is lost without an answer,
+// and waiting the whole store timeout for it would stall every write of
+// the replica that long after each leader change.
+func (f *SharedFence) markerTxn(then []clientv3.Op) (*clientv3.TxnResponse, error) {
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(f.ctx), f.storeTimeout)
+	defer cancel()
+	attempt := max(f.storeTimeout/4, 250*time.Millisecond)
+	for {
+		actx, acancel := context.WithTimeout(ctx, attempt)
+		f.requests.Add(1)
+		resp, err := f.client.Txn(actx).Then(then...).Commit()
+		acancel()
+		if err == nil || !isNoLeader(err) && !errors.Is(err, context.DeadlineExceeded) && actx.Err() == nil {
+			return resp, err
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if serr := sleep(ctx, 25*time.Millisecond); serr != nil {
+			return nil, err
+		}
+	}
+}
+
+// isNoLeader reports whether err is etcd's refusal of a request that needs
+// a leader by a member that has none: nothing was proposed.
+func isNoLeader(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrGRPCNoLeader) ||
+		strings.Contains(err.Error(), rpctypes.ErrNoLeader.Error())
 }
 
 var errLeaseLost = errors.New("the replica's etcd lease was lost")
@@ -633,7 +670,9 @@ func (f *SharedFence) keepAlive(s *session) bool {
 			}
 			pending = true
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+				// A renewal lost with a dying leader must not hold the next
+				// one back for long: the lease's proof runs out meanwhile.
+				ctx, cancel := context.WithTimeout(context.Background(), min(f.storeTimeout, max(f.ttl/4, 250*time.Millisecond)))
 				defer cancel()
 				before := time.Now()
 				f.requests.Add(1)
