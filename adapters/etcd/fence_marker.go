@@ -44,7 +44,12 @@ type entry struct {
 	held     bool // the marker was put (or may have been: a failed Txn)
 	putting  bool // a put is queued or in flight
 	deleting bool // a delete is queued
-	closed   bool // the fence moved past token: no write joins any more
+	// deleteSent: a delete is in flight; a write joining meanwhile puts
+	// the marker again rather than count on it.
+	deleteSent bool
+	// unsure: the Txn that put the marker failed; it may not exist.
+	unsure bool
+	closed bool // the fence moved past token: no write joins any more
 	// watchGen is the fence watch's generation at the entry's last read;
 	// idleSince is when its last write ended.
 	watchGen  int64
@@ -107,7 +112,10 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write) (marked, error)
 	}
 	e.count++
 	o := &op{kind: opMark, e: e, w: w, start: time.Now(), done: make(chan struct{}), s: s}
-	if !e.held && !e.putting {
+	if (!e.held || e.deleteSent || e.unsure) && !e.putting {
+		// No marker, or its delete is in flight: put it (again). Marker
+		// Txns go out one after the other, so the put lands after the
+		// delete.
 		e.putting, o.put = true, true
 	}
 	e.deleting = false
@@ -265,7 +273,7 @@ func (f *SharedFence) take() []*op {
 		if o.kind == opMark {
 			reads[o.e.resource] = true
 		} else {
-			o.e.deleting = false
+			o.e.deleting, o.e.deleteSent = false, true
 		}
 		ops = append(ops, o)
 	}
@@ -273,14 +281,30 @@ func (f *SharedFence) take() []*op {
 	return ops
 }
 
-// send runs one marker Txn and hands each op its result.
+// send runs one marker Txn and hands each op its result. Ops queued on a
+// lease lost since fail; the others still go out.
 func (f *SharedFence) send(ops []*op) {
 	f.mu.Lock()
 	s := f.sess
+	live := s != nil && !s.lost
 	f.mu.Unlock()
+	var cur, stale []*op
+	for _, o := range ops {
+		if live && o.s == s {
+			cur = append(cur, o)
+		} else {
+			stale = append(stale, o)
+		}
+	}
+	if len(stale) > 0 {
+		f.finish(stale, nil, nil, errLeaseLost)
+	}
+	if len(cur) == 0 {
+		return
+	}
 	var then []clientv3.Op
 	reads := make(map[string]int) // resource -> index of its read in then
-	for _, o := range ops {
+	for _, o := range cur {
 		switch {
 		case o.kind == opDelete:
 			then = append(then, clientv3.OpDelete(o.e.key))
@@ -288,7 +312,7 @@ func (f *SharedFence) send(ops []*op) {
 			then = append(then, clientv3.OpPut(o.e.key, "", clientv3.WithLease(o.s.lease)))
 		}
 	}
-	for _, o := range ops {
+	for _, o := range cur {
 		if o.kind != opMark {
 			continue
 		}
@@ -297,21 +321,23 @@ func (f *SharedFence) send(ops []*op) {
 			then = append(then, clientv3.OpGet(f.fenceKey(o.e.resource)))
 		}
 	}
-	var resp *clientv3.TxnResponse
-	var err error
-	if s == nil || s.lost || anyOther(ops, s) {
-		// Ops of a lease lost since they were queued: they cannot be
-		// decided on it.
-		err = errLeaseLost
-	} else {
-		resp, err = f.markerTxn(then)
+	resp, err := f.markerTxn(then)
+	f.finish(cur, resp, reads, err)
+	if isLeaseGone(err) {
+		f.lose(s, err)
 	}
+}
+
+// finish hands the ops of one marker Txn their results: resp (with the
+// index of each resource's read in reads), or err.
+func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[string]int, err error) {
 	gen := f.watchGen.Load()
 	f.mu.Lock()
 	var permits []*permit
 	for _, o := range ops {
 		e := o.e
 		if o.kind == opDelete {
+			e.deleteSent = false
 			if err == nil {
 				e.held = false
 				if e.count == 0 {
@@ -323,8 +349,9 @@ func (f *SharedFence) send(ops []*op) {
 		if o.put {
 			e.putting = false
 			// A failed Txn may still have been applied: the marker is
-			// deleted when its last write ends.
-			e.held = true
+			// deleted when its last write ends, and put again by the next
+			// write that joins it (unsure).
+			e.held, e.unsure = true, err != nil
 		}
 		if err != nil {
 			if errors.Is(err, errLeaseLost) {
@@ -349,6 +376,13 @@ func (f *SharedFence) send(ops []*op) {
 		if o.m.exists && o.m.rec.Highest > e.token {
 			e.closed = true
 		}
+		if e.unsure {
+			// Joined while the put that failed was in flight: no proof the
+			// marker exists.
+			o.err = fencegate.Unavailable(e.resource, errors.New("marker: the put of this replica's marker failed"))
+			f.release(e, o.s)
+			continue
+		}
 		if !o.s.lost && o.m.exists && o.m.rec.Highest == e.token && o.m.rec.Ready {
 			p := &permit{f: f, s: o.s, e: e, resource: e.resource, abort: o.w.Abort, bodySent: o.w.BodySent, start: o.start}
 			e.flights[p] = struct{}{}
@@ -359,9 +393,6 @@ func (f *SharedFence) send(ops []*op) {
 		f.release(e, o.s)
 	}
 	f.mu.Unlock()
-	if s != nil && isLeaseGone(err) {
-		f.lose(s, err)
-	}
 	for _, p := range permits {
 		if p.abort != nil {
 			// The forward must end within the forward timeout counted from
@@ -420,16 +451,6 @@ func isNoLeader(err error) bool {
 }
 
 var errLeaseLost = errors.New("the replica's etcd lease was lost")
-
-// anyOther reports whether an op of ops belongs to another session than s.
-func anyOther(ops []*op, s *session) bool {
-	for _, o := range ops {
-		if o.s != s {
-			return true
-		}
-	}
-	return false
-}
 
 // release ends one write's hold on e (f.mu held). The last one leaves the
 // marker idle, or queues its delete if it must not linger.
