@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
@@ -308,4 +309,28 @@ func TestSharedFenceRequestsPerWrite(t *testing.T) {
 	if per > 0.25 {
 		t.Fatalf("%.3f etcd requests per write, want at most 0.25", per)
 	}
+}
+
+// TestFenceContract runs the suite of every fence (internal/fencetest) on
+// the etcd shared fence, as several replicas (each its own client and
+// lease) on one three-member cluster, as adapters/postgres runs it on
+// PostgreSQL.
+func TestFenceContract(t *testing.T) {
+	fencetest.Run(t, fencetest.Options{Replicas: true}, func(t *testing.T) fencetest.Open {
+		c := newCluster(t)
+		return func(t *testing.T) (gateway.Fence, func()) {
+			st, err := OpenStore(StoreOptions{Endpoints: c.Endpoints, Prefix: c.prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := NewSharedFence(st, SharedFenceOptions{LeaseTTL: 2 * time.Second, ForwardTimeout: 2 * time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := f.Ready(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var once sync.Once
+			return f, func() { once.Do(func() { f.Close(); st.Close() }) }
+		}
+	})
 }

@@ -164,7 +164,8 @@ func (f *Store) State(ctx context.Context, resource string) (fencegate.FenceStat
 		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return fencegate.FenceState{Resource: resource}, nil
+		// No fence yet: nothing can be in flight under it.
+		return fencegate.FenceState{Resource: resource, Ready: true}, nil
 	}
 	rec, err := decode(resp.Kvs[0])
 	if err != nil {
