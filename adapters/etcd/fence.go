@@ -429,6 +429,10 @@ func (f *SharedFence) waitGone(ctx context.Context, dir, end string, rev int64, 
 	defer cancel()
 	f.requests.Add(1)
 	for resp := range f.client.Watch(wctx, dir, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		if resp.CompactRevision != 0 {
+			// Compacted past the read: read again.
+			return nil
+		}
 		if err := resp.Err(); err != nil {
 			return err
 		}
