@@ -313,9 +313,12 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 			}
 		default:
 			// Ready at this token but the marker could not be used (its
-			// lease was lost meanwhile): try again.
+			// lease was lost meanwhile): try again shortly.
 			if time.Now().After(deadline) {
 				return nil, fencegate.Draining(w.Resource, w.Token, drain, nil)
+			}
+			if err := sleep(ctx, 5*time.Millisecond); err != nil {
+				return nil, err
 			}
 		}
 	}
