@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,7 +20,8 @@ import (
 // session is one lease of this replica and the markers attached to it.
 type session struct {
 	lease clientv3.LeaseID
-	// provenUntil (unix nanoseconds) is the time measured before the last
+	// provenUntil (monotonic nanoseconds since epoch: a step of the wall
+	// clock does not stretch it) is the time measured before the last
 	// renewal that succeeded plus the TTL it granted: until then the lease
 	// is alive whatever happened since.
 	provenUntil atomic.Int64
@@ -33,7 +35,13 @@ type session struct {
 	lostLeft int
 }
 
-func (s *session) proven() bool { return time.Now().UnixNano() < s.provenUntil.Load() }
+func (s *session) proven() bool { return mono(time.Now()) < s.provenUntil.Load() }
+
+// epoch is the origin of mono.
+var epoch = time.Now()
+
+// mono is t on the monotonic clock, in nanoseconds since epoch.
+func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
 
 // entry is one marker key and the writes that hold it.
 type entry struct {
@@ -645,17 +653,17 @@ func (f *SharedFence) grant() (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grant the replica's etcd lease: %w", err)
 	}
-	reg := fmt.Sprintf(`{"replica":%q,"forward_timeout_ms":%d}`, f.replica, f.forwardTimeout.Milliseconds())
+	reg, _ := json.Marshal(registration{Replica: f.replica, ForwardTimeout: f.forwardTimeout.Milliseconds()})
 	f.requests.Add(1)
 	if _, err := f.client.Txn(ctx).Then(
-		clientv3.OpPut(f.replicaKey(g.ID), reg),
+		clientv3.OpPut(f.replicaKey(g.ID), string(reg)),
 		clientv3.OpPut(f.aliveKey(g.ID), f.replica, clientv3.WithLease(g.ID)),
 	).Commit(); err != nil {
 		f.client.Revoke(ctx, g.ID)
 		return nil, fmt.Errorf("register the replica: %w", err)
 	}
 	s := &session{lease: g.ID, entries: make(map[string]*entry)}
-	s.provenUntil.Store(before.Add(time.Duration(g.TTL) * time.Second).UnixNano())
+	s.provenUntil.Store(mono(before.Add(time.Duration(g.TTL) * time.Second)))
 	return s, nil
 }
 
@@ -718,7 +726,7 @@ func (f *SharedFence) keepAlive(s *session) bool {
 					f.lose(s, errors.New("its renewals did not succeed within the lease TTL"))
 					return false
 				}
-				if u := r.until.UnixNano(); u > s.provenUntil.Load() {
+				if u := mono(r.until); u > s.provenUntil.Load() {
 					s.provenUntil.Store(u)
 				}
 				renew.Reset(every)
