@@ -334,3 +334,40 @@ func TestFenceContract(t *testing.T) {
 		}
 	})
 }
+
+// The export/import contract of `fencegate fence export` and `import`
+// (internal/fencetest) on the etcd store, which keeps no lease records.
+func TestExportImport(t *testing.T) {
+	c := newCluster(t)
+	fencetest.RunExportImport(t, c.store(t), nil)
+}
+
+// ListFences pages by key: a prefix, and after the last key of a page.
+func TestListFences(t *testing.T) {
+	c := newCluster(t)
+	st := c.store(t)
+	ctx := context.Background()
+	for i, r := range []string{"/a/1", "/a/2", "/a/3", "/b/1"} {
+		if _, err := st.AdvanceFence(ctx, r, int64(i+1), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	after := ""
+	for {
+		page, err := st.ListFences(ctx, "/a/", after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, p := range page {
+			got = append(got, fmt.Sprintf("%s@%d", p.Resource, p.Highest))
+		}
+		after = page[len(page)-1].Resource
+	}
+	if want := "[/a/1@1 /a/2@2 /a/3@3]"; fmt.Sprint(got) != want {
+		t.Fatalf("pages: %v; want %s", got, want)
+	}
+}

@@ -180,29 +180,34 @@ func (f *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 	if strings.Contains(resource, "\x00") {
 		return fencegate.FenceState{}, fencegate.Unavailable(resource, errNUL)
 	}
-	st, err := f.State(ctx, resource)
-	if err != nil {
-		return st, err
+	if _, _, _, err := f.raiseFrom(ctx, resource, token, owner); err != nil {
+		return fencegate.FenceState{Resource: resource}, err
 	}
-	if st.Highest >= token {
-		return st, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-	defer cancel()
+	return f.State(ctx, resource)
+}
+
+// raiseFrom is raise from the record as it is now.
+func (f *Store) raiseFrom(ctx context.Context, resource string, token int64, owner string) (record, int64, bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	f.requests.Add(1)
-	resp, err := f.client.Get(ctx, f.fenceKey(resource))
+	resp, err := f.client.Get(rctx, f.fenceKey(resource))
+	cancel()
 	if err != nil {
-		return st, fencegate.Unavailable(resource, err)
+		return record{}, 0, false, fencegate.Unavailable(resource, err)
 	}
 	var modRev int64
 	exists := len(resp.Kvs) > 0
 	if exists {
+		cur, err := decode(resp.Kvs[0])
+		if err != nil {
+			return record{}, 0, false, fencegate.Unavailable(resource, err)
+		}
+		if cur.Highest >= token {
+			return cur, resp.Kvs[0].ModRevision, false, nil
+		}
 		modRev = resp.Kvs[0].ModRevision
 	}
-	if _, _, _, err := f.raise(ctx, resource, token, owner, exists, modRev); err != nil {
-		return st, err
-	}
-	return f.State(ctx, resource)
+	return f.raise(ctx, resource, token, owner, exists, modRev)
 }
 
 // LoadFence implements gateway.Store.
@@ -245,4 +250,99 @@ func (f *Store) ListFences(ctx context.Context, prefix, after string, limit int)
 		out = append(out, rec.state(strings.TrimPrefix(string(kv.Key), dir)))
 	}
 	return out, nil
+}
+
+// exportPage is the number of records one read of ExportFences fetches.
+const exportPage = 1000
+
+// ExportFences calls fn with every fence record in key order, as of one
+// revision (the first page's: every page reads at it), for `fence export`.
+func (f *Store) ExportFences(ctx context.Context, fn func(fencegate.FenceRecord) error) error {
+	dir := f.prefix + "/f/"
+	end := clientv3.GetPrefixRangeEnd(dir)
+	from := dir
+	var rev int64
+	for {
+		rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+		f.requests.Add(1)
+		resp, err := f.client.Get(rctx, from, clientv3.WithRange(end), clientv3.WithLimit(exportPage), clientv3.WithRev(rev))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("export fences: %w", err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			rec, err := decode(kv)
+			if err != nil {
+				return fmt.Errorf("export fences: %w", err)
+			}
+			if err := fn(fencegate.FenceRecord{Resource: strings.TrimPrefix(string(kv.Key), dir), Highest: rec.Highest, Owner: rec.Owner, ETag: rec.ETag}); err != nil {
+				return err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// ImportFences max-merges recs: each record raises its resource's fence
+// (compare-and-raise, not ready: the first write of the new token drains
+// the older ones) if it is higher than the stored one, and is ignored
+// otherwise (I7: an import never lowers a fence). Each record is raised on
+// its own: an import that fails midway leaves the records before raised,
+// and running it again is harmless. It returns how many were raised.
+func (f *Store) ImportFences(ctx context.Context, recs []fencegate.FenceRecord) (int, error) {
+	for _, r := range recs {
+		if r.Resource == "" || r.Highest <= 0 || strings.Contains(r.Resource, "\x00") {
+			return 0, fmt.Errorf("import fence %q: resource (without NUL) and a positive highest are required", r.Resource)
+		}
+	}
+	raised := 0
+	for _, r := range recs {
+		up, err := f.importOne(ctx, r)
+		if err != nil {
+			return raised, fmt.Errorf("import fences: %w", err)
+		}
+		if up {
+			raised++
+		}
+	}
+	return raised, nil
+}
+
+// importOne max-merges one record with a compare on the mod revision read.
+func (f *Store) importOne(ctx context.Context, in fencegate.FenceRecord) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	key := f.fenceKey(in.Resource)
+	for {
+		f.requests.Add(1)
+		resp, err := f.client.Get(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		var modRev int64
+		if len(resp.Kvs) > 0 {
+			cur, err := decode(resp.Kvs[0])
+			if err != nil {
+				return false, err
+			}
+			if cur.Highest >= in.Highest {
+				return false, nil
+			}
+			modRev = resp.Kvs[0].ModRevision
+		}
+		rec := record{Highest: in.Highest, Ready: modRev == 0, Owner: in.Owner, ETag: in.ETag, Updated: time.Now().UnixMilli()}
+		f.requests.Add(1)
+		tr, err := f.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			Then(clientv3.OpPut(key, rec.encode())).Commit()
+		if err != nil {
+			return false, err
+		}
+		if tr.Succeeded {
+			return true, nil
+		}
+	}
 }

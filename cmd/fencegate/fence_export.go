@@ -12,6 +12,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/azure"
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/etcd"
 	"github.com/fencegate/fencegate/adapters/gcs"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/adapters/s3"
@@ -21,8 +22,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// fenceStore is what export, import and rebuild need of a store; bolt and
-// postgres implement it.
+// fenceStore is what export, import and rebuild need of a store; bolt,
+// postgres and etcd implement it.
 type fenceStore interface {
 	gateway.Store // LoadFence: the import's ceiling reads the fences
 	ExportFences(ctx context.Context, fn func(fencegate.FenceRecord) error) error
@@ -49,7 +50,14 @@ func openFenceStore(ctx context.Context, cfg *config.Config) (fenceStore, sequen
 		}
 		return st, bolt.NewLeases(st), nil
 	case cfg.Store.Etcd != nil:
-		return nil, nil, errors.New("fence export, import and rebuild do not support store.etcd yet: back the fences up with etcd's own snapshot (etcdctl snapshot save), which keeps every revision of them")
+		// No lease records on etcd: no token sequence to raise.
+		e := cfg.Store.Etcd
+		st, err := etcd.OpenStore(etcd.StoreOptions{Endpoints: e.Endpoints, Prefix: e.Prefix,
+			Username: e.Username, Password: e.Password, Timeout: e.Timeout})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, nil, nil
 	default:
 		p := cfg.Store.Postgres
 		st, err := postgres.Open(ctx, p.URL, postgres.Options{MaxConns: 4, Timeout: p.Timeout})
