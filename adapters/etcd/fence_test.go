@@ -371,3 +371,47 @@ func TestListFences(t *testing.T) {
 		t.Fatalf("pages: %v; want %s", got, want)
 	}
 }
+
+// While a write holds its permit, its marker exists in etcd: writes
+// joining, leaving and re-joining a marker as its idle delete goes out
+// (idle 2ms) never hold a permit without one. A write that joined a marker
+// whose delete was in flight was admitted with none before.
+func TestMarkerHeldWhilePermitted(t *testing.T) {
+	c := newCluster(t)
+	f := c.replica(t, SharedFenceOptions{MarkerIdle: 2 * time.Millisecond, MarkerLinger: -1})
+	p, err := admit(f, "/r", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	cli := c.client(t)
+	key := f.markerKey("/r", 1, f.Lease())
+	stop := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	var checks, missing atomic.Int64
+	for w := range 3 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(stop); i++ {
+				p, err := admit(f, "/r", 1)
+				if err != nil {
+					t.Errorf("admit: %v", err)
+					return
+				}
+				resp, err := cli.Get(context.Background(), key, clientv3.WithCountOnly())
+				if err == nil {
+					checks.Add(1)
+					if resp.Count != 1 {
+						missing.Add(1)
+					}
+				}
+				p.Release()
+				time.Sleep(time.Duration((w*3+i)%7) * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d checks of a held marker", checks.Load())
+	if n := missing.Load(); n > 0 {
+		t.Fatalf("%d of %d writes held a permit while their marker did not exist", n, checks.Load())
+	}
+}
