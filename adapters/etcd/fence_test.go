@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -413,5 +414,24 @@ func TestMarkerHeldWhilePermitted(t *testing.T) {
 	t.Logf("%d checks of a held marker", checks.Load())
 	if n := missing.Load(); n > 0 {
 		t.Fatalf("%d of %d writes held a permit while their marker did not exist", n, checks.Load())
+	}
+}
+
+// CheckCluster (fencegate doctor) passes on a healthy cluster and fails
+// once a quorum is gone.
+func TestCheckCluster(t *testing.T) {
+	c := newCluster(t)
+	st := c.store(t)
+	lines, err := st.CheckCluster(context.Background())
+	if err != nil {
+		t.Fatalf("healthy cluster: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), "3 members, 3 of the configured endpoints answer") {
+		t.Fatalf("report:\n%s", strings.Join(lines, "\n"))
+	}
+	c.Kill(1)
+	c.Kill(2)
+	if lines, err := st.CheckCluster(context.Background()); err == nil {
+		t.Fatalf("no quorum, yet ok:\n%s", strings.Join(lines, "\n"))
 	}
 }

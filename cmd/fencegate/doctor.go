@@ -77,6 +77,12 @@ func (c *doctorCmd) Run(ctx context.Context, args []string) error {
 			failed++
 		}
 	}
+	if ok, err := checkEtcdStore(ctx, cfg); ok { // doctor_etcd.go
+		checked++
+		if err != nil {
+			failed++
+		}
+	}
 	if ok, err := checkStoreReplication(ctx, cfg); ok {
 		checked++
 		if err != nil {
