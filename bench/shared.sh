@@ -23,6 +23,8 @@
 #     0 ms (64 writers) and 50 ms (256 writers), etcd requests per write
 #     counted by the replicas and from etcd's /metrics (proposals committed,
 #     gRPC calls handled); advances: writes/s, p50/p99, requests per write.
+#     BenchmarkSharedEtcdSize (BENCH=EtcdSize): etcd's database size per
+#     million fences.
 #
 # BENCH=Pair (or any -bench pattern) runs only that part.
 # Usage: bench/shared.sh [writes for 1 (default 30000)] [clients for 1 and 3 (default 16)]

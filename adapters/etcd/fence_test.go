@@ -435,3 +435,54 @@ func TestCheckCluster(t *testing.T) {
 		t.Fatalf("no quorum, yet ok:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// Compaction keeps only the latest revision of each key: the fences are
+// those, so they survive it, and drains go on after it.
+func TestFencesSurviveCompaction(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{})
+	b := c.replica(t, SharedFenceOptions{})
+	for tok := int64(1); tok <= 5; tok++ {
+		p, err := admit(a, "/c", tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+	}
+	pa, err := admit(a, "/c", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := c.client(t)
+	resp, err := cli.Get(context.Background(), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(context.Background(), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.stored(t, "/c"); r.Highest != 5 || !r.Ready {
+		t.Fatalf("record after compaction: %+v", r)
+	}
+	done := make(chan error, 1)
+	go func() {
+		p, err := admit(b, "/c", 6)
+		if err == nil {
+			p.Release()
+		}
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("token 6 decided while 5 in flight, after compaction: %v", err)
+	default:
+	}
+	pa.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admit(a, "/c", 5); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("token 5 after 6, after compaction: %v", err)
+	}
+}
