@@ -378,3 +378,37 @@ func etcdLinearizable(t *testing.T, within time.Duration, fault func(c *testenv.
 	}
 	h.checkLinearizable(t)
 }
+
+// The whole etcd cluster down: /readyz says so, every write is refused
+// with 503 fence_unavailable and nothing reaches the upstream (I4); once
+// the cluster is back the replicas decide again without a restart.
+func TestEtcdSharedClusterDownFailsClosed(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url))
+	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/d", "1", "v1"); st != 200 {
+		t.Fatalf("first write: %d %s", st, body)
+	}
+	c.StopAll()
+	before := len(up.rec.History())
+	for i, p := range r {
+		for _, tok := range []string{"1", "2"} {
+			st, body, err := tryWriteTimeout(p.URL("gateway")+"/orders/d", tok, "down", 20*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCode(t, fmt.Sprintf("write of token %s through replica %d with etcd down", tok, i), st, body, 503, "fence_unavailable")
+		}
+		if st, _ := call(t, "GET", p.URL("admin")+"/readyz", ""); st != 503 {
+			t.Fatalf("replica %d /readyz with etcd down: %d", i, st)
+		}
+	}
+	if n := len(up.rec.History()); n != before {
+		t.Fatalf("the upstream applied %d writes while etcd was down", n-before)
+	}
+	c.RestartAll()
+	waitForStatus(t, r[1].URL("gateway")+"/orders/d", "2", 200)
+	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/d")), "PUT v1@1, PUT v@2"; got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
+	}
+}
