@@ -22,7 +22,6 @@ func (f *Store) CheckCluster(ctx context.Context) (lines []string, err error) {
 	}
 	n := len(ml.Members)
 	up, leaders, clusters := 0, map[uint64]bool{}, map[uint64]bool{}
-	var versions []string
 	for _, ep := range f.client.Endpoints() {
 		f.requests.Add(1)
 		st, err := f.client.Status(ctx, ep)
@@ -33,7 +32,6 @@ func (f *Store) CheckCluster(ctx context.Context) (lines []string, err error) {
 		up++
 		leaders[st.Leader] = true
 		clusters[st.Header.ClusterId] = true
-		versions = append(versions, st.Version)
 		lines = append(lines, fmt.Sprintf("endpoint %s: etcd %s, member %x, leader %x, raft term %d", redact(ep), st.Version, st.Header.MemberId, st.Leader, st.RaftTerm))
 	}
 	lines = append(lines, fmt.Sprintf("%d members, %d of the configured endpoints answer (a quorum is %d)", n, up, n/2+1))
