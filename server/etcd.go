@@ -45,6 +45,7 @@ func (s *Server) newEtcdFence(cfg *config.Config, st *etcd.Store, verify func(co
 	// nothing in flight unregisters and revokes its lease.
 	s.closers = append(s.closers, sf)
 	s.pinger = sf
+	s.watchRecovery(sf.Recovery)
 	return sf
 }
 

@@ -78,6 +78,9 @@ type SharedFence struct {
 	lastErr error
 	queue   []*op
 	wake    chan struct{}
+	// held: resources whose drain waits for a lost replica's forward
+	// timeout, and until when (Recovery).
+	held map[string]time.Time
 	// watchGen counts the fence watch's ups and downs: odd while up. An
 	// idle marker is kept only within one up generation.
 	watchGen atomic.Int64
@@ -401,6 +404,7 @@ func (f *SharedFence) drain(ctx context.Context, w gateway.Write, _ int64, deadl
 				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
 			}
 			if bound > 0 {
+				f.hold(w.Resource, bound)
 				if left := time.Until(deadline); left < bound {
 					return fencegate.Draining(w.Resource, w.Token, drain, fmt.Errorf("a replica that may have held writes in flight lost its etcd lease; waiting %s for its forward timeout", bound.Round(time.Millisecond)))
 				}
@@ -555,6 +559,41 @@ func (f *SharedFence) Ping(ctx context.Context) error {
 		return fmt.Errorf("the replica holds no etcd lease it can prove alive: %w", err)
 	}
 	return nil
+}
+
+// hold records that resource's drain waits d for a lost replica.
+func (f *SharedFence) hold(resource string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = make(map[string]time.Time)
+	}
+	f.held[resource] = time.Now().Add(d)
+}
+
+// Recovery reports, for /readyz, the console and fencegate_recovering,
+// whether drains of this replica wait for a lost replica's forward
+// timeout. Memory only.
+func (f *SharedFence) Recovery() gateway.RecoveryStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var st gateway.RecoveryStatus
+	now := time.Now()
+	for r, until := range f.held {
+		if !until.After(now) {
+			delete(f.held, r)
+			continue
+		}
+		st.Held++
+		if until.After(st.Until) {
+			st.Until = until
+		}
+	}
+	if st.Held > 0 {
+		st.Recovering = true
+		st.Reason = "a replica's etcd lease expired while it may have had writes in flight; advances wait its forward timeout"
+	}
+	return st
 }
 
 // isLeaseGone reports whether err says the lease does not exist any more.

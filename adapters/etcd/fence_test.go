@@ -210,11 +210,24 @@ func TestSharedFenceLeaseLostWaitsForwardTimeout(t *testing.T) {
 		t.Fatal("the write in flight on the lost lease was not aborted")
 	}
 	start := time.Now()
-	pb, err := admit(b, "/r", 6)
-	if err != nil {
+	done := make(chan error, 1)
+	go func() {
+		pb, err := admit(b, "/r", 6)
+		if err == nil {
+			pb.Release()
+		}
+		done <- err
+	}()
+	// While it waits, the replica says so (/readyz, the console).
+	for st := b.Recovery(); !st.Recovering || st.Held != 1; st = b.Recovery() {
+		if time.Since(start) > ft {
+			t.Fatalf("recovery status during the wait: %+v; want recovering, 1 resource held", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	pb.Release()
 	if waited := time.Since(start); waited < ft-200*time.Millisecond {
 		t.Fatalf("token 6 forwarded %s after the lease of token 5's replica was lost; want at least the forward timeout %s", waited, ft)
 	}
