@@ -111,6 +111,14 @@ func TestEtcdSharedDrainAcrossReplicas(t *testing.T) {
 	drainAcrossReplicas(t, up, sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url)))
 }
 
+// The randomized run of shared_test.go (zombies, replicas killed and
+// restarted, Porcupine on the answers), on etcd.
+func TestEtcdSharedRandomized(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	sharedRandomized(t, up, sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url)))
+}
+
 // An older write is at the upstream through replica 1 (its body sent
 // whole, the upstream slow to apply it) when replica 1 is killed, its link
 // to etcd is cut, the etcd leader is killed, or the whole cluster

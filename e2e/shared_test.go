@@ -429,7 +429,12 @@ func TestSharedFenceOnIssueAndVerify(t *testing.T) {
 func TestSharedRandomized(t *testing.T) {
 	pg := testenv.Postgres(t)
 	up := newSharedUpstream(t)
-	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
+	sharedRandomized(t, up, sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false)))
+}
+
+// sharedRandomized is TestSharedRandomized on replicas r of any shared
+// store (etcd_shared_test.go).
+func sharedRandomized(t *testing.T, up *sharedUpstream, r []*Proc) {
 	var next atomic.Int64 // the "coordinator": tokens strictly increase
 	hist := newHistory()
 	deadline := time.Now().Add(12 * time.Second)
