@@ -74,12 +74,7 @@ func etcdRecord(t *testing.T, endpoints []string, resource string) string {
 // leaderOf returns the index of c's leader.
 func leaderOf(t *testing.T, c *testenv.EtcdCluster) int {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	return etcdLeader(t, cli, c.Endpoints)
+	return etcdLeader(t, etcdClient(t, c.Endpoints...), c.Endpoints)
 }
 
 // Two replicas: B's write through replica 1, then A's stale write through
@@ -301,8 +296,13 @@ func TestEtcdSharedLinearizable(t *testing.T) {
 // any), and checks the history; recovery must take at most within.
 func etcdLinearizable(t *testing.T, within time.Duration, fault func(c *testenv.EtcdCluster, r []*Proc) (time.Time, int)) {
 	c := testenv.Etcd(t, 3)
+	etcdLinearizableOn(t, c.Endpoints, within, func(r []*Proc) (time.Time, int) { return fault(c, r) })
+}
+
+// etcdLinearizableOn is etcdLinearizable on the cluster of endpoints.
+func etcdLinearizableOn(t *testing.T, endpoints []string, within time.Duration, fault func(r []*Proc) (time.Time, int)) {
 	up := newSharedUpstream(t)
-	r := sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url))
+	r := sharedReplicas(t, 2, etcdSharedYAML(endpoints, up.url))
 	keys := []string{"/orders/l0", "/orders/l1", "/orders/l2"}
 	h := newHistory()
 	var next atomic.Int64
@@ -360,7 +360,7 @@ func etcdLinearizable(t *testing.T, within time.Duration, fault func(c *testenv.
 		})
 	}
 	time.Sleep(2 * time.Second)
-	from, via := fault(c, r)
+	from, via := fault(r)
 	served := func() time.Time {
 		if via >= 0 {
 			return time.Unix(0, steadyOK[via].Load())
