@@ -420,3 +420,41 @@ func TestEtcdSharedClusterDownFailsClosed(t *testing.T) {
 		t.Fatalf("upstream applied %q; want %q", got, want)
 	}
 }
+
+// The deployment of configs/multi-replica-etcd.yaml: one etcd cluster is
+// both the workers' lock service (token_source.etcd) and the replicas'
+// shared fence. Seed test 1 across replicas: A holds the lock and writes
+// through replica 1, stalls past its lease; B takes the lock and writes
+// through replica 2; A's late write through either replica is refused,
+// and a forged number is refused as unknown without raising the fence.
+func TestEtcdSharedWithEtcdLocks(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	yaml := strings.Replace(etcdSharedYAML(c.Endpoints, up.url), "      hierarchical: false\n",
+		fmt.Sprintf("      hierarchical: false\n      token_source:\n        etcd: {endpoints: [%s], prefix: %s, timeout: 1s}\n", quoteList(c.Endpoints), etcdLockPrefix), 1)
+	r := sharedReplicas(t, 2, yaml)
+	cli := etcdClient(t, c.Endpoints...)
+	const key = "/orders/lk"
+	a := mustEtcdLock(t, cli, key, 1)
+	if st, body := write(t, "PUT", r[0].URL("gateway")+key, tok(a.token), "a1"); st != 200 {
+		t.Fatalf("A's first write: %d %s", st, body)
+	}
+	a.sess.Orphan() // A stalls: its lease runs out
+	b := mustEtcdLock(t, cli, key, 10)
+	defer b.sess.Close()
+	if st, body := write(t, "PUT", r[1].URL("gateway")+key, tok(b.token), "b1"); st != 200 {
+		t.Fatalf("B's write: %d %s", st, body)
+	}
+	for i, p := range r {
+		st, body := write(t, "PUT", p.URL("gateway")+key, tok(a.token), "a2")
+		wantCode(t, fmt.Sprintf("A's late write through replica %d", i), st, body, 409, "stale_fencing_token")
+	}
+	st, body := write(t, "PUT", r[0].URL("gateway")+key, tok(b.token+1000), "forged")
+	wantCode(t, "a forged token", st, body, 409, "unknown_fencing_token")
+	if got, want := recorder.Summary(up.rec.HistoryOf(key)), fmt.Sprintf("PUT a1@%d, PUT b1@%d", a.token, b.token); got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
+	}
+	if rec := etcdRecord(t, c.Endpoints, key); !strings.Contains(rec, fmt.Sprintf(`"h":%d,`, b.token)) {
+		t.Fatalf("etcd fence record %s; want highest %d (the forged number raised nothing)", rec, b.token)
+	}
+}
