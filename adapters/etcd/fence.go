@@ -286,6 +286,10 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 			return nil, err
 		}
 		switch {
+		case m.retry:
+			if time.Now().After(deadline) {
+				return nil, fencegate.Draining(w.Resource, w.Token, drain, nil)
+			}
 		case m.permit != nil:
 			return m.permit, nil
 		case m.exists && w.Token < m.rec.Highest:
@@ -297,21 +301,30 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 				}
 				verified = true
 			}
-			rec, rev, raised, err := f.raise(ctx, w.Resource, w.Token, w.Owner, m.exists, m.rev)
+			// This replica's idle markers of older tokens are deleted, and
+			// the drain's first read made, in the raise's Txn.
+			s, idle := f.takeOlderIdle(w.Resource, w.Token)
+			extra := make([]clientv3.Op, 0, len(idle)+5)
+			for _, e := range idle {
+				extra = append(extra, clientv3.OpDelete(e.key))
+			}
+			rec, raised, err := f.raise(ctx, w.Resource, w.Token, w.Owner, m.exists, m.rev, append(extra, f.drainReads(w)...)...)
+			f.olderDeleted(s, idle, err == nil && raised != nil, err != nil)
 			if err != nil {
 				return nil, err
 			}
-			if raised {
+			if raised != nil {
 				f.superseded(w.Resource, w.Token)
+				raised.Responses = raised.Responses[len(idle):] // the drain's read after the put
 			}
-			if !raised || rec.Ready {
+			if raised == nil || rec.Ready {
 				continue // raced with another raise, or a new record: decide again
 			}
-			if err := f.drain(ctx, w, rev, deadline, drain); err != nil {
+			if err := f.drain(ctx, w, raised, deadline, drain); err != nil {
 				return nil, err
 			}
 		case !m.rec.Ready:
-			if err := f.drain(ctx, w, m.rev, deadline, drain); err != nil {
+			if err := f.drain(ctx, w, nil, deadline, drain); err != nil {
 				return nil, err
 			}
 		default:
@@ -338,7 +351,7 @@ func (f *SharedFence) checkIssued(ctx context.Context, resource string, token in
 // forward in flight, then sets the record ready (if it is still at
 // w.Token). It returns nil also when the record moved on: the caller
 // decides again.
-func (f *SharedFence) drain(ctx context.Context, w gateway.Write, _ int64, deadline time.Time, drain time.Duration) error {
+func (f *SharedFence) drain(ctx context.Context, w gateway.Write, raised *clientv3.TxnResponse, deadline time.Time, drain time.Duration) error {
 	key := f.fenceKey(w.Resource)
 	dir := f.markerDir(w.Resource)
 	older := dir + pad(w.Token) // markers of tokens below w.Token sort before it
@@ -347,20 +360,21 @@ func (f *SharedFence) drain(ctx context.Context, w gateway.Write, _ int64, deadl
 		if left <= 0 {
 			return fencegate.Draining(w.Resource, w.Token, drain, nil)
 		}
-		rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-		f.requests.Add(1)
-		resp, err := f.client.Txn(rctx).Then(
-			clientv3.OpGet(key),
-			clientv3.OpGet(dir, clientv3.WithRange(older), clientv3.WithKeysOnly()),
-			clientv3.OpGet(f.prefix+"/r/", clientv3.WithPrefix()),
-			clientv3.OpGet(f.prefix+"/a/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-			clientv3.OpGet(f.prefix+"/d/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		).Commit()
-		cancel()
-		if err != nil {
-			return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
+		resp := raised // the raise's Txn read first: its Responses[1:]
+		first := 1
+		if resp == nil {
+			rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+			f.requests.Add(1)
+			var err error
+			resp, err = f.client.Txn(rctx).Then(f.drainReads(w)...).Commit()
+			cancel()
+			if err != nil {
+				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
+			}
+			first = 0
 		}
-		rs := resp.Responses
+		raised = nil
+		rs := resp.Responses[first:]
 		fk := rs[0].GetResponseRange().Kvs
 		if len(fk) == 0 {
 			return fencegate.Unavailable(w.Resource, errors.New("drain: the fence record is gone"))
@@ -416,7 +430,7 @@ func (f *SharedFence) drain(ctx context.Context, w gateway.Write, _ int64, deadl
 		}
 		rec.Ready = true
 		rec.Updated = time.Now().UnixMilli()
-		rctx, cancel = context.WithTimeout(ctx, f.storeTimeout)
+		rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 		f.requests.Add(1)
 		_, err = f.client.Txn(rctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", fk[0].ModRevision)).
@@ -426,6 +440,20 @@ func (f *SharedFence) drain(ctx context.Context, w gateway.Write, _ int64, deadl
 			return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: set ready: %w", err))
 		}
 		return nil // decided again by the caller, whichever way the compare went
+	}
+}
+
+// drainReads are the reads of one drain round, in one Txn: w's record, the
+// markers of older tokens on it, and the replicas' registrations,
+// liveness and dead keys.
+func (f *SharedFence) drainReads(w gateway.Write) []clientv3.Op {
+	dir := f.markerDir(w.Resource)
+	return []clientv3.Op{
+		clientv3.OpGet(f.fenceKey(w.Resource)),
+		clientv3.OpGet(dir, clientv3.WithRange(dir+pad(w.Token)), clientv3.WithKeysOnly()),
+		clientv3.OpGet(f.prefix+"/r/", clientv3.WithPrefix()),
+		clientv3.OpGet(f.prefix+"/a/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(f.prefix+"/d/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	}
 }
 

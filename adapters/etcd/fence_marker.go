@@ -88,6 +88,7 @@ type op struct {
 
 // marked is what mark found out for one write.
 type marked struct {
+	retry  bool // decide again (closedState)
 	permit *permit
 	exists bool
 	rec    record
@@ -142,7 +143,8 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write) (marked, error)
 }
 
 // closedState answers a write of a closed entry's token: the record read
-// again (a closed entry's token is below the highest).
+// again (a closed entry's token is below the highest, or about to be: a
+// raise of this replica is on its way; then the write tries again).
 func (f *SharedFence) closedState(ctx context.Context, w gateway.Write) (marked, error) {
 	st, err := f.State(ctx, w.Resource)
 	if err != nil {
@@ -151,7 +153,10 @@ func (f *SharedFence) closedState(ctx context.Context, w gateway.Write) (marked,
 	if st.Highest > w.Token {
 		return marked{exists: true, rec: record{Highest: st.Highest, Ready: st.Ready}}, nil
 	}
-	return marked{}, fencegate.Unavailable(w.Resource, fmt.Errorf("the marker of token %d was closed while the fence is at %d", w.Token, st.Highest))
+	if err := sleep(ctx, 5*time.Millisecond); err != nil {
+		return marked{}, err
+	}
+	return marked{retry: true}, nil
 }
 
 // session returns the live session, waiting up to the store timeout.
@@ -482,7 +487,8 @@ func (f *SharedFence) release(e *entry, s *session) {
 }
 
 func (f *SharedFence) queueDelete(e *entry, s *session) {
-	if e.deleting || e.count > 0 {
+	if e.deleting || e.deleteSent || e.count > 0 {
+		// Queued, or on its way (a marker Txn, or a raise's).
 		return
 	}
 	e.deleting = true
@@ -522,6 +528,61 @@ func (f *SharedFence) superseded(resource string, highest int64) {
 			if e.count == 0 && e.held {
 				f.queueDelete(e, s)
 			}
+		}
+	}
+}
+
+// takeOlderIdle closes this replica's markers of resource below token (an
+// advance to token is about to be raised) and returns those no write
+// holds, for the raise's Txn to delete, with their session.
+func (f *SharedFence) takeOlderIdle(resource string, token int64) (*session, []*entry) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return nil, nil
+	}
+	dir := f.markerDir(resource)
+	var idle []*entry
+	for k, e := range s.entries {
+		if !strings.HasPrefix(k, dir) || e.token >= token || e.closed {
+			continue
+		}
+		if e.count == 0 && e.held && !e.putting && !e.deleteSent {
+			// Closed while its delete is on its way: a write of its token
+			// waits for the raise (closedState) rather than join it.
+			e.closed, e.deleteSent = true, true
+			idle = append(idle, e)
+		}
+	}
+	return s, idle
+}
+
+// olderDeleted records the outcome of the deletes takeOlderIdle handed
+// out: applied, or left to the marker Txns.
+// applied: the raise's Txn ran them; failed: its outcome is unknown (the
+// markers may or may not be gone, and the fence may not have moved);
+// neither: the raise found the fence at or past its token already.
+func (f *SharedFence) olderDeleted(s *session, idle []*entry, applied, failed bool) {
+	if len(idle) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range idle {
+		e.deleteSent = false
+		switch {
+		case applied:
+			e.held = false
+			if e.count == 0 {
+				delete(s.entries, e.key)
+			}
+		case failed:
+			// Open again, and put again by the next write that joins.
+			e.closed, e.unsure = false, true
+			fallthrough
+		case !s.lost:
+			f.queueDelete(e, s)
 		}
 	}
 }

@@ -499,3 +499,27 @@ func TestFencesSurviveCompaction(t *testing.T) {
 		t.Fatalf("token 5 after 6, after compaction: %v", err)
 	}
 }
+
+// An advance with nothing older in flight costs four requests: the marker
+// Txn (put and read), the compare-and-raise carrying the delete of this
+// replica's idle older marker and the drain's read, the ready
+// compare-and-set, and the marker Txn that admits the write.
+func TestSharedFenceRequestsPerAdvance(t *testing.T) {
+	c := newCluster(t)
+	// Renewals are few with a 10s lease; the count is the writes'.
+	a := c.replica(t, SharedFenceOptions{LeaseTTL: 10 * time.Second})
+	before := a.Requests()
+	const n = 50
+	for tok := int64(1); tok <= n; tok++ {
+		p, err := admit(a, "/adv", tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+	}
+	per := float64(a.Requests()-before) / n
+	t.Logf("%.2f etcd requests per advance", per)
+	if per > 4.2 {
+		t.Fatalf("%.2f etcd requests per advance; want at most 4", per)
+	}
+}

@@ -119,9 +119,10 @@ func (r record) encode() string {
 // raise compares-and-raises resource's record to token: created ready when
 // there was none (no write can be in flight under a fence that did not
 // exist: every permit is given on a read of the record), raised not ready
-// otherwise. It reports the record as it is afterwards, its mod revision,
-// and whether this call raised it.
-func (f *Store) raise(ctx context.Context, resource string, token int64, owner string, exists bool, modRev int64) (record, int64, bool, error) {
+// otherwise. It reports the record as it is afterwards, and whether this
+// call raised it with the Txn's answer, whose Responses[1:] answer extra,
+// run in the same Txn after the raise.
+func (f *Store) raise(ctx context.Context, resource string, token int64, owner string, exists bool, modRev int64, extra ...clientv3.Op) (record, *clientv3.TxnResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	key := f.fenceKey(resource)
@@ -130,13 +131,13 @@ func (f *Store) raise(ctx context.Context, resource string, token int64, owner s
 		f.requests.Add(1)
 		resp, err := f.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
-			Then(clientv3.OpPut(key, rec.encode())).
+			Then(append([]clientv3.Op{clientv3.OpPut(key, rec.encode())}, extra...)...).
 			Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
-			return record{}, 0, false, fencegate.Unavailable(resource, fmt.Errorf("advance fence to %d: %w", token, err))
+			return record{}, nil, fencegate.Unavailable(resource, fmt.Errorf("advance fence to %d: %w", token, err))
 		}
 		if resp.Succeeded {
-			return rec, resp.Header.Revision, true, nil
+			return rec, resp, nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -145,10 +146,10 @@ func (f *Store) raise(ctx context.Context, resource string, token int64, owner s
 		}
 		cur, err := decode(kvs[0])
 		if err != nil {
-			return record{}, 0, false, fencegate.Unavailable(resource, err)
+			return record{}, nil, fencegate.Unavailable(resource, err)
 		}
 		if cur.Highest >= token {
-			return cur, kvs[0].ModRevision, false, nil
+			return cur, nil, nil
 		}
 		exists, modRev = true, kvs[0].ModRevision
 	}
@@ -180,34 +181,35 @@ func (f *Store) AdvanceFence(ctx context.Context, resource string, token int64, 
 	if strings.Contains(resource, "\x00") {
 		return fencegate.FenceState{}, fencegate.Unavailable(resource, errNUL)
 	}
-	if _, _, _, err := f.raiseFrom(ctx, resource, token, owner); err != nil {
+	if _, _, err := f.raiseFrom(ctx, resource, token, owner); err != nil {
 		return fencegate.FenceState{Resource: resource}, err
 	}
 	return f.State(ctx, resource)
 }
 
 // raiseFrom is raise from the record as it is now.
-func (f *Store) raiseFrom(ctx context.Context, resource string, token int64, owner string) (record, int64, bool, error) {
+func (f *Store) raiseFrom(ctx context.Context, resource string, token int64, owner string) (record, bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	f.requests.Add(1)
 	resp, err := f.client.Get(rctx, f.fenceKey(resource))
 	cancel()
 	if err != nil {
-		return record{}, 0, false, fencegate.Unavailable(resource, err)
+		return record{}, false, fencegate.Unavailable(resource, err)
 	}
 	var modRev int64
 	exists := len(resp.Kvs) > 0
 	if exists {
 		cur, err := decode(resp.Kvs[0])
 		if err != nil {
-			return record{}, 0, false, fencegate.Unavailable(resource, err)
+			return record{}, false, fencegate.Unavailable(resource, err)
 		}
 		if cur.Highest >= token {
-			return cur, resp.Kvs[0].ModRevision, false, nil
+			return cur, false, nil
 		}
 		modRev = resp.Kvs[0].ModRevision
 	}
-	return f.raise(ctx, resource, token, owner, exists, modRev)
+	rec, raised, err := f.raise(ctx, resource, token, owner, exists, modRev)
+	return rec, raised != nil, err
 }
 
 // LoadFence implements gateway.Store.
