@@ -18,6 +18,13 @@
 #     medians) and at 50 ms (256 writers; connections per replica; 2,000
 #     in flight); the latency added at a constant rate (vegeta, p50/p99:
 #     direct, local, shared; FENCEGATE_BENCH_RATE req/s, default 500).
+#  5. BenchmarkSharedEtcd (BENCH=Etcd; not in the default run): two shared
+#     replicas on a three-member etcd cluster against one local gateway at
+#     0 ms (64 writers) and 50 ms (256 writers), etcd requests per write
+#     counted by the replicas and from etcd's /metrics (proposals committed,
+#     gRPC calls handled); advances: writes/s, p50/p99, requests per write.
+#     BenchmarkSharedEtcdSize (BENCH=EtcdSize): etcd's database size per
+#     million fences.
 #
 # BENCH=Pair (or any -bench pattern) runs only that part.
 # Usage: bench/shared.sh [writes for 1 (default 30000)] [clients for 1 and 3 (default 16)]

@@ -241,13 +241,15 @@ type S3Client struct {
 	SecretAccessKey string `yaml:"secret_access_key"`
 }
 
-// Store selects the durable store: embedded (default) or postgres.
+// Store selects the durable store: embedded (default), postgres or etcd.
 type Store struct {
 	// Embedded is the single-file store (default).
 	Embedded *Embedded `yaml:"embedded"`
 	// Postgres is the PostgreSQL store (several processes, shared fence
 	// mode).
 	Postgres *Postgres `yaml:"postgres"`
+	// Etcd is an etcd cluster (shared fence mode only, etcdstore.go).
+	Etcd *EtcdStore `yaml:"etcd"`
 	// IdentityFile is the file recording which store this process serves
 	// from, so that a start on a lost (new, empty) store is refused until
 	// fences are imported, rebuilt or the loss is accepted
@@ -427,9 +429,10 @@ func DefaultConfig() *Config {
 func (c *Config) applyDefaults() {
 	c.applyEdgeDefaults()
 	c.applyListenerDefaults()
-	if c.Store.Embedded == nil && c.Store.Postgres == nil {
+	if c.Store.Embedded == nil && c.Store.Postgres == nil && c.Store.Etcd == nil {
 		c.Store.Embedded = &Embedded{}
 	}
+	c.applyEtcdStoreDefaults()
 	if c.Store.Embedded != nil && c.Store.Embedded.Path == "" {
 		c.Store.Embedded.Path = "./data/fencegate.db"
 	}
@@ -638,9 +641,7 @@ func (c *Config) Validate() Errors {
 	errs = append(errs, c.validateListeners()...)
 	errs = append(errs, c.validateListenAddrs()...)
 	errs = append(errs, c.validateTokenSources()...)
-	if c.Store.Embedded != nil && c.Store.Postgres != nil {
-		add("store", "set either embedded or postgres, not both")
-	}
+	errs = append(errs, c.validateStoreKind()...) // etcdstore.go
 	if m := c.Store.Marker; m != "" && m != c.Store.IdentityFile {
 		add("store.marker", "the deprecated spelling of store.identity_file, set to another file (%q, %q): keep identity_file only", m, c.Store.IdentityFile)
 	}
@@ -659,8 +660,8 @@ func (c *Config) Validate() Errors {
 	switch c.Fence.Mode {
 	case "local":
 	case "shared":
-		if c.Store.Postgres == nil {
-			add("fence.mode", "shared needs store.postgres (several gateways share one database)")
+		if c.Store.Postgres == nil && c.Store.Etcd == nil {
+			add("fence.mode", "shared needs store.postgres or store.etcd (several gateways share one store)")
 		}
 		if n := c.Fence.MarkerConns; n < 1 || n > 64 {
 			add("fence.marker_conns", "must be between 1 and 64, not %d", n)

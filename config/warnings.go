@@ -28,6 +28,11 @@ func (c *Config) Warnings() Warnings {
 			}
 		}
 	}
+	if e := c.Store.Etcd; e != nil {
+		if w := etcdClientWarning(e.Endpoints, e.Username, e.TLS); w != "" {
+			add("store.etcd", "%s", w)
+		}
+	}
 	if c.Store.Marker != "" {
 		add("store.marker", "deprecated: renamed store.identity_file (same meaning, same default file)")
 	}

@@ -129,7 +129,12 @@ func TestSharedTwoReplicasStaleRefused(t *testing.T) {
 func TestSharedDrainAcrossReplicas(t *testing.T) {
 	pg := testenv.Postgres(t)
 	up := newSharedUpstream(t)
-	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
+	drainAcrossReplicas(t, up, sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false)))
+}
+
+// drainAcrossReplicas is TestSharedDrainAcrossReplicas on replicas r of
+// any shared store (etcd_shared_test.go).
+func drainAcrossReplicas(t *testing.T, up *sharedUpstream, r []*Proc) {
 	arrived, release := make(chan struct{}), make(chan struct{})
 	up.rec.Delay = func(req *http.Request) {
 		if req.Header.Get("Fencing-Token") == "1" {
@@ -190,11 +195,17 @@ func TestSharedOlderLandsFirst(t *testing.T) {
 }
 
 func sharedOlderFirst(t *testing.T, db1, db2 string, disrupt func(r []*Proc)) {
+	olderLandsFirst(t, func(upstream string) [2]string {
+		return [2]string{sharedYAML("shared", db1, upstream, false), sharedYAML("shared", db2, upstream, false)}
+	}, disrupt)
+}
+
+// olderLandsFirst is sharedOlderFirst on two replicas of any shared store,
+// configured by yamls for the upstream's URL (etcd_shared_test.go).
+func olderLandsFirst(t *testing.T, yamls func(upstream string) [2]string, disrupt func(r []*Proc)) {
 	up := newSharedUpstream(t)
-	r := []*Proc{
-		startFencegate(t, sharedYAML("shared", db1, up.url, false)),
-		startFencegate(t, sharedYAML("shared", db2, up.url, false)),
-	}
+	y := yamls(up.url)
+	r := []*Proc{startFencegate(t, y[0]), startFencegate(t, y[1])}
 	const key = "/orders/o"
 	if st, body := write(t, "PUT", r[0].URL("gateway")+key, "1", "A0"); st != 200 {
 		t.Fatalf("A's first write: %d %s", st, body)
@@ -418,7 +429,12 @@ func TestSharedFenceOnIssueAndVerify(t *testing.T) {
 func TestSharedRandomized(t *testing.T) {
 	pg := testenv.Postgres(t)
 	up := newSharedUpstream(t)
-	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
+	sharedRandomized(t, up, sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false)))
+}
+
+// sharedRandomized is TestSharedRandomized on replicas r of any shared
+// store (etcd_shared_test.go).
+func sharedRandomized(t *testing.T, up *sharedUpstream, r []*Proc) {
 	var next atomic.Int64 // the "coordinator": tokens strictly increase
 	hist := newHistory()
 	deadline := time.Now().Add(12 * time.Second)

@@ -113,6 +113,18 @@ type Permit interface {
 	Release()
 }
 
+// LivePermit is implemented by permits that can stop holding while their
+// write is forwarded: a shared fence's replica that can no longer prove
+// alive the etcd lease its marker hangs on (a process paused past the
+// lease's TTL, whose marker other replicas may have found gone). The
+// gateway asks Live before each piece of a streamed body it sends on, so
+// such a write sends nothing more and the upstream gets an incomplete
+// request, even when the process resumes before the fence's own abort
+// runs.
+type LivePermit interface {
+	Live() error
+}
+
 // Store is the durable record behind a LocalFence. Implementations must make
 // AdvanceFence durable (fsynced or committed) before returning.
 type Store interface {

@@ -275,6 +275,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if len(permits) > 0 {
 		g.admitted.Add(1)
 	}
+	if body != nil && err == nil {
+		body.live = livePermits(permits)
+	}
 	defer func() {
 		for _, p := range permits {
 			p.Release()
@@ -671,7 +674,10 @@ func canonicalHost(h string) string {
 // sentBody wraps a request body and records when it has been read to the
 // end, i.e. handed whole to the upstream connection.
 type sentBody struct {
-	rc   io.ReadCloser
+	rc io.ReadCloser
+	// live, if set, is asked before each piece of the body goes on
+	// (LivePermit): a write whose permit stopped holding sends no more.
+	live func() error
 	want int64 // Content-Length, or -1
 	n    int64
 	done atomic.Bool
@@ -683,6 +689,12 @@ type sentBody struct {
 
 func (b *sentBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
+	if n > 0 && b.live != nil {
+		if lerr := b.live(); lerr != nil {
+			b.failed.Store(true)
+			return 0, lerr
+		}
+	}
 	b.n += int64(n)
 	var mbe *http.MaxBytesError
 	switch {
@@ -695,6 +707,28 @@ func (b *sentBody) Read(p []byte) (int, error) {
 }
 
 func (b *sentBody) Close() error { return b.rc.Close() }
+
+// livePermits returns the check of the permits that implement LivePermit,
+// nil if none does.
+func livePermits(permits []Permit) func() error {
+	var live []LivePermit
+	for _, p := range permits {
+		if lp, ok := p.(LivePermit); ok {
+			live = append(live, lp)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return func() error {
+		for _, lp := range live {
+			if err := lp.Live(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
 
 // Request is what the gateway learnt about an admitted request; upstreams
 // find it in the request context (RequestFrom).

@@ -213,6 +213,8 @@ func (cs consoleStatus) Status(ctx context.Context) console.Status {
 		st.Store = "embedded " + cfg.Store.Embedded.Path
 	case cfg.Store.Postgres != nil:
 		st.Store = "postgres " + pgLocation(cfg.Store.Postgres.URL)
+	case cfg.Store.Etcd != nil:
+		st.Store = "etcd " + cfg.Store.Etcd.Prefix
 	}
 	if s.pinger != nil {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)

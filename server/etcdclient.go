@@ -15,3 +15,8 @@ func EtcdClientOptions(endpoints []string, username, password string, t *config.
 	}
 	return o
 }
+
+// EtcdStoreOptions are the adapter's options of store.etcd.
+func EtcdStoreOptions(e *config.EtcdStore) etcd.StoreOptions {
+	return etcd.StoreOptions{Client: EtcdClientOptions(e.Endpoints, e.Username, e.Password, e.TLS), Prefix: e.Prefix, Timeout: e.Timeout}
+}

@@ -70,7 +70,7 @@ func ImportLimit(cfg *config.Config, store gateway.Store) func(context.Context, 
 	if maxAdv < 0 {
 		return nil
 	}
-	verifying := enabled(cfg.Fence.VerifyTokens, cfg.Coordinator.Enabled || cfg.Fence.Mode == "shared")
+	verifying := enabled(cfg.Fence.VerifyTokens, cfg.Coordinator.Enabled || cfg.SharedRecords())
 	var issued issuedReader
 	if l := leaseRecords(store); l != nil {
 		issued = l

@@ -47,6 +47,9 @@ func storeName(cfg *config.Config) string {
 	if cfg.Store.Embedded != nil {
 		return "embedded:" + cfg.Store.Embedded.Path
 	}
+	if cfg.Store.Etcd != nil {
+		return "etcd"
+	}
 	return "postgres"
 }
 

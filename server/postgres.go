@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/etcd"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
@@ -49,6 +50,10 @@ func (s *Server) newFence(cfg *config.Config, store gateway.Store) (gateway.Fenc
 	}
 	switch cfg.Fence.Mode {
 	case "shared":
+		if st, ok := store.(*etcd.Store); ok {
+			fence = s.newEtcdFence(cfg, st, verify) // etcd.go
+			break
+		}
 		st, ok := store.(*postgres.Store)
 		if !ok {
 			return nil, fmt.Errorf("fence.mode shared needs store.postgres, not %T", store)
@@ -141,7 +146,7 @@ type issuedReader interface {
 // verify_tokens: false is the explicit choice for tokens from an external
 // source; fence.max_advance then bounds each write instead.
 func (s *Server) tokenVerifier(cfg *config.Config, store gateway.Store) (func(context.Context, string, int64) error, error) {
-	if !enabled(cfg.Fence.VerifyTokens, s.coord != nil || cfg.Fence.Mode == "shared") {
+	if !enabled(cfg.Fence.VerifyTokens, s.coord != nil || cfg.SharedRecords()) {
 		return nil, nil
 	}
 	issued := leaseRecords(store)

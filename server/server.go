@@ -182,6 +182,8 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Config) (gateway.Sto
 		s.tel.StoreSyncs(func() uint64 { return st.Stats().Syncs })
 		s.tel.StoreLog(func() (int, uint64, uint64) { c := st.Stats(); return c.LogState, c.LogErrors, c.CheckpointErrors })
 		return st, nil
+	case cfg.Store.Etcd != nil:
+		return s.openEtcd(cfg) // etcd.go
 	default:
 		return s.openPostgres(ctx, cfg)
 	}
@@ -265,6 +267,9 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 		}
 		routes = append(routes, rt)
+	}
+	if err := checkEtcdRoutes(cfg, routes); err != nil { // etcd.go
+		return nil, err
 	}
 	return routes, nil
 }

@@ -29,14 +29,16 @@ type etcdTarget struct {
 	opts  etcd.ClientOptions
 }
 
-// etcdTargets are the distinct etcd clusters of cfg's token sources. The
-// store's cluster (store.etcd) is added the same way, with the label
-// "store.etcd".
+// etcdTargets are the etcd clusters cfg uses: store.etcd's, then the
+// distinct clusters of its token sources.
 func etcdTargets(cfg *config.Config) []etcdTarget {
 	var ts []etcdTarget
 	seen := map[string]bool{}
 	if cfg.Gateway == nil {
 		return nil
+	}
+	if e := cfg.Store.Etcd; e != nil {
+		ts = append(ts, etcdTarget{"store.etcd", server.EtcdClientOptions(e.Endpoints, e.Username, e.Password, e.TLS)})
 	}
 	for _, r := range cfg.Gateway.Routes {
 		e := r.TokenSource

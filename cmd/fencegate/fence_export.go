@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/etcd"
 	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/config"
@@ -19,8 +20,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// fenceStore is what export, import and rebuild need of a store; bolt and
-// postgres implement it.
+// fenceStore is what export, import and rebuild need of a store; bolt,
+// postgres and etcd implement it.
 type fenceStore interface {
 	gateway.Store // LoadFence: the import's ceiling reads the fences
 	ExportFences(ctx context.Context, fn func(fencegate.FenceRecord) error) error
@@ -46,6 +47,14 @@ func openFenceStore(ctx context.Context, cfg *config.Config) (fenceStore, sequen
 			return nil, nil, err
 		}
 		return st, bolt.NewLeases(st), nil
+	case cfg.Store.Etcd != nil:
+		// No lease records on etcd: no token sequence to raise.
+		e := cfg.Store.Etcd
+		st, err := etcd.OpenStore(server.EtcdStoreOptions(e))
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, nil, nil
 	default:
 		p := cfg.Store.Postgres
 		st, err := postgres.Open(ctx, p.URL, postgres.Options{MaxConns: 4, Timeout: p.Timeout})

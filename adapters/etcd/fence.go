@@ -1,0 +1,630 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// SharedFence is the fence of several gateway replicas over one etcd
+// cluster (fence mode "shared" with store.etcd). The protocol is the one of
+// the PostgreSQL shared fence (docs/design.md §4) on etcd's primitives:
+//
+//   - Fence record: the key P/f/R holds R's highest token and its ready
+//     flag. An advance is a compare-and-raise: a Txn that puts the new
+//     highest only if the key's mod revision is the one read, so two
+//     replicas cannot both raise from the same state.
+//   - In-flight marker: the key P/m/R\0T\0L, for token T, attached to this
+//     replica's one etcd lease L (never a lease per write). One key per
+//     resource, token and replica, counted in memory: concurrent writes of
+//     T here share it. The marker is put and the fence record read in one
+//     Txn, so both happen at one revision: either the read sees an advance
+//     (the write is refused), or the marker existed before the advance's
+//     revision and the drain waits for it.
+//   - Drain (token T == highest, not ready): waits (Watch) until no marker
+//     of a token below T is left under P/m/R\0, then sets ready with a
+//     compare on the record's mod revision. The marker key carries its
+//     token, so the keys to wait for are one key range.
+//   - Markers that vanished with their lease: the replica registers itself
+//     (P/r/L, no lease) and keeps a liveness key (P/a/L) on the same lease
+//     as its markers. A drain that finds a registered replica without its
+//     liveness key knows its lease expired with its markers, so writes it
+//     had in flight may still land: it swaps the registration for a key
+//     P/d/L on a new lease whose TTL is the replica's forward timeout, and
+//     no drain sets ready while such a key exists (the wait of PostgreSQL's
+//     dead_at, timed by etcd's leader).
+//   - The replica bounds each forward by the forward timeout counted from
+//     before its marker Txn was sent, and aborts its forwards
+//     (fencegate.SessionLostError) as soon as it cannot prove its lease
+//     alive: the lease is renewed by hand, and proven until the time
+//     measured before the renewal that succeeded plus the TTL granted.
+//
+// Markers of finished writes linger (markerIdle) so a repeated token costs
+// no request of its own; marker puts, deletes and record reads of
+// concurrent writes go out in one Txn (markerLinger). Every replica
+// watches P/f/ and lets its idle markers of an older token go when a
+// record is raised, so a drain does not wait for them.
+type SharedFence struct {
+	*Store
+	ttl            time.Duration
+	drainTimeout   time.Duration
+	forwardTimeout time.Duration
+	verify         func(ctx context.Context, resource string, token int64) error
+	log            *slog.Logger
+	replica        string
+	linger         time.Duration
+	idle           time.Duration
+	noMarkers      bool
+
+	mu      sync.Mutex
+	sess    *session // nil while a lease is being granted
+	up      chan struct{}
+	lastErr error
+	queue   []*op
+	wake    chan struct{}
+	// held: resources whose drain waits for a lost replica's forward
+	// timeout, and until when (Recovery).
+	held map[string]time.Time
+	// watchGen counts the fence watch's ups and downs: odd while up. An
+	// idle marker is kept only within one up generation.
+	watchGen atomic.Int64
+
+	closing   chan struct{}
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// SharedFenceOptions configure NewSharedFence. Zero values pick defaults.
+type SharedFenceOptions struct {
+	// LeaseTTL of the replica's lease. Default 10s.
+	LeaseTTL time.Duration
+	// DrainTimeout: as postgres.SharedFenceOptions. Default 31s.
+	DrainTimeout time.Duration
+	// ForwardTimeout is the longest forward of any route: a write is
+	// aborted when it has passed since its marker was read, and a drain
+	// that finds this replica's lease gone waits that long. Default 30s.
+	ForwardTimeout time.Duration
+	// Verify, if set, is consulted before a write's token advances the
+	// fence (never on the repeated-token path).
+	Verify func(ctx context.Context, resource string, token int64) error
+	// Replica names this replica in its registration. Default hostname/pid.
+	Replica string
+	// MarkerLinger is how long a marker Txn waits for more writes to
+	// share it while writes are queued behind one in flight. Default 1ms;
+	// negative: none.
+	MarkerLinger time.Duration
+	// MarkerIdle is how long a marker no write holds is kept. Default 1s.
+	MarkerIdle time.Duration
+	// NoMarkers: this process admits no write (a coordinator alone); it
+	// takes no lease.
+	NoMarkers bool
+	// Logger receives warnings. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+var _ gateway.Fence = (*SharedFence)(nil)
+
+const (
+	markerLinger = time.Millisecond
+	markerIdle   = time.Second
+	// maxOps caps the operations of one Txn (etcd's --max-txn-ops
+	// defaults to 128).
+	maxOps = 120
+	// lingerMarks: a lingering Txn goes out once this many writes share it.
+	lingerMarks = 16
+	// recoveryPoll: a drain waiting for a dead replica's forward timeout
+	// looks again this often.
+	recoveryPoll = 200 * time.Millisecond
+)
+
+var (
+	errClosed    = errors.New("the shared fence is closed")
+	errNoMarkers = errors.New("this process runs no gateway (no marker lease)")
+	errScope     = errors.New("store.etcd does not implement hierarchical keys yet (set hierarchical: false on the route)")
+	errNUL       = errors.New("a resource key with a NUL byte cannot be fenced on store.etcd")
+)
+
+// NewSharedFence returns the shared fence over st. It grants its lease in
+// the background; until it holds one, writes are refused with
+// fence_unavailable. Close ends it (the store stays open).
+func NewSharedFence(st *Store, opts SharedFenceOptions) *SharedFence {
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = 10 * time.Second
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = fencegate.DefaultDrainTimeout
+	}
+	if opts.ForwardTimeout <= 0 {
+		opts.ForwardTimeout = fencegate.DefaultUpstreamTimeout
+	}
+	if opts.MarkerLinger == 0 {
+		opts.MarkerLinger = markerLinger
+	}
+	if opts.MarkerIdle <= 0 {
+		opts.MarkerIdle = markerIdle
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Replica == "" {
+		h, _ := os.Hostname()
+		opts.Replica = h + "/" + strconv.Itoa(os.Getpid())
+	}
+	f := &SharedFence{
+		Store:          st,
+		ttl:            opts.LeaseTTL,
+		drainTimeout:   opts.DrainTimeout,
+		forwardTimeout: opts.ForwardTimeout,
+		verify:         opts.Verify,
+		log:            opts.Logger,
+		replica:        opts.Replica,
+		linger:         max(opts.MarkerLinger, 0),
+		idle:           opts.MarkerIdle,
+		noMarkers:      opts.NoMarkers,
+		up:             make(chan struct{}),
+		wake:           make(chan struct{}, 1),
+		closing:        make(chan struct{}),
+	}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	if !f.noMarkers {
+		f.wg.Go(f.runLease)
+		f.wg.Go(f.runWatch)
+		f.wg.Go(f.runMarkers)
+	}
+	return f
+}
+
+// Lease returns this replica's current lease (0 while it holds none).
+func (f *SharedFence) Lease() clientv3.LeaseID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sess == nil {
+		return 0
+	}
+	return f.sess.lease
+}
+
+// Ready waits until the fence holds a lease, or ctx ends.
+func (f *SharedFence) Ready(ctx context.Context) error {
+	if f.noMarkers {
+		return nil
+	}
+	f.mu.Lock()
+	up, err := f.up, f.lastErr
+	f.mu.Unlock()
+	select {
+	case <-up:
+		return nil
+	case <-ctx.Done():
+		if err != nil {
+			return fmt.Errorf("%w: %v", ctx.Err(), err)
+		}
+		return ctx.Err()
+	}
+}
+
+// Close ends the fence. A replica with no write in flight unregisters and
+// revokes its lease, so drains need not wait for it; one with writes in
+// flight is left to be found gone (its writes may still land).
+func (f *SharedFence) Close() error {
+	f.closeOnce.Do(func() {
+		close(f.closing)
+		f.cancel()
+		f.wg.Wait()
+		f.mu.Lock()
+		s := f.sess
+		f.sess = nil
+		inflight := 0
+		if s != nil {
+			s.lost = true
+			for _, e := range s.entries {
+				inflight += len(e.flights)
+			}
+		}
+		f.mu.Unlock()
+		if s == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+		defer cancel()
+		if inflight == 0 {
+			f.requests.Add(1)
+			if _, err := f.client.Txn(ctx).Then(clientv3.OpDelete(f.replicaKey(s.lease))).Commit(); err != nil {
+				f.log.Warn("etcd shared fence: unregister replica", "err", err)
+			}
+		}
+		f.requests.Add(1)
+		f.client.Revoke(ctx, s.lease)
+	})
+	return nil
+}
+
+// registration is the value of a replica key.
+type registration struct {
+	Replica        string `json:"replica"`
+	ForwardTimeout int64  `json:"forward_timeout_ms"`
+}
+
+// Admit implements gateway.Fence.
+func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permit, error) {
+	if w.Scope != gateway.ScopeKey {
+		return nil, fencegate.Unavailable(w.Resource, errScope)
+	}
+	if strings.Contains(w.Resource, "\x00") {
+		return nil, fencegate.Unavailable(w.Resource, errNUL)
+	}
+	if f.noMarkers {
+		return nil, fencegate.Unavailable(w.Resource, errNoMarkers)
+	}
+	drain := w.DrainTimeout
+	if drain <= 0 {
+		drain = f.drainTimeout
+	}
+	deadline := time.Now().Add(drain)
+	verified := w.Verified
+	for {
+		m, err := f.mark(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case m.retry:
+			if time.Now().After(deadline) {
+				return nil, fencegate.Draining(w.Resource, w.Token, drain, nil)
+			}
+		case m.permit != nil:
+			return m.permit, nil
+		case m.exists && w.Token < m.rec.Highest:
+			return nil, fencegate.StaleError(w.Resource, w.Token, m.rec.Highest)
+		case !m.exists || w.Token > m.rec.Highest:
+			if f.verify != nil && !verified {
+				if err := f.checkIssued(ctx, w.Resource, w.Token); err != nil {
+					return nil, err
+				}
+				verified = true
+			}
+			// This replica's idle markers of older tokens are deleted, and
+			// the drain's first read made, in the raise's Txn.
+			s, idle := f.takeOlderIdle(w.Resource, w.Token)
+			extra := make([]clientv3.Op, 0, len(idle)+5)
+			for _, e := range idle {
+				extra = append(extra, clientv3.OpDelete(e.key))
+			}
+			rec, raised, err := f.raise(ctx, w.Resource, w.Token, w.Owner, m.exists, m.rev, append(extra, f.drainReads(w)...)...)
+			f.olderDeleted(s, idle, err == nil && raised != nil, err != nil)
+			if err != nil {
+				return nil, err
+			}
+			if raised != nil {
+				f.superseded(w.Resource, w.Token)
+				raised.Responses = raised.Responses[len(idle):] // the drain's read after the put
+			}
+			if raised == nil || rec.Ready {
+				continue // raced with another raise, or a new record: decide again
+			}
+			if err := f.drain(ctx, w, raised, deadline, drain); err != nil {
+				return nil, err
+			}
+		case !m.rec.Ready:
+			if err := f.drain(ctx, w, nil, deadline, drain); err != nil {
+				return nil, err
+			}
+		default:
+			// Ready at this token but the marker could not be used (its
+			// lease was lost meanwhile): try again shortly.
+			if time.Now().After(deadline) {
+				return nil, fencegate.Draining(w.Resource, w.Token, drain, nil)
+			}
+			if err := sleep(ctx, 5*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func (f *SharedFence) checkIssued(ctx context.Context, resource string, token int64) error {
+	vctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	return fencegate.Unverified(resource, token, f.verify(vctx, resource, token))
+}
+
+// drain waits until no marker of a token below w.Token is left on
+// w.Resource and no replica that died holding markers may still have a
+// forward in flight, then sets the record ready (if it is still at
+// w.Token). It returns nil also when the record moved on: the caller
+// decides again.
+func (f *SharedFence) drain(ctx context.Context, w gateway.Write, raised *clientv3.TxnResponse, deadline time.Time, drain time.Duration) error {
+	key := f.fenceKey(w.Resource)
+	dir := f.markerDir(w.Resource)
+	older := dir + pad(w.Token) // markers of tokens below w.Token sort before it
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fencegate.Draining(w.Resource, w.Token, drain, nil)
+		}
+		resp := raised // the raise's Txn read first: its Responses[1:]
+		first := 1
+		if resp == nil {
+			rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+			f.requests.Add(1)
+			var err error
+			resp, err = f.client.Txn(rctx).Then(f.drainReads(w)...).Commit()
+			cancel()
+			if err != nil {
+				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
+			}
+			first = 0
+		}
+		raised = nil
+		rs := resp.Responses[first:]
+		fk := rs[0].GetResponseRange().Kvs
+		if len(fk) == 0 {
+			return fencegate.Unavailable(w.Resource, errors.New("drain: the fence record is gone"))
+		}
+		rec, err := decode(fk[0])
+		if err != nil {
+			return fencegate.Unavailable(w.Resource, err)
+		}
+		if rec.Highest != w.Token || rec.Ready {
+			return nil
+		}
+		if markers := rs[1].GetResponseRange().Kvs; len(markers) > 0 {
+			if err := f.waitGone(ctx, dir, older, resp.Header.Revision, deadline); err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+					return fencegate.Draining(w.Resource, w.Token, drain, nil)
+				}
+				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: watch markers: %w", err))
+			}
+			continue
+		}
+		alive := make(map[string]bool)
+		for _, kv := range rs[3].GetResponseRange().Kvs {
+			alive[strings.TrimPrefix(string(kv.Key), f.prefix+"/a/")] = true
+		}
+		dead := len(rs[4].GetResponseRange().Kvs) > 0
+		for _, kv := range rs[2].GetResponseRange().Kvs {
+			id := strings.TrimPrefix(string(kv.Key), f.prefix+"/r/")
+			if alive[id] {
+				continue
+			}
+			// Registered, its lease gone: it may have died holding
+			// markers whose writes are still on their way.
+			if err := f.notice(ctx, id, kv); err != nil {
+				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
+			}
+			dead = true
+		}
+		if dead {
+			bound, err := f.deadBound(ctx)
+			if err != nil {
+				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
+			}
+			if bound > 0 {
+				f.hold(w.Resource, bound)
+				if left := time.Until(deadline); left < bound {
+					return fencegate.Draining(w.Resource, w.Token, drain, fmt.Errorf("a replica that may have held writes in flight lost its etcd lease; waiting %s for its forward timeout", bound.Round(time.Millisecond)))
+				}
+				if err := sleep(ctx, min(bound, recoveryPoll)); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		rec.Ready = true
+		rec.Updated = time.Now().UnixMilli()
+		rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+		f.requests.Add(1)
+		_, err = f.client.Txn(rctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", fk[0].ModRevision)).
+			Then(clientv3.OpPut(key, rec.encode())).Commit()
+		cancel()
+		if err != nil {
+			return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: set ready: %w", err))
+		}
+		return nil // decided again by the caller, whichever way the compare went
+	}
+}
+
+// drainReads are the reads of one drain round, in one Txn: w's record, the
+// markers of older tokens on it, and the replicas' registrations,
+// liveness and dead keys.
+func (f *SharedFence) drainReads(w gateway.Write) []clientv3.Op {
+	dir := f.markerDir(w.Resource)
+	return []clientv3.Op{
+		clientv3.OpGet(f.fenceKey(w.Resource)),
+		clientv3.OpGet(dir, clientv3.WithRange(dir+pad(w.Token)), clientv3.WithKeysOnly()),
+		clientv3.OpGet(f.prefix+"/r/", clientv3.WithPrefix()),
+		clientv3.OpGet(f.prefix+"/a/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(f.prefix+"/d/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	}
+}
+
+// waitGone waits until a marker in [dir, end) is deleted after revision
+// rev, or deadline.
+func (f *SharedFence) waitGone(ctx context.Context, dir, end string, rev int64, deadline time.Time) error {
+	wctx, cancel := context.WithDeadline(clientv3.WithRequireLeader(ctx), deadline)
+	defer cancel()
+	f.requests.Add(1)
+	for resp := range f.client.Watch(wctx, dir, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		if resp.CompactRevision != 0 {
+			// Compacted past the read: read again.
+			return nil
+		}
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		if len(resp.Events) > 0 {
+			return nil
+		}
+	}
+	if err := wctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("watch ended")
+}
+
+// notice turns the registration of replica id, whose lease is gone, into a
+// dead key that lives for its forward timeout. One Txn decides it, so only
+// the first drain to notice starts the wait.
+func (f *SharedFence) notice(ctx context.Context, id string, kv *mvccpb.KeyValue) error {
+	var reg registration
+	if err := json.Unmarshal(kv.Value, &reg); err != nil || reg.ForwardTimeout <= 0 {
+		reg.ForwardTimeout = f.forwardTimeout.Milliseconds()
+	}
+	ttl := int64(math.Ceil(float64(reg.ForwardTimeout)/1000)) + 1
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.requests.Add(1)
+	g, err := f.client.Grant(ctx, ttl)
+	if err != nil {
+		return fmt.Errorf("grant the wait of a lost replica: %w", err)
+	}
+	rkey := string(kv.Key)
+	akey := f.prefix + "/a/" + id
+	f.requests.Add(1)
+	resp, err := f.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(rkey), "=", kv.ModRevision),
+			clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)).
+		Then(clientv3.OpDelete(rkey), clientv3.OpPut(f.deadKey(id), string(kv.Value), clientv3.WithLease(g.ID))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("record a lost replica: %w", err)
+	}
+	if !resp.Succeeded {
+		f.client.Revoke(ctx, g.ID)
+		return nil
+	}
+	f.log.Warn("etcd shared fence: a replica's lease expired; drains wait its forward timeout", "replica", reg.Replica, "lease", id, "wait", time.Duration(ttl)*time.Second)
+	return nil
+}
+
+// deadBound returns how long until every dead key has expired.
+func (f *SharedFence) deadBound(ctx context.Context) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.requests.Add(1)
+	resp, err := f.client.Get(ctx, f.prefix+"/d/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, err
+	}
+	var bound time.Duration
+	for _, kv := range resp.Kvs {
+		f.requests.Add(1)
+		ttl, err := f.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			return 0, err
+		}
+		if ttl.TTL > 0 {
+			bound = max(bound, time.Duration(ttl.TTL)*time.Second)
+		} else if ttl.TTL == 0 || ttl.TTL == -1 && kv.Lease != 0 {
+			// Expiring now: look again shortly.
+			bound = max(bound, recoveryPoll)
+		}
+	}
+	return bound, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Advance implements gateway.Fence: an operator's raise (never a lowering).
+func (f *SharedFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
+	st, err := f.Store.AdvanceFence(ctx, resource, token, owner)
+	if err == nil {
+		f.superseded(resource, st.Highest)
+	}
+	return st, err
+}
+
+// AdvanceFence is Advance (gateway.Store, for the server's other users).
+func (f *SharedFence) AdvanceFence(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
+	return f.Advance(ctx, resource, token, owner)
+}
+
+// Ping reports whether a linearizable read succeeds (a quorum answers)
+// and, for a replica that admits writes, whether it holds a lease it can
+// prove alive.
+func (f *SharedFence) Ping(ctx context.Context) error {
+	if err := f.Store.Ping(ctx); err != nil {
+		return err
+	}
+	if f.noMarkers {
+		return nil
+	}
+	f.mu.Lock()
+	s, err := f.sess, f.lastErr
+	f.mu.Unlock()
+	if s == nil || !s.proven() {
+		if err == nil {
+			err = errors.New("no etcd lease yet")
+		}
+		return fmt.Errorf("the replica holds no etcd lease it can prove alive: %w", err)
+	}
+	return nil
+}
+
+// hold records that resource's drain waits d for a lost replica.
+func (f *SharedFence) hold(resource string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = make(map[string]time.Time)
+	}
+	f.held[resource] = time.Now().Add(d)
+}
+
+// Recovery reports, for /readyz, the console and fencegate_recovering,
+// whether drains of this replica wait for a lost replica's forward
+// timeout. Memory only.
+func (f *SharedFence) Recovery() gateway.RecoveryStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var st gateway.RecoveryStatus
+	now := time.Now()
+	for r, until := range f.held {
+		if !until.After(now) {
+			delete(f.held, r)
+			continue
+		}
+		st.Held++
+		if until.After(st.Until) {
+			st.Until = until
+		}
+	}
+	if st.Held > 0 {
+		st.Recovering = true
+		st.Reason = "a replica's etcd lease expired while it may have had writes in flight; advances wait its forward timeout"
+	}
+	return st
+}
+
+// isLeaseGone reports whether err says the lease does not exist any more.
+func isLeaseGone(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || err != nil && strings.Contains(err.Error(), rpctypes.ErrLeaseNotFound.Error())
+}

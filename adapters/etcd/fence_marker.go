@@ -1,0 +1,860 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// session is one lease of this replica and the markers attached to it.
+type session struct {
+	lease clientv3.LeaseID
+	// provenUntil (monotonic nanoseconds since epoch: a step of the wall
+	// clock does not stretch it) is the time measured before the last
+	// renewal that succeeded plus the TTL it granted: until then the lease
+	// is alive whatever happened since.
+	provenUntil atomic.Int64
+	// gone is lost, readable without f.mu (permit.Live).
+	gone atomic.Bool
+	// Guarded by f.mu.
+	lost    bool
+	entries map[string]*entry // by marker key
+	// lostLeft counts the forwards still in flight once the session is
+	// lost.
+	lostLeft int
+}
+
+func (s *session) proven() bool { return mono(time.Now()) < s.provenUntil.Load() }
+
+// epoch is the origin of mono.
+var epoch = time.Now()
+
+// mono is t on the monotonic clock, in nanoseconds since epoch.
+func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
+
+// entry is one marker key and the writes that hold it.
+type entry struct {
+	key      string
+	resource string
+	token    int64
+	count    int  // writes holding the entry (admitted, or being decided)
+	held     bool // the marker was put (or may have been: a failed Txn)
+	putting  bool // a put is queued or in flight
+	deleting bool // a delete is queued
+	// deleteSent: a delete is in flight; a write joining meanwhile puts
+	// the marker again rather than count on it.
+	deleteSent bool
+	// unsure: the Txn that put the marker failed; it may not exist.
+	unsure bool
+	closed bool // the fence moved past token: no write joins any more
+	// watchGen is the fence watch's generation at the entry's last read;
+	// idleSince is when its last write ended.
+	watchGen  int64
+	idleSince time.Time
+	flights   map[*permit]struct{}
+}
+
+type opKind int
+
+const (
+	opMark   opKind = iota // (put the marker and) read the record
+	opDelete               // delete an idle marker
+)
+
+type op struct {
+	kind  opKind
+	e     *entry
+	put   bool
+	w     gateway.Write
+	start time.Time
+	done  chan struct{}
+	s     *session
+
+	// Results.
+	m   marked
+	err error
+}
+
+// marked is what mark found out for one write.
+type marked struct {
+	retry  bool // decide again (closedState)
+	permit *permit
+	exists bool
+	rec    record
+	rev    int64 // the record's mod revision
+}
+
+// mark puts (or joins) this replica's marker of w.Resource at w.Token and
+// reads the record, in the next marker Txn.
+func (f *SharedFence) mark(ctx context.Context, w gateway.Write) (marked, error) {
+	s, err := f.session(ctx, w.Resource)
+	if err != nil {
+		return marked{}, err
+	}
+	key := f.markerKey(w.Resource, w.Token, s.lease)
+	f.mu.Lock()
+	if s.lost {
+		f.mu.Unlock()
+		return marked{}, fencegate.Unavailable(w.Resource, errLeaseLost)
+	}
+	e := s.entries[key]
+	if e == nil {
+		e = &entry{key: key, resource: w.Resource, token: w.Token, flights: make(map[*permit]struct{})}
+		s.entries[key] = e
+	}
+	if e.closed {
+		// The fence moved past this token, as a read through this entry
+		// saw: stale without a request.
+		f.mu.Unlock()
+		return f.closedState(ctx, w)
+	}
+	e.count++
+	o := &op{kind: opMark, e: e, w: w, start: time.Now(), done: make(chan struct{}), s: s}
+	if (!e.held || e.deleteSent || e.unsure) && !e.putting {
+		// No marker, or its delete is in flight: put it (again). Marker
+		// Txns go out one after the other, so the put lands after the
+		// delete.
+		e.putting, o.put = true, true
+	}
+	e.deleting = false
+	f.queue = append(f.queue, o)
+	f.mu.Unlock()
+	f.kick()
+	select {
+	case <-o.done:
+	case <-f.closing:
+		return marked{}, fencegate.Unavailable(w.Resource, errClosed)
+	}
+	// o.done is closed only by the worker, which always finishes an op
+	// it took; a write whose ctx ends meanwhile still waits the Txn out
+	// (it is bounded by the store timeout), so its count stays right.
+	return o.m, o.err
+}
+
+// closedState answers a write of a closed entry's token: the record read
+// again (a closed entry's token is below the highest, or about to be: a
+// raise of this replica is on its way; then the write tries again).
+func (f *SharedFence) closedState(ctx context.Context, w gateway.Write) (marked, error) {
+	st, err := f.State(ctx, w.Resource)
+	if err != nil {
+		return marked{}, err
+	}
+	if st.Highest > w.Token {
+		return marked{exists: true, rec: record{Highest: st.Highest, Ready: st.Ready}}, nil
+	}
+	if err := sleep(ctx, 5*time.Millisecond); err != nil {
+		return marked{}, err
+	}
+	return marked{retry: true}, nil
+}
+
+// session returns the live session, waiting up to the store timeout.
+func (f *SharedFence) session(ctx context.Context, resource string) (*session, error) {
+	t := time.NewTimer(f.storeTimeout)
+	defer t.Stop()
+	for {
+		f.mu.Lock()
+		s, up, lastErr := f.sess, f.up, f.lastErr
+		f.mu.Unlock()
+		if s != nil && !s.lost {
+			if !s.proven() {
+				return nil, fencegate.Unavailable(resource, errors.New("the replica cannot prove its etcd lease alive (renewals are failing)"))
+			}
+			return s, nil
+		}
+		select {
+		case <-up:
+		case <-t.C:
+			if lastErr == nil {
+				lastErr = errors.New("no etcd lease yet")
+			}
+			return nil, fencegate.Unavailable(resource, lastErr)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-f.closing:
+			return nil, fencegate.Unavailable(resource, errClosed)
+		}
+	}
+}
+
+func (f *SharedFence) kick() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runMarkers sends the queued marker puts, deletes and record reads, as
+// few Txns as it can.
+func (f *SharedFence) runMarkers() {
+	tick := time.NewTicker(f.idle / 2)
+	defer tick.Stop()
+	busy := false
+	for {
+		select {
+		case <-f.closing:
+			f.failQueue(errClosed)
+			return
+		case <-f.wake:
+		case <-tick.C:
+			f.dropIdle(time.Now().Add(-f.idle))
+		}
+		if busy && f.linger > 0 {
+			// Under load, wait a little for more writes to share the Txn.
+			deadline := time.Now().Add(f.linger)
+			for time.Now().Before(deadline) {
+				f.mu.Lock()
+				n := len(f.queue)
+				f.mu.Unlock()
+				if n >= lingerMarks {
+					break
+				}
+				time.Sleep(f.linger / 4)
+			}
+		}
+		for {
+			ops := f.take()
+			if len(ops) == 0 {
+				break
+			}
+			busy = len(ops) > 1
+			f.send(ops)
+		}
+	}
+}
+
+func (f *SharedFence) failQueue(err error) {
+	f.mu.Lock()
+	ops := f.queue
+	f.queue = nil
+	for _, o := range ops {
+		if o.kind == opMark {
+			f.release(o.e, o.s)
+		}
+		o.err = fencegate.Unavailable(o.e.resource, err)
+	}
+	f.mu.Unlock()
+	for _, o := range ops {
+		if o.done != nil {
+			close(o.done)
+		}
+	}
+}
+
+// take removes from the queue the ops of one Txn: at most maxOps etcd
+// operations, each key put or deleted once.
+func (f *SharedFence) take() []*op {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ops []*op
+	n := 0
+	reads := make(map[string]bool)
+	i := 0
+	for ; i < len(f.queue); i++ {
+		o := f.queue[i]
+		cost := 0
+		switch o.kind {
+		case opDelete:
+			if !o.e.deleting || o.e.count > 0 {
+				// Joined again since: the marker stays.
+				continue
+			}
+			cost = 1
+		case opMark:
+			if o.put {
+				cost++
+			}
+			if !reads[o.e.resource] {
+				cost++
+			}
+		}
+		if n+cost > maxOps {
+			break
+		}
+		n += cost
+		if o.kind == opMark {
+			reads[o.e.resource] = true
+		} else {
+			o.e.deleting, o.e.deleteSent = false, true
+		}
+		ops = append(ops, o)
+	}
+	f.queue = f.queue[i:]
+	return ops
+}
+
+// send runs one marker Txn and hands each op its result. Ops queued on a
+// lease lost since fail; the others still go out.
+func (f *SharedFence) send(ops []*op) {
+	f.mu.Lock()
+	s := f.sess
+	live := s != nil && !s.lost
+	f.mu.Unlock()
+	var cur, stale []*op
+	for _, o := range ops {
+		if live && o.s == s {
+			cur = append(cur, o)
+		} else {
+			stale = append(stale, o)
+		}
+	}
+	if len(stale) > 0 {
+		f.finish(stale, nil, nil, errLeaseLost)
+	}
+	if len(cur) == 0 {
+		return
+	}
+	var then []clientv3.Op
+	reads := make(map[string]int) // resource -> index of its read in then
+	for _, o := range cur {
+		switch {
+		case o.kind == opDelete:
+			then = append(then, clientv3.OpDelete(o.e.key))
+		case o.put:
+			then = append(then, clientv3.OpPut(o.e.key, "", clientv3.WithLease(o.s.lease)))
+		}
+	}
+	for _, o := range cur {
+		if o.kind != opMark {
+			continue
+		}
+		if _, ok := reads[o.e.resource]; !ok {
+			reads[o.e.resource] = len(then)
+			then = append(then, clientv3.OpGet(f.fenceKey(o.e.resource)))
+		}
+	}
+	resp, err := f.markerTxn(then)
+	f.finish(cur, resp, reads, err)
+	if isLeaseGone(err) {
+		f.lose(s, err)
+	}
+}
+
+// finish hands the ops of one marker Txn their results: resp (with the
+// index of each resource's read in reads), or err.
+func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[string]int, err error) {
+	gen := f.watchGen.Load()
+	f.mu.Lock()
+	var permits []*permit
+	for _, o := range ops {
+		e := o.e
+		if o.kind == opDelete {
+			e.deleteSent = false
+			if err == nil {
+				e.held = false
+				if e.count == 0 {
+					delete(o.s.entries, e.key)
+				}
+			}
+			continue
+		}
+		if o.put {
+			e.putting = false
+			// A failed Txn may still have been applied: the marker is
+			// deleted when its last write ends, and put again by the next
+			// write that joins it (unsure).
+			e.held, e.unsure = true, err != nil
+		}
+		if err != nil {
+			if errors.Is(err, errLeaseLost) {
+				o.err = fencegate.Unavailable(e.resource, err)
+			} else {
+				o.err = fencegate.Unavailable(e.resource, fmt.Errorf("marker: %w", err))
+			}
+			f.release(e, o.s)
+			continue
+		}
+		kvs := resp.Responses[reads[e.resource]].GetResponseRange().Kvs
+		if len(kvs) > 0 {
+			rec, derr := decode(kvs[0])
+			if derr != nil {
+				o.err = fencegate.Unavailable(e.resource, derr)
+				f.release(e, o.s)
+				continue
+			}
+			o.m.exists, o.m.rec, o.m.rev = true, rec, kvs[0].ModRevision
+		}
+		e.watchGen = gen
+		if o.m.exists && o.m.rec.Highest > e.token {
+			e.closed = true
+		}
+		if e.unsure {
+			// Joined while the put that failed was in flight: no proof the
+			// marker exists.
+			o.err = fencegate.Unavailable(e.resource, errors.New("marker: the put of this replica's marker failed"))
+			f.release(e, o.s)
+			continue
+		}
+		if !o.s.lost && o.m.exists && o.m.rec.Highest == e.token && o.m.rec.Ready {
+			p := &permit{f: f, s: o.s, e: e, resource: e.resource, abort: o.w.Abort, bodySent: o.w.BodySent, start: o.start}
+			e.flights[p] = struct{}{}
+			o.m.permit = p
+			permits = append(permits, p)
+			continue
+		}
+		f.release(e, o.s)
+	}
+	f.mu.Unlock()
+	for _, p := range permits {
+		if p.abort != nil {
+			// The forward must end within the forward timeout counted from
+			// before the marker was read: a drain that finds this replica
+			// gone waits that long (docs/design.md §4).
+			abort, timeout := p.abort, f.forwardTimeout
+			p.timer = time.AfterFunc(timeout-time.Since(p.start), func() {
+				abort(&fencegate.ForwardTimeoutError{Timeout: timeout})
+			})
+		}
+	}
+	for _, o := range ops {
+		if o.done != nil {
+			close(o.done)
+		}
+	}
+}
+
+// markerTxn runs a marker Txn. It requires a leader: a member that lost
+// its leader (the leader died, an election runs) refuses it at once, before
+// proposing anything, so it is sent again until the store timeout instead
+// of waiting that long for a proposal that cannot commit.
+//
+// A marker Txn is idempotent (puts of one empty value on this replica's
+// lease, deletes, reads), so an attempt whose outcome is unknown is sent
+// again too, each attempt bounded by a quarter of the store timeout: a
+// proposal forwarded to a leader that just died is lost without an answer,
+// and waiting the whole store timeout for it would stall every write of
+// the replica that long after each leader change.
+func (f *SharedFence) markerTxn(then []clientv3.Op) (*clientv3.TxnResponse, error) {
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(f.ctx), f.storeTimeout)
+	defer cancel()
+	attempt := max(f.storeTimeout/4, 250*time.Millisecond)
+	for {
+		actx, acancel := context.WithTimeout(ctx, attempt)
+		f.requests.Add(1)
+		resp, err := f.client.Txn(actx).Then(then...).Commit()
+		acancel()
+		if err == nil || !isNoLeader(err) && !errors.Is(err, context.DeadlineExceeded) && actx.Err() == nil {
+			return resp, err
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if serr := sleep(ctx, 25*time.Millisecond); serr != nil {
+			return nil, err
+		}
+	}
+}
+
+// isNoLeader reports whether err is etcd's refusal of a request that needs
+// a leader by a member that has none: nothing was proposed.
+func isNoLeader(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrGRPCNoLeader) ||
+		strings.Contains(err.Error(), rpctypes.ErrNoLeader.Error())
+}
+
+var errLeaseLost = errors.New("the replica's etcd lease was lost")
+
+// release ends one write's hold on e (f.mu held). The last one leaves the
+// marker idle, or queues its delete if it must not linger.
+func (f *SharedFence) release(e *entry, s *session) {
+	e.count--
+	if e.count > 0 {
+		return
+	}
+	e.idleSince = time.Now()
+	if s.lost {
+		delete(s.entries, e.key)
+		return
+	}
+	if !e.held && !e.putting {
+		delete(s.entries, e.key)
+		return
+	}
+	if e.closed || e.watchGen%2 == 0 || e.watchGen != f.watchGen.Load() {
+		f.queueDelete(e, s)
+	}
+}
+
+func (f *SharedFence) queueDelete(e *entry, s *session) {
+	if e.deleting || e.deleteSent || e.count > 0 {
+		// Queued, or on its way (a marker Txn, or a raise's).
+		return
+	}
+	e.deleting = true
+	f.queue = append(f.queue, &op{kind: opDelete, e: e, s: s})
+	f.kick()
+}
+
+// dropIdle deletes the markers idle since before cutoff.
+func (f *SharedFence) dropIdle(cutoff time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return
+	}
+	for _, e := range s.entries {
+		if e.count == 0 && e.held && e.idleSince.Before(cutoff) {
+			f.queueDelete(e, s)
+		}
+	}
+}
+
+// superseded closes this replica's markers of resource below highest: no
+// write joins them, and an idle one is deleted at once so the drain of
+// highest does not wait for it.
+func (f *SharedFence) superseded(resource string, highest int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return
+	}
+	dir := f.markerDir(resource)
+	for k, e := range s.entries {
+		if strings.HasPrefix(k, dir) && e.token < highest {
+			e.closed = true
+			if e.count == 0 && e.held {
+				f.queueDelete(e, s)
+			}
+		}
+	}
+}
+
+// takeOlderIdle closes this replica's markers of resource below token (an
+// advance to token is about to be raised) and returns those no write
+// holds, for the raise's Txn to delete, with their session.
+func (f *SharedFence) takeOlderIdle(resource string, token int64) (*session, []*entry) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return nil, nil
+	}
+	dir := f.markerDir(resource)
+	var idle []*entry
+	for k, e := range s.entries {
+		if !strings.HasPrefix(k, dir) || e.token >= token || e.closed {
+			continue
+		}
+		if e.count == 0 && e.held && !e.putting && !e.deleteSent {
+			// Closed while its delete is on its way: a write of its token
+			// waits for the raise (closedState) rather than join it.
+			e.closed, e.deleteSent = true, true
+			idle = append(idle, e)
+		}
+	}
+	return s, idle
+}
+
+// olderDeleted records the outcome of the deletes takeOlderIdle handed
+// out: applied, or left to the marker Txns.
+// applied: the raise's Txn ran them; failed: its outcome is unknown (the
+// markers may or may not be gone, and the fence may not have moved);
+// neither: the raise found the fence at or past its token already.
+func (f *SharedFence) olderDeleted(s *session, idle []*entry, applied, failed bool) {
+	if len(idle) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range idle {
+		e.deleteSent = false
+		switch {
+		case applied:
+			e.held = false
+			if e.count == 0 {
+				delete(s.entries, e.key)
+			}
+		case failed:
+			// Open again, and put again by the next write that joins.
+			e.closed, e.unsure = false, true
+			fallthrough
+		case !s.lost:
+			f.queueDelete(e, s)
+		}
+	}
+}
+
+// permit is a write in flight: it holds its entry's marker.
+type permit struct {
+	f        *SharedFence
+	s        *session
+	e        *entry
+	resource string
+	abort    func(cause error)
+	bodySent func() bool
+	start    time.Time
+	timer    *time.Timer
+	once     sync.Once
+}
+
+var _ gateway.LivePermit = (*permit)(nil)
+
+// Live implements gateway.LivePermit: the write may send on only while its
+// lease is proven alive and within the forward timeout since its marker
+// was read. Memory only.
+func (p *permit) Live() error {
+	switch {
+	case p.s.gone.Load() || !p.s.proven():
+		return &fencegate.SessionLostError{Resource: p.resource, Err: errors.New("the replica cannot prove its etcd lease alive")}
+	case time.Since(p.start) > p.f.forwardTimeout:
+		return &fencegate.ForwardTimeoutError{Timeout: p.f.forwardTimeout}
+	}
+	return nil
+}
+
+// Release implements gateway.Permit. It does no I/O: the marker lingers,
+// or its delete goes out with the next marker Txn.
+func (p *permit) Release() {
+	p.once.Do(func() {
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		f := p.f
+		f.mu.Lock()
+		delete(p.e.flights, p)
+		if p.s.lost {
+			p.s.lostLeft--
+		}
+		f.release(p.e, p.s)
+		f.mu.Unlock()
+	})
+}
+
+// lose ends session s: its lease expired or cannot be proven alive. Its
+// markers are gone (or will be when the lease expires), so its writes in
+// flight are aborted; drains of other replicas wait their forward timeout.
+func (f *SharedFence) lose(s *session, err error) {
+	f.mu.Lock()
+	if s.lost {
+		f.mu.Unlock()
+		return
+	}
+	s.lost = true
+	s.gone.Store(true)
+	if f.sess == s {
+		f.sess = nil
+		f.up = make(chan struct{})
+		f.lastErr = err
+	}
+	var aborts []*permit
+	for _, e := range s.entries {
+		for p := range e.flights {
+			s.lostLeft++
+			if p.abort != nil {
+				aborts = append(aborts, p)
+			}
+		}
+	}
+	n := s.lostLeft
+	f.mu.Unlock()
+	f.log.Warn("etcd shared fence: the replica's lease is lost; aborting its writes in flight", "lease", lease16(s.lease), "writes", n, "err", err)
+	for _, p := range aborts {
+		p.abort(&fencegate.SessionLostError{Resource: p.resource, Err: fmt.Errorf("the replica's etcd lease: %w", err)})
+	}
+	// Let the lease go at once if it still exists: its markers vanish and
+	// drains elsewhere start the forward-timeout wait now, not at expiry.
+	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+	f.requests.Add(1)
+	f.client.Revoke(ctx, s.lease)
+	cancel()
+}
+
+// runLease grants the replica's lease, registers the replica, renews the
+// lease and watches that it stays provable; it starts a new one when it is
+// lost.
+func (f *SharedFence) runLease() {
+	backoff := 100 * time.Millisecond
+	for {
+		s, err := f.grant()
+		if err != nil {
+			f.mu.Lock()
+			f.lastErr = err
+			f.mu.Unlock()
+			select {
+			case <-f.closing:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		f.mu.Lock()
+		f.sess, f.lastErr = s, nil
+		close(f.up)
+		f.mu.Unlock()
+		if done := f.keepAlive(s); done {
+			return
+		}
+	}
+}
+
+// grant takes a new lease and registers it: the registration (no lease)
+// tells drains that markers on this lease exist, the liveness key (on the
+// lease) that it is alive.
+func (f *SharedFence) grant() (*session, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.storeTimeout)
+	defer cancel()
+	before := time.Now()
+	f.requests.Add(1)
+	g, err := f.client.Grant(ctx, int64(f.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("grant the replica's etcd lease: %w", err)
+	}
+	reg, _ := json.Marshal(registration{Replica: f.replica, ForwardTimeout: f.forwardTimeout.Milliseconds()})
+	f.requests.Add(1)
+	if _, err := f.client.Txn(ctx).Then(
+		clientv3.OpPut(f.replicaKey(g.ID), string(reg)),
+		clientv3.OpPut(f.aliveKey(g.ID), f.replica, clientv3.WithLease(g.ID)),
+	).Commit(); err != nil {
+		f.client.Revoke(ctx, g.ID)
+		return nil, fmt.Errorf("register the replica: %w", err)
+	}
+	s := &session{lease: g.ID, entries: make(map[string]*entry)}
+	s.provenUntil.Store(mono(before.Add(time.Duration(g.TTL) * time.Second)))
+	return s, nil
+}
+
+// keepAlive renews s until it is lost (false) or the fence closes (true).
+// Each renewal proves the lease until the time measured before it was
+// sent plus the TTL granted; past that, the session is lost, whatever the
+// renewals say later.
+func (f *SharedFence) keepAlive(s *session) bool {
+	every := max(f.ttl/4, 250*time.Millisecond)
+	renew := time.NewTimer(0)
+	defer renew.Stop()
+	check := time.NewTicker(50 * time.Millisecond)
+	defer check.Stop()
+	type result struct {
+		until time.Time
+		err   error
+	}
+	results := make(chan result, 1)
+	pending := false
+	for {
+		select {
+		case <-f.closing:
+			return true
+		case <-check.C:
+			if !s.proven() {
+				f.lose(s, errors.New("its renewals did not succeed within the lease TTL"))
+				return false
+			}
+		case <-renew.C:
+			if pending {
+				renew.Reset(every)
+				continue
+			}
+			pending = true
+			go func() {
+				// A renewal lost with a dying leader must not hold the next
+				// one back for long: the lease's proof runs out meanwhile.
+				ctx, cancel := context.WithTimeout(context.Background(), min(f.storeTimeout, max(f.ttl/4, 250*time.Millisecond)))
+				defer cancel()
+				before := time.Now()
+				f.requests.Add(1)
+				r, err := f.client.KeepAliveOnce(ctx, s.lease)
+				if err == nil && r.TTL <= 0 {
+					err = errors.New("lease not found")
+				}
+				var until time.Time
+				if err == nil {
+					until = before.Add(time.Duration(r.TTL) * time.Second)
+				}
+				results <- result{until, err}
+			}()
+		case r := <-results:
+			pending = false
+			switch {
+			case r.err == nil:
+				if !s.proven() {
+					// Renewed, but only after it could no longer be proven:
+					// the writes were aborted already (check above) or are
+					// about to be. Stay lost.
+					f.lose(s, errors.New("its renewals did not succeed within the lease TTL"))
+					return false
+				}
+				if u := mono(r.until); u > s.provenUntil.Load() {
+					s.provenUntil.Store(u)
+				}
+				renew.Reset(every)
+			case isLeaseGone(r.err) || strings.Contains(r.err.Error(), "lease not found"):
+				f.lose(s, r.err)
+				return false
+			default:
+				renew.Reset(250 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// runWatch follows every fence record and closes this replica's markers
+// of tokens a record was raised past.
+func (f *SharedFence) runWatch() {
+	dir := f.prefix + "/f/"
+	for {
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
+		f.requests.Add(1)
+		wch := f.client.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
+		up := false
+		for resp := range wch {
+			if resp.Err() != nil || resp.Canceled {
+				break
+			}
+			if resp.Created && !up {
+				// Up (odd): a raise after this is seen. Nothing idle of the
+				// last generation stays.
+				up = true
+				f.watchGen.Add(1)
+			}
+			for _, ev := range resp.Events {
+				rec, err := decode(ev.Kv)
+				if err != nil {
+					continue
+				}
+				f.superseded(strings.TrimPrefix(string(ev.Kv.Key), dir), rec.Highest)
+			}
+		}
+		cancel()
+		if up {
+			f.watchGen.Add(1) // down (even)
+		}
+		f.dropIdle(time.Now())
+		select {
+		case <-f.closing:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// InFlight counts this replica's writes admitted to resource and still in
+// flight (console.InFlightCounter). Memory only.
+func (f *SharedFence) InFlight(resource string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return 0
+	}
+	n := 0
+	for _, e := range s.entries {
+		if e.resource == resource {
+			n += len(e.flights)
+		}
+	}
+	return n
+}

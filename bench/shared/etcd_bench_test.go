@@ -1,0 +1,256 @@
+package shared
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencegate/fencegate/adapters/etcd"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/server"
+)
+
+// etcdReplica is one gateway replica on store.etcd, with its own client
+// and lease, as one process would have.
+type etcdReplica struct {
+	fence *etcd.SharedFence
+	url   string
+}
+
+func newEtcdReplica(b *testing.B, endpoints []string, upstream string) *etcdReplica {
+	eps := make([]string, len(endpoints))
+	for i, e := range endpoints {
+		eps[i] = strconv.Quote(e)
+	}
+	cfg, err := config.Parse("bench.yaml", []byte(fmt.Sprintf(`
+gateway:
+  routes:
+    - name: bench
+      match: {path_prefix: /bench/}
+      upstream: {url: %q, timeout: 30s, keep_alive_writes: %t}
+      resource: "{path}"
+      hierarchical: false
+store:
+  etcd: {endpoints: [%s]}
+fence: {mode: shared, max_advance: -1}
+`, upstream, keepAlive(), strings.Join(eps, ", "))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := cfg.Store.Etcd
+	st, err := etcd.OpenStore(etcd.StoreOptions{Client: etcd.ClientOptions{Endpoints: e.Endpoints}, Prefix: e.Prefix, Timeout: e.Timeout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f := etcd.NewSharedFence(st, etcd.SharedFenceOptions{LeaseTTL: e.LeaseTTL, ForwardTimeout: 31 * time.Second, Logger: log})
+	b.Cleanup(func() { f.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Ready(ctx); err != nil {
+		b.Fatal(err)
+	}
+	routes, err := server.BuildRoutes(cfg, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gw := gateway.New(f, gateway.Options{Logger: log})
+	gw.SetRoutes(routes)
+	srv := httptest.NewServer(gw)
+	b.Cleanup(srv.Close)
+	return &etcdReplica{fence: f, url: srv.URL}
+}
+
+// etcdCounters sums, over the members, the metrics etcd keeps of the work
+// it did: proposals committed (the leader's count, the largest) and gRPC
+// calls handled (all members).
+func etcdCounters(b *testing.B, endpoints []string) (proposals, calls float64) {
+	for _, ep := range endpoints {
+		resp, err := http.Get(ep + "/metrics")
+		if err != nil {
+			b.Fatal(err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			i := strings.LastIndexByte(line, ' ')
+			if i < 0 || strings.HasPrefix(line, "#") {
+				continue
+			}
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(line, "etcd_server_proposals_committed_total "):
+				proposals = max(proposals, v)
+			case strings.HasPrefix(line, "grpc_server_handled_total{"):
+				calls += v
+			}
+		}
+		resp.Body.Close()
+	}
+	return proposals, calls
+}
+
+// BenchmarkSharedEtcd, side by side in one run on a three-member etcd
+// cluster: two shared replicas against one local gateway (local, shared,
+// local; the local figure is the mean) with repeated tokens at 0 ms (64
+// writers) and 50 ms (256 writers), etcd requests per fenced write counted
+// by the replicas and from etcd's own metrics (proposals committed, gRPC
+// calls handled), and advances (a new token per write): writes/s, p50 and
+// p99.
+func BenchmarkSharedEtcd(b *testing.B) {
+	d := seconds()
+	c := testenv.Etcd(b, 3)
+	for _, tc := range []struct {
+		name    string
+		delay   time.Duration
+		clients int
+	}{{"0ms", 0, 64}, {"50ms", 50 * time.Millisecond, 256}} {
+		up := slowUpstream(b, tc.delay)
+		local := localGateway(b, up)
+		rs := []*etcdReplica{newEtcdReplica(b, c.Endpoints, up), newEtcdReplica(b, c.Endpoints, up)}
+		for i := range resources {
+			mustPut(b, fmt.Sprintf("%s/bench/%d", local, i), "1")
+			mustPut(b, fmt.Sprintf("%s/bench/%d", rs[i%2].url, i), "1")
+		}
+		path := func(c, i int) int { return (c*7919 + i*104729) % resources }
+		token := func(int, int) string { return "1" }
+		l1, lbad1, le1 := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
+		req0 := rs[0].fence.Requests() + rs[1].fence.Requests()
+		p0, g0 := etcdCounters(b, c.Endpoints)
+		s, sbad, se := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].url, path(c, i)) }, token)
+		p1, g1 := etcdCounters(b, c.Endpoints)
+		reqs := rs[0].fence.Requests() + rs[1].fence.Requests() - req0
+		l2, lbad2, le2 := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
+		localWPS := (float64(l1)/le1.Seconds() + float64(l2)/le2.Seconds()) / 2
+		sharedWPS := float64(s) / se.Seconds()
+		writes := float64(s + sbad)
+		b.ReportMetric(localWPS, tc.name+"_local_writes/s")
+		b.ReportMetric(sharedWPS, tc.name+"_etcd_writes/s")
+		b.ReportMetric(100*sharedWPS/localWPS, tc.name+"_%_of_local")
+		b.ReportMetric(float64(reqs)/writes, tc.name+"_requests/write")
+		b.ReportMetric((p1-p0)/writes, tc.name+"_proposals/write")
+		b.ReportMetric((g1-g0)/writes, tc.name+"_grpc_calls/write")
+		b.ReportMetric(float64(sbad+lbad1+lbad2), tc.name+"_non2xx")
+	}
+
+	// Advances: each client its own resource, token i+1 on its i-th write.
+	up := slowUpstream(b, 0)
+	rs := []*etcdReplica{newEtcdReplica(b, c.Endpoints, up), newEtcdReplica(b, c.Endpoints, up)}
+	n := clients()
+	req0 := rs[0].fence.Requests() + rs[1].fence.Requests()
+	lat, ok, bad, el := driveLatency(n, d, func(c, i int) string { return fmt.Sprintf("%s/bench/adv-%d", rs[i%2].url, c) }, func(_, i int) string { return strconv.Itoa(i + 1) })
+	b.ReportMetric(float64(ok)/el.Seconds(), "advance_writes/s")
+	b.ReportMetric(float64(bad), "advance_non2xx")
+	b.ReportMetric(float64(rs[0].fence.Requests()+rs[1].fence.Requests()-req0)/float64(ok+bad), "advance_requests/write")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "advance_p50_ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "advance_p99_ms")
+}
+
+// driveLatency is drive, one request at a time per client, with each
+// request's latency (sorted).
+func driveLatency(clients int, d time.Duration, url func(c, i int) string, token func(c, i int) string) (lat []time.Duration, ok, bad int64, elapsed time.Duration) {
+	var mu sync.Mutex
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			client := &http.Client{Transport: &http.Transport{}}
+			for i := 0; time.Now().Before(stop); i++ {
+				req, _ := http.NewRequest("PUT", url(c, i), strings.NewReader("v"))
+				req.Header.Set("Fencing-Token", token(c, i))
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				good := err == nil && resp.StatusCode/100 == 2
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				dt := time.Since(t0)
+				mu.Lock()
+				lat = append(lat, dt)
+				if good {
+					ok++
+				} else {
+					bad++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(lat)
+	return lat, ok, bad, time.Since(start)
+}
+
+// BenchmarkSharedEtcdSize: the etcd database's size per fence, from the
+// members' own report (Status.DbSize) after 100,000 fences were written,
+// compacted and defragmented; reported per million fences.
+func BenchmarkSharedEtcdSize(b *testing.B) {
+	const n, batch = 100_000, 100
+	c := testenv.Etcd(b, 3)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	size := func() int64 {
+		resp, err := cli.Get(ctx, "/")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			b.Fatal(err)
+		}
+		var most int64
+		for _, ep := range c.Endpoints {
+			if _, err := cli.Defragment(ctx, ep); err != nil {
+				b.Fatal(err)
+			}
+			st, err := cli.Status(ctx, ep)
+			if err != nil {
+				b.Fatal(err)
+			}
+			most = max(most, st.DbSize)
+		}
+		return most
+	}
+	before := size()
+	// The records as the fence writes them (adapters/etcd/store.go), for
+	// keys like a route's: /orders/<id>.
+	val := `{"h":1234567,"r":true,"o":"worker-17","u":1765000000000}`
+	for i := 0; i < n; i += batch {
+		var ops []clientv3.Op
+		for j := i; j < i+batch; j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/fencegate/f/orders/%08d", j), val))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	after := size()
+	per := float64(after-before) / n
+	b.ReportMetric(per, "bytes/fence")
+	b.ReportMetric(per*1e6/(1<<20), "MiB/million_fences")
+}

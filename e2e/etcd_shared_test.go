@@ -1,0 +1,460 @@
+package e2e
+
+// Fence mode shared on store.etcd: real fencegate processes over a real
+// three-member etcd cluster, in front of a recording upstream whose history
+// is the durable state the invariants are checked on. The contract tests of
+// shared_test.go run here on etcd (drainAcrossReplicas, olderLandsFirst),
+// with etcd's own faults: a replica killed, its link to etcd cut, the etcd
+// leader killed, the whole cluster restarted, a replica paused past its
+// lease's TTL.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencegate/fencegate/internal/recorder"
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+// etcdSharedYAML is one replica in fence mode shared on the etcd cluster
+// of endpoints, with a 3s upstream timeout (the forward timeout a drain
+// waits for a lost replica's writes is the 4s drain timeout) and a 2s
+// lease.
+func etcdSharedYAML(endpoints []string, upstream string) string {
+	return fmt.Sprintf(`
+gateway:
+  listen: $GATEWAY
+  routes:
+    - name: orders
+      match: {path_prefix: /orders/}
+      upstream: {url: %q, timeout: 3s}
+      resource: "{path}"
+      hierarchical: false
+store:
+  etcd: {endpoints: [%s], prefix: /fg, lease_ttl: 2s, timeout: 2s}
+fence: {mode: shared}
+admin: {listen: $ADMIN}
+`, upstream, quoteList(endpoints))
+}
+
+// etcdRecord reads resource's fence record straight from etcd.
+func etcdRecord(t *testing.T, endpoints []string, resource string) string {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "/fg/f/"+resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+// leaderOf returns the index of c's leader.
+func leaderOf(t *testing.T, c *testenv.EtcdCluster) int {
+	t.Helper()
+	return etcdLeader(t, etcdClient(t, c.Endpoints...), c.Endpoints)
+}
+
+// Two replicas: B's write through replica 1, then A's stale write through
+// replica 2 is refused; the record in etcd holds B's token.
+func TestEtcdSharedStaleRefused(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url))
+	if st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A1"); st != 200 {
+		t.Fatalf("A's first write: %d %s", st, body)
+	}
+	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/7", "42", "B1"); st != 200 {
+		t.Fatalf("B's write: %d %s", st, body)
+	}
+	st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A2")
+	wantCode(t, "A's stale write through replica 2", st, body, 409, "stale_fencing_token")
+	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/7")), "PUT A1@41, PUT B1@42"; got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
+	}
+	if rec := etcdRecord(t, c.Endpoints, "/orders/7"); !strings.Contains(rec, `"h":42,`) {
+		t.Fatalf("etcd record %s; want highest 42", rec)
+	}
+}
+
+// The drain across replicas of shared_test.go, on etcd.
+func TestEtcdSharedDrainAcrossReplicas(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	drainAcrossReplicas(t, up, sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url)))
+}
+
+// The randomized run of shared_test.go (zombies, replicas killed and
+// restarted, Porcupine on the answers), on etcd.
+func TestEtcdSharedRandomized(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	sharedRandomized(t, up, sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url)))
+}
+
+// An older write is at the upstream through replica 1 (its body sent
+// whole, the upstream slow to apply it) when replica 1 is killed, its link
+// to etcd is cut, the etcd leader is killed, or the whole cluster
+// restarts; a newer write through replica 2 is retried until it lands, and
+// the upstream's order proves the older one landed first.
+func TestEtcdSharedOlderLandsFirst(t *testing.T) {
+	same := func(eps []string) func(string) [2]string {
+		return func(up string) [2]string { return [2]string{etcdSharedYAML(eps, up), etcdSharedYAML(eps, up)} }
+	}
+	t.Run("kill9", func(t *testing.T) {
+		c := testenv.Etcd(t, 3)
+		olderLandsFirst(t, same(c.Endpoints), func(r []*Proc) { r[0].Kill9() })
+	})
+	t.Run("cut_link", func(t *testing.T) {
+		c := testenv.Etcd(t, 3)
+		tp := testenv.Toxiproxy(t)
+		var via []string
+		var proxies []*testenv.Proxy
+		for i, ep := range c.Endpoints {
+			u, err := url.Parse(ep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			px := tp.Proxy(t, fmt.Sprintf("etcd%d", i), u.Host)
+			proxies = append(proxies, px)
+			via = append(via, "http://"+px.Listen)
+		}
+		olderLandsFirst(t, func(up string) [2]string {
+			return [2]string{etcdSharedYAML(via, up), etcdSharedYAML(c.Endpoints, up)}
+		}, func([]*Proc) {
+			for _, px := range proxies {
+				px.AddToxic(t, testenv.Toxic{Name: "cut_down", Type: "timeout", Attributes: map[string]any{"timeout": 0}})
+				px.AddToxic(t, testenv.Toxic{Name: "cut_up", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}})
+			}
+		})
+	})
+	t.Run("leader_killed", func(t *testing.T) {
+		c := testenv.Etcd(t, 3)
+		olderLandsFirst(t, same(c.Endpoints), func([]*Proc) { c.Kill(leaderOf(t, c)) })
+	})
+	t.Run("cluster_restart", func(t *testing.T) {
+		c := testenv.Etcd(t, 3)
+		olderLandsFirst(t, same(c.Endpoints), func([]*Proc) {
+			c.StopAll()
+			go c.RestartAll()
+		})
+	})
+}
+
+// A replica paused (SIGSTOP) past its lease's TTL with a write whose body
+// it was still streaming: replica 2's newer write lands once the lease
+// expired and the forward timeout passed; the paused replica, resumed with
+// the rest of the body waiting in its socket, sends none of it, so the
+// upstream never applies the older write after the newer one.
+func TestEtcdSharedPausedReplica(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url))
+	const key = "/orders/p"
+	if st, body := write(t, "PUT", r[0].URL("gateway")+key, "1", "A0"); st != 200 {
+		t.Fatalf("A's first write: %d %s", st, body)
+	}
+	arrived := make(chan struct{})
+	var once sync.Once
+	up.hold = func(req *http.Request) {
+		if req.Header.Get("X-Test") == "paused" {
+			once.Do(func() { close(arrived) })
+		}
+	}
+	pr, pw := io.Pipe()
+	aDone := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("PUT", r[0].URL("gateway")+key, pr)
+		req.ContentLength = -1 // streamed
+		req.Header.Set("Fencing-Token", "1")
+		req.Header.Set("X-Test", "paused")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			aDone <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		aDone <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	pw.Write([]byte("A1-first-half;"))
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's write did not reach the upstream")
+	}
+	r[0].Signal(syscall.SIGSTOP)
+	stopped := true
+	defer func() {
+		if stopped {
+			r[0].Signal(syscall.SIGCONT)
+		}
+	}()
+	start := time.Now()
+	deadline := start.Add(45 * time.Second)
+	for {
+		st, body, err := tryWrite(r[1].URL("gateway")+key, "2", "B")
+		if err == nil && st == 200 {
+			break
+		}
+		if err == nil && st != 503 {
+			t.Fatalf("B through replica 2: %d %s", st, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B through replica 2 did not land: %d %s %v", st, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("B landed %s after replica 1 was paused (lease TTL 2s, forward timeout 4s)", time.Since(start).Round(time.Millisecond))
+	if waited := time.Since(start); waited < 4*time.Second {
+		t.Fatalf("B landed %s after replica 1 paused; its lease (2s) and forward timeout (4s) had not passed", waited)
+	}
+	// The rest of A's body waits in replica 1's socket when it resumes.
+	go func() {
+		pw.Write([]byte("second-half"))
+		pw.Close()
+	}()
+	time.Sleep(200 * time.Millisecond)
+	r[0].Signal(syscall.SIGCONT)
+	stopped = false
+	select {
+	case a := <-aDone:
+		t.Logf("A after the pause: %s", a)
+	case <-time.After(20 * time.Second):
+		t.Fatal("A not answered after the replica resumed")
+	}
+	time.Sleep(500 * time.Millisecond)
+	h := up.rec.HistoryOf(key)
+	sharedCheckHistory(t, h)
+	if got, want := recorder.Summary(h), "PUT A0@1, PUT B@2"; got != want {
+		t.Fatalf("upstream applied %q; want %q (the paused write must not land after the newer one)", got, want)
+	}
+}
+
+// Writers with random tokens through both replicas while a fault strikes:
+// the etcd leader killed and brought back, a replica killed (kill -9) and
+// restarted, the whole cluster stopped and started. Porcupine checks the
+// answers against a fenced register, the upstream's applied order never
+// goes back, and the time until a repeated token is served again is
+// measured (from the leader's death; from the restarted replica's or
+// cluster's start): at most 2s.
+func TestEtcdSharedLinearizable(t *testing.T) {
+	t.Run("leader_killed", func(t *testing.T) {
+		etcdLinearizable(t, 2*time.Second, func(c *testenv.EtcdCluster, r []*Proc) (time.Time, int) {
+			leader := leaderOf(t, c)
+			c.Kill(leader)
+			at := time.Now()
+			go func() {
+				time.Sleep(3 * time.Second)
+				c.Restart(leader)
+			}()
+			return at, -1
+		})
+	})
+	t.Run("replica_kill9", func(t *testing.T) {
+		etcdLinearizable(t, 2*time.Second, func(c *testenv.EtcdCluster, r []*Proc) (time.Time, int) {
+			r[0].Kill9()
+			time.Sleep(time.Second)
+			r[0].Restart()
+			return time.Now(), 0
+		})
+	})
+	t.Run("cluster_restart", func(t *testing.T) {
+		etcdLinearizable(t, 2*time.Second, func(c *testenv.EtcdCluster, r []*Proc) (time.Time, int) {
+			c.StopAll()
+			time.Sleep(time.Second)
+			c.RestartAll()
+			return time.Now(), -1
+		})
+	})
+}
+
+// etcdLinearizable runs the writers, strikes with fault after 2s (which
+// returns when to measure recovery from, and through which replica, -1:
+// any), and checks the history; recovery must take at most within.
+func etcdLinearizable(t *testing.T, within time.Duration, fault func(c *testenv.EtcdCluster, r []*Proc) (time.Time, int)) {
+	c := testenv.Etcd(t, 3)
+	etcdLinearizableOn(t, c.Endpoints, within, func(r []*Proc) (time.Time, int) { return fault(c, r) })
+}
+
+// etcdLinearizableOn is etcdLinearizable on the cluster of endpoints.
+func etcdLinearizableOn(t *testing.T, endpoints []string, within time.Duration, fault func(r []*Proc) (time.Time, int)) {
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, etcdSharedYAML(endpoints, up.url))
+	keys := []string{"/orders/l0", "/orders/l1", "/orders/l2"}
+	h := newHistory()
+	var next atomic.Int64
+	next.Store(1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := keys[rng.IntN(len(keys))]
+				tok := next.Load()
+				if rng.IntN(4) == 0 {
+					tok = next.Add(1)
+				} else if rng.IntN(5) == 0 && tok > 1 {
+					tok -= int64(1 + rng.IntN(2)) // a zombie's
+				}
+				via := rng.IntN(2)
+				call := h.now()
+				st, body, err := tryWriteTimeout(r[via].URL("gateway")+key, strconv.FormatInt(tok, 10), fmt.Sprintf("w%d-%d", w, i), 10*time.Second)
+				h.add(w, call, fencedInput{kind: opWrite, key: key, token: tok, owner: "t" + strconv.FormatInt(tok, 10)}, writeOutcome(st, body, err))
+				if err != nil {
+					time.Sleep(20 * time.Millisecond) // the replica is down
+				}
+			}
+		})
+	}
+	// A steady writer per replica repeats token 1 on a key nobody
+	// advances: the recovery measured is that of a repeated token (an
+	// advance after a replica's death waits its forward timeout: the
+	// guarantee, not a delay to measure).
+	var steadyOK [2]atomic.Int64
+	for via := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				call := h.now()
+				st, body, err := tryWriteTimeout(r[via].URL("gateway")+"/orders/steady", "1", fmt.Sprintf("s%d-%d", via, i), 10*time.Second)
+				h.add(100+via, call, fencedInput{kind: opWrite, key: "/orders/steady", token: 1, owner: "t1"}, writeOutcome(st, body, err))
+				if err == nil && st == 200 {
+					steadyOK[via].Store(time.Now().UnixNano())
+				} else {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+	time.Sleep(2 * time.Second)
+	from, via := fault(r)
+	served := func() time.Time {
+		if via >= 0 {
+			return time.Unix(0, steadyOK[via].Load())
+		}
+		return time.Unix(0, max(steadyOK[0].Load(), steadyOK[1].Load()))
+	}
+	for !served().After(from) {
+		if time.Since(from) > 20*time.Second {
+			t.Fatal("no write served within 20s of the fault")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	recovered := served().Sub(from)
+	t.Logf("a repeated token was served %s after the fault", recovered.Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	if recovered > within {
+		t.Errorf("writes served again %s after the fault; want within %s", recovered, within)
+	}
+	for _, k := range append(keys, "/orders/steady") {
+		sharedCheckHistory(t, up.rec.HistoryOf(k))
+	}
+	h.checkLinearizable(t)
+}
+
+// The whole etcd cluster down: /readyz says so, every write is refused
+// with 503 fence_unavailable and nothing reaches the upstream (I4); once
+// the cluster is back the replicas decide again without a restart.
+func TestEtcdSharedClusterDownFailsClosed(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	r := sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url))
+	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/d", "1", "v1"); st != 200 {
+		t.Fatalf("first write: %d %s", st, body)
+	}
+	c.StopAll()
+	before := len(up.rec.History())
+	for i, p := range r {
+		for _, tok := range []string{"1", "2"} {
+			st, body, err := tryWriteTimeout(p.URL("gateway")+"/orders/d", tok, "down", 20*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCode(t, fmt.Sprintf("write of token %s through replica %d with etcd down", tok, i), st, body, 503, "fence_unavailable")
+		}
+		if st, _ := call(t, "GET", p.URL("admin")+"/readyz", ""); st != 503 {
+			t.Fatalf("replica %d /readyz with etcd down: %d", i, st)
+		}
+	}
+	if n := len(up.rec.History()); n != before {
+		t.Fatalf("the upstream applied %d writes while etcd was down", n-before)
+	}
+	c.RestartAll()
+	waitForStatus(t, r[1].URL("gateway")+"/orders/d", "2", 200)
+	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/d")), "PUT v1@1, PUT v@2"; got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
+	}
+}
+
+// The deployment of configs/multi-replica-etcd.yaml: one etcd cluster is
+// both the workers' lock service (token_source.etcd) and the replicas'
+// shared fence. Seed test 1 across replicas: A holds the lock and writes
+// through replica 1, stalls past its lease; B takes the lock and writes
+// through replica 2; A's late write through either replica is refused,
+// and a forged number is refused as unknown without raising the fence.
+func TestEtcdSharedWithEtcdLocks(t *testing.T) {
+	c := testenv.Etcd(t, 3)
+	up := newSharedUpstream(t)
+	yaml := strings.Replace(etcdSharedYAML(c.Endpoints, up.url), "      hierarchical: false\n",
+		fmt.Sprintf("      hierarchical: false\n      token_source:\n        etcd: {endpoints: [%s], prefix: %s, timeout: 1s}\n", quoteList(c.Endpoints), etcdLockPrefix), 1)
+	r := sharedReplicas(t, 2, yaml)
+	cli := etcdClient(t, c.Endpoints...)
+	const key = "/orders/lk"
+	a := mustEtcdLock(t, cli, key, 1)
+	if st, body := write(t, "PUT", r[0].URL("gateway")+key, tok(a.token), "a1"); st != 200 {
+		t.Fatalf("A's first write: %d %s", st, body)
+	}
+	a.sess.Orphan() // A stalls: its lease runs out
+	b := mustEtcdLock(t, cli, key, 10)
+	defer b.sess.Close()
+	if st, body := write(t, "PUT", r[1].URL("gateway")+key, tok(b.token), "b1"); st != 200 {
+		t.Fatalf("B's write: %d %s", st, body)
+	}
+	for i, p := range r {
+		st, body := write(t, "PUT", p.URL("gateway")+key, tok(a.token), "a2")
+		wantCode(t, fmt.Sprintf("A's late write through replica %d", i), st, body, 409, "stale_fencing_token")
+	}
+	st, body := write(t, "PUT", r[0].URL("gateway")+key, tok(b.token+1000), "forged")
+	wantCode(t, "a forged token", st, body, 409, "unknown_fencing_token")
+	if got, want := recorder.Summary(up.rec.HistoryOf(key)), fmt.Sprintf("PUT a1@%d, PUT b1@%d", a.token, b.token); got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
+	}
+	if rec := etcdRecord(t, c.Endpoints, key); !strings.Contains(rec, fmt.Sprintf(`"h":%d,`, b.token)) {
+		t.Fatalf("etcd fence record %s; want highest %d (the forged number raised nothing)", rec, b.token)
+	}
+}
