@@ -521,7 +521,9 @@ func (f *SharedFence) deadBound(ctx context.Context) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	f.requests.Add(1)
-	resp, err := f.client.Get(ctx, f.prefix+"/d/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	// Not WithKeysOnly: etcd 3.7 serves keys-only reads from its index,
+	// without the lease each dead key's wait is read from.
+	resp, err := f.client.Get(ctx, f.prefix+"/d/", clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}
