@@ -68,10 +68,6 @@ func TestHelmChart(t *testing.T) {
 			}
 			if tc.etcd {
 				checkEtcdProfile(t, &o)
-				if !testenv.HasConfigField(config.Config{}, "store", "etcd", "tls", "ca_file") {
-					// Enabled by itself once store.etcd (with tls) is in config.
-					t.Skip("store.etcd.tls is not in package config yet (issue 44's etcd store): the rendered configuration is validated once it is")
-				}
 			}
 			checkObjects(t, &o, tc.shared)
 			if tc.shared && !tc.etcd {

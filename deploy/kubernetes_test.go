@@ -658,9 +658,9 @@ func checkObjects(t *testing.T, o *objects, shared bool) {
 		t.Errorf("the shipped config must ask for credentials on the admin and coordinator APIs")
 	}
 
-	// The migration Job: shared only, the Deployment's image, and the
-	// Deployment's DATABASE_URL.
-	if shared {
+	// The migration Job: shared on PostgreSQL only, the Deployment's image,
+	// and the Deployment's DATABASE_URL (checkEtcdProfile: none on etcd).
+	if shared && cfg.Store.Etcd == nil {
 		j := o.migrate
 		if j == nil {
 			t.Fatal("shared: no migration Job")
@@ -688,7 +688,7 @@ func checkObjects(t *testing.T, o *objects, shared bool) {
 			t.Errorf("migration Job DATABASE_URL %v; the Deployment's is %v", jobRef, dbRef)
 		}
 	} else if o.migrate != nil {
-		t.Error("local: the embedded store needs no migration Job")
+		t.Error("the embedded and etcd stores need no migration Job")
 	}
 
 	// Ask a real admin listener: the config with a local store and

@@ -8,10 +8,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/internal/testenv"
 )
 
 // TestExampleConfigs keeps the shipped examples in configs/ and deploy/
@@ -27,13 +24,6 @@ func TestExampleConfigs(t *testing.T) {
 			data, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
-			}
-			var top struct {
-				Store map[string]any `yaml:"store"`
-			}
-			if err := yaml.Unmarshal(data, &top); err == nil && top.Store["etcd"] != nil && !testenv.HasConfigField(config.Config{}, "store", "etcd") {
-				// Runs by itself once store.etcd lands (issue 44).
-				t.Skip("store.etcd is not in package config yet")
 			}
 			for _, m := range envRef.FindAllStringSubmatch(string(data), -1) {
 				if _, ok := os.LookupEnv(m[1]); !ok {
