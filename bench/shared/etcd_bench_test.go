@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,9 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/etcd"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/testenv"
-	"github.com/fencegate/fencegate/server"
 )
 
 // etcdReplica is one gateway replica on store.etcd, with its own client
@@ -61,19 +58,7 @@ fence: {mode: shared, max_advance: -1}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f := etcd.NewSharedFence(st, etcd.SharedFenceOptions{LeaseTTL: e.LeaseTTL, ForwardTimeout: 31 * time.Second, Logger: log})
 	b.Cleanup(func() { f.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := f.Ready(ctx); err != nil {
-		b.Fatal(err)
-	}
-	routes, err := server.BuildRoutes(cfg, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gw := gateway.New(f, gateway.Options{Logger: log})
-	gw.SetRoutes(routes)
-	srv := httptest.NewServer(gw)
-	b.Cleanup(srv.Close)
+	srv, _ := serveFence(b, f, cfg, log)
 	return &etcdReplica{fence: f, url: srv.URL}
 }
 

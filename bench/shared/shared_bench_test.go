@@ -89,19 +89,7 @@ fence: {mode: shared, verify_tokens: false, max_advance: -1}
 	linger, _ := time.ParseDuration(os.Getenv("FENCEGATE_BENCH_MARKER_LINGER"))
 	f := postgres.NewSharedFence(st, postgres.SharedFenceOptions{ForwardTimeout: 30 * time.Second, MarkerConns: markerConns, MarkerLinger: linger, Logger: log})
 	b.Cleanup(func() { f.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := f.Ready(ctx); err != nil {
-		b.Fatal(err)
-	}
-	routes, err := server.BuildRoutes(cfg, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gw := gateway.New(f, gateway.Options{Logger: log})
-	gw.SetRoutes(routes)
-	srv := httptest.NewServer(gw)
-	b.Cleanup(srv.Close)
+	srv, routes := serveFence(b, f, cfg, log)
 	return &replica{fence: f, srv: srv, routes: routes}
 }
 
@@ -268,4 +256,26 @@ func pgbenchRun(b *testing.B, url, scriptText string, clients int, d time.Durati
 		return 0, fmt.Errorf("no tps in pgbench output: %s", out)
 	}
 	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// serveFence serves cfg's routes on f, once f is ready, for the rest of b.
+func serveFence(b *testing.B, f interface {
+	gateway.Fence
+	Ready(context.Context) error
+}, cfg *config.Config, log *slog.Logger) (*httptest.Server, []*gateway.Route) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Ready(ctx); err != nil {
+		b.Fatal(err)
+	}
+	routes, err := server.BuildRoutes(cfg, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gw := gateway.New(f, gateway.Options{Logger: log})
+	gw.SetRoutes(routes)
+	srv := httptest.NewServer(gw)
+	b.Cleanup(srv.Close)
+	return srv, routes
 }
