@@ -214,19 +214,7 @@ func TestEtcdSharedPausedReplica(t *testing.T) {
 	}()
 	start := time.Now()
 	deadline := start.Add(45 * time.Second)
-	for {
-		st, body, err := tryWrite(r[1].URL("gateway")+key, "2", "B")
-		if err == nil && st == 200 {
-			break
-		}
-		if err == nil && st != 503 {
-			t.Fatalf("B through replica 2: %d %s", st, body)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B through replica 2 did not land: %d %s %v", st, body, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	landThrough(t, r[1].URL("gateway")+key, "2", "B", deadline)
 	t.Logf("B landed %s after replica 1 was paused (lease TTL 2s, forward timeout 4s)", time.Since(start).Round(time.Millisecond))
 	if waited := time.Since(start); waited < 4*time.Second {
 		t.Fatalf("B landed %s after replica 1 paused; its lease (2s) and forward timeout (4s) had not passed", waited)

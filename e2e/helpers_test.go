@@ -242,6 +242,26 @@ func write2(t *testing.T, url, token, body string) writeResult {
 	return writeResult{st, b}
 }
 
+// landThrough writes body with token to url until it is applied (200),
+// retrying while the gateway answers 503 (a fence that cannot decide yet),
+// until deadline; any other answer fails the test.
+func landThrough(t *testing.T, url, token, body string, deadline time.Time) {
+	t.Helper()
+	for {
+		st, got, err := tryWrite(url, token, body)
+		if err == nil && st == 200 {
+			return
+		}
+		if err == nil && st != 503 {
+			t.Fatalf("%s with token %s: %d %s", body, token, st, got)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s with token %s did not land: %d %s %v", body, token, st, got, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // tryWrite is write without failing the test on a transport error (a
 // replica being killed).
 func tryWrite(url, token, body string) (int, string, error) {

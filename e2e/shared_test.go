@@ -231,19 +231,7 @@ func olderLandsFirst(t *testing.T, yamls func(upstream string) [2]string, disrup
 	at := time.Now()
 	disrupt(r)
 	deadline := time.Now().Add(45 * time.Second)
-	for {
-		st, body, err := tryWrite(r[1].URL("gateway")+key, "2", "B")
-		if err == nil && st == 200 {
-			break
-		}
-		if err == nil && st != 503 {
-			t.Fatalf("B through replica 2: %d %s", st, body)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B through replica 2 did not land: %d %s %v", st, body, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	landThrough(t, r[1].URL("gateway")+key, "2", "B", deadline)
 	time.Sleep(time.Until(at.Add(apply + 500*time.Millisecond))) // A, if still due, is applied
 	if got, want := recorder.Summary(up.rec.HistoryOf(key)), "PUT A0@1, PUT A1@1, PUT B@2"; got != want {
 		t.Fatalf("upstream applied %q; want %q (the older write first)", got, want)

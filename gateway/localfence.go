@@ -357,18 +357,6 @@ func (f *LocalFence) Admit(ctx context.Context, w Write) (Permit, error) {
 	}
 }
 
-// sleep waits d, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // verifyToken consults opts.Verify, bounded by storeTimeout.
 func (f *LocalFence) verifyToken(ctx context.Context, resource string, token int64) error {
 	vctx, cancel := context.WithTimeout(ctx, f.storeTimeout)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/internal/clock"
 )
 
 // ServingStore is implemented by stores that keep, for a local fence, a
@@ -324,7 +325,7 @@ func (r *recovery) wait(ctx context.Context, resource string, t time.Time) error
 	r.waited++
 	r.mu.Unlock()
 	start := time.Now()
-	err := sleep(ctx, time.Until(t))
+	err := clock.Sleep(ctx, time.Until(t))
 	r.mu.Lock()
 	if r.held[resource]--; r.held[resource] == 0 {
 		delete(r.held, resource)

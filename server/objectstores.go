@@ -48,20 +48,16 @@ type ObjectStore struct {
 // objectStores are the registered dialects, by config.ObjectStore.Kind.
 var objectStores = map[string]ObjectStore{
 	"s3": {
-		transport: func() http.RoundTripper { return s3.NewTransport(nil) }, // small connection buffers
-		build: func(cfg *config.Config, rc config.Route, log *slog.Logger, tr http.RoundTripper, stores []gateway.Store) (gateway.Upstream, error) {
-			return newS3Upstream(cfg, rc, log, tr, stores)
-		},
+		transport:  func() http.RoundTripper { return s3.NewTransport(nil) }, // small connection buffers
+		build:      upstreamOf(newS3Upstream),
 		Where:      "--bucket",
 		checkWhere: func(rc config.Route) (string, string) { return rc.S3.CheckBucket, "s3.check_bucket" },
 		doctor:     doctorS3,
 		scanner:    s3Scanner,
 	},
 	"gcs": {
-		transport: func() http.RoundTripper { return gcs.NewTransport() }, // writes keep their connections
-		build: func(cfg *config.Config, rc config.Route, log *slog.Logger, tr http.RoundTripper, stores []gateway.Store) (gateway.Upstream, error) {
-			return newGCSUpstream(cfg, rc, log, tr, stores)
-		},
+		transport:  func() http.RoundTripper { return gcs.NewTransport() }, // writes keep their connections
+		build:      upstreamOf(newGCSUpstream),
 		Where:      "--bucket",
 		checkWhere: func(rc config.Route) (string, string) { return rc.GCS.CheckBucket, "gcs.check_bucket" },
 		doctor:     doctorGCS,
@@ -79,9 +75,7 @@ var objectStores = map[string]ObjectStore{
 			t.KeepBodies = true
 			return t
 		},
-		build: func(cfg *config.Config, rc config.Route, log *slog.Logger, tr http.RoundTripper, stores []gateway.Store) (gateway.Upstream, error) {
-			return newAzureUpstream(cfg, rc, log, tr, stores)
-		},
+		build:      upstreamOf(newAzureUpstream),
 		Where:      "--container",
 		checkWhere: func(rc config.Route) (string, string) { return rc.Azure.CheckContainer, "azure.check_container" },
 		doctor:     doctorAzure,
@@ -295,4 +289,16 @@ func azureScanner(ctx context.Context, cfg *config.Config, rc config.Route) (*St
 		return nil, err
 	}
 	return &StampScanner{Upstream: up, Stamps: rc.Azure.Stamp, Vars: up.ObjectVars, Scan: up.ScanStamps}, nil
+}
+
+// upstreamOf turns a dialect's constructor into the registry's: its
+// upstream as a gateway.Upstream, and no typed nil beside an error.
+func upstreamOf[U gateway.Upstream](build func(*config.Config, config.Route, *slog.Logger, http.RoundTripper, []gateway.Store) (U, error)) func(*config.Config, config.Route, *slog.Logger, http.RoundTripper, []gateway.Store) (gateway.Upstream, error) {
+	return func(cfg *config.Config, rc config.Route, log *slog.Logger, tr http.RoundTripper, stores []gateway.Store) (gateway.Upstream, error) {
+		u, err := build(cfg, rc, log, tr, stores)
+		if err != nil {
+			return nil, err
+		}
+		return u, nil
+	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/clock"
 )
 
 // SharedFence is the fence of several gateway replicas over one etcd
@@ -333,7 +334,7 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 			if time.Now().After(deadline) {
 				return nil, fencegate.Draining(w.Resource, w.Token, drain, nil)
 			}
-			if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			if err := clock.Sleep(ctx, 5*time.Millisecond); err != nil {
 				return nil, err
 			}
 		}
@@ -422,7 +423,7 @@ func (f *SharedFence) drain(ctx context.Context, w gateway.Write, raised *client
 				if left := time.Until(deadline); left < bound {
 					return fencegate.Draining(w.Resource, w.Token, drain, fmt.Errorf("a replica that may have held writes in flight lost its etcd lease; waiting %s for its forward timeout", bound.Round(time.Millisecond)))
 				}
-				if err := sleep(ctx, min(bound, recoveryPoll)); err != nil {
+				if err := clock.Sleep(ctx, min(bound, recoveryPoll)); err != nil {
 					return err
 				}
 				continue
@@ -542,17 +543,6 @@ func (f *SharedFence) deadBound(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	return bound, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Advance implements gateway.Fence: an operator's raise (never a lowering).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/clock"
 )
 
 // session is one lease of this replica and the markers attached to it.
@@ -153,7 +154,7 @@ func (f *SharedFence) closedState(ctx context.Context, w gateway.Write) (marked,
 	if st.Highest > w.Token {
 		return marked{exists: true, rec: record{Highest: st.Highest, Ready: st.Ready}}, nil
 	}
-	if err := sleep(ctx, 5*time.Millisecond); err != nil {
+	if err := clock.Sleep(ctx, 5*time.Millisecond); err != nil {
 		return marked{}, err
 	}
 	return marked{retry: true}, nil
@@ -450,7 +451,7 @@ func (f *SharedFence) markerTxn(then []clientv3.Op) (*clientv3.TxnResponse, erro
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		if serr := sleep(ctx, 25*time.Millisecond); serr != nil {
+		if serr := clock.Sleep(ctx, 25*time.Millisecond); serr != nil {
 			return nil, err
 		}
 	}
