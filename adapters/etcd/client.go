@@ -13,7 +13,24 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
+
+// reconnect is how the client redials a member that went away. gRPC's
+// default grows to two minutes between dials, so a cluster back after a
+// few seconds' outage would stay unused for seconds more while every write
+// is refused; a dial to a down member costs one refused TCP connect, so a
+// short ceiling is cheap.
+var reconnect = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  100 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   500 * time.Millisecond,
+	},
+	MinConnectTimeout: 2 * time.Second,
+}
 
 // ClientOptions say how to reach and authenticate to an etcd cluster. The
 // token source (New) and the etcd store build their clients from them with
@@ -68,7 +85,8 @@ func ClientConfig(o ClientOptions) (clientv3.Config, error) {
 		DialTimeout: o.DialTimeout,
 		// The client's own retries log at warn on every failed attempt;
 		// refusals, /readyz and doctor report the outage instead.
-		Logger: zap.NewNop(),
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(reconnect)},
 	}
 	if o.TLS != nil {
 		tc, err := tlsConfig(o.TLS)

@@ -689,7 +689,7 @@ func (f *SharedFence) runLease() {
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, 2*time.Second)
+			backoff = min(2*backoff, 500*time.Millisecond) // the cluster's return costs at most this
 			continue
 		}
 		backoff = 100 * time.Millisecond
