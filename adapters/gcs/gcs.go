@@ -26,6 +26,7 @@ package gcs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -137,22 +138,14 @@ func Credentials(ctx context.Context, file string, noAuth bool) (oauth2.TokenSou
 
 // New returns the upstream of a GCS route.
 func New(opts Options) (*Upstream, error) {
-	ep := opts.Endpoint
-	if ep == "" {
-		ep = DefaultEndpoint
+	e, err := objectstore.ParseEndpoint("gcs.endpoint", cmp.Or(opts.Endpoint, DefaultEndpoint), false)
+	if err != nil {
+		return nil, err
 	}
-	e, err := url.Parse(ep)
-	if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
-		return nil, fmt.Errorf("gcs.endpoint must be an absolute http or https URL, got %q", ep)
-	}
-	e.Path = strings.TrimSuffix(e.Path, "/")
 	u := &Upstream{
 		route: opts.Route, endpoint: e, tokens: opts.TokenSource,
 		sessionKey: opts.SessionKey,
-		transport:  opts.Transport, log: opts.Logger,
-	}
-	if u.log == nil {
-		u.log = slog.Default()
+		transport:  opts.Transport, log: cmp.Or(opts.Logger, slog.Default()),
 	}
 	if u.transport == nil {
 		u.transport = NewTransport()
@@ -161,10 +154,7 @@ func New(opts Options) (*Upstream, error) {
 		u.sessionKey = make([]byte, 32)
 		rand.Read(u.sessionKey)
 	}
-	u.scanKey = opts.StampKey
-	if u.scanKey == "" {
-		u.scanKey = DefaultStampKey
-	}
+	u.scanKey = cmp.Or(opts.StampKey, DefaultStampKey)
 	if opts.Stamp {
 		u.stampKey = u.scanKey
 	}

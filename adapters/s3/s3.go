@@ -14,6 +14,7 @@ package s3
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,9 +140,9 @@ var keyPrefixVar = regexp.MustCompile(`\{key\.(\d+)\}`)
 // config, instance role).
 func New(ctx context.Context, opts Options) (*Upstream, error) {
 	c := &opts
-	ep, err := url.Parse(c.Endpoint)
-	if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
-		return nil, fmt.Errorf("s3.endpoint must be an absolute http or https URL, got %q", c.Endpoint)
+	ep, err := objectstore.ParseEndpoint("s3.endpoint", c.Endpoint, false)
+	if err != nil {
+		return nil, err
 	}
 	u := &Upstream{
 		route: c.Route, endpoint: ep, region: c.Region,
@@ -152,18 +153,13 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		bucketConfig: c.FenceBucketConfig,
 		foldSlash:    c.FoldTrailingSlash,
 		transport:    opts.Transport,
-		log:          opts.Logger,
+		log:          cmp.Or(opts.Logger, slog.Default()),
 		now:          opts.Now,
 		maxChunk:     8 << 20,
 	}
-	if u.region == "" {
-		u.region = "us-east-1"
-	}
+	u.region = cmp.Or(u.region, "us-east-1")
 	u.signer.region = u.region
 	u.sign = u.signer.sign
-	if u.log == nil {
-		u.log = slog.Default()
-	}
 	if u.now == nil {
 		u.now = time.Now
 	}
@@ -638,13 +634,7 @@ func (u *Upstream) headETag(ctx context.Context, t target) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return "", nil
-	case resp.StatusCode == http.StatusOK:
-		return resp.Header.Get("ETag"), nil
-	}
-	return "", fmt.Errorf("HEAD %s/%s: %s", t.bucket, t.key, resp.Status)
+	return objectstore.HeadVersion(resp, t.bucket+"/"+t.key, "ETag")
 }
 
 // head sends a HEAD of t (with query) signed with the gateway's
