@@ -58,3 +58,15 @@ func HeadVersion(resp *http.Response, what, header string) (string, error) {
 	}
 	return "", fmt.Errorf("HEAD %s: %s", what, resp.Status)
 }
+
+// MetaValue finds an object's metadata value by name, in any case (the
+// stores' metadata names are case-insensitive, and listings give them as
+// written).
+func MetaValue[V any](m map[string]V, name string) (v V, ok bool) {
+	for k, mv := range m {
+		if strings.EqualFold(k, name) {
+			return mv, true
+		}
+	}
+	return v, false
+}
