@@ -62,6 +62,7 @@ func TestCopyObjectCopyDirectiveStamped(t *testing.T) {
 		changeAfterHead bool
 		status          int
 		head            string // the HEAD's query; "-" for none
+		replace         bool   // the worker's REPLACE: its metadata, stamped, no HEAD
 	}{
 		{name: "default directive", hdr: map[string]string{}, status: 200},
 		{name: "COPY, lower case", hdr: map[string]string{"X-Amz-Metadata-Directive": "copy"}, status: 200},
@@ -72,6 +73,7 @@ func TestCopyObjectCopyDirectiveStamped(t *testing.T) {
 		{name: "worker's source If-None-Match fails", hdr: map[string]string{"X-Amz-Copy-Source-If-None-Match": `v1`}, status: 412},
 		{name: "worker's source If-Modified-Since fails", hdr: map[string]string{"X-Amz-Copy-Source-If-Modified-Since": "Sun, 06 Dec 2026 11:00:00 GMT"}, status: 412},
 		{name: "worker's source If-Unmodified-Since holds", hdr: map[string]string{"X-Amz-Copy-Source-If-Unmodified-Since": "Sun, 06 Dec 2026 11:00:00 GMT"}, status: 200},
+		{name: "worker's REPLACE, lower case", hdr: map[string]string{"X-Amz-Metadata-Directive": "replace"}, status: 200, head: "-", replace: true},
 		{name: "unknown directive", hdr: map[string]string{"X-Amz-Metadata-Directive": "MERGE"}, status: 400, head: "-"},
 		{name: "access point source", hdr: map[string]string{"X-Amz-Copy-Source": "arn:aws:s3:us-east-1:1:accesspoint/ap/object/src"}, status: 400, head: "-"},
 	} {
@@ -100,6 +102,13 @@ func TestCopyObjectCopyDirectiveStamped(t *testing.T) {
 				t.Fatalf("the store applied %d copies; want 1", len(store.copied))
 			}
 			h := store.copied[0]
+			if tc.replace {
+				if len(store.heads) != 0 || h.Get("X-Amz-Metadata-Directive") != "REPLACE" || h.Get("X-Amz-Meta-Fencing-Token") != "9" ||
+					h.Get("X-Amz-Meta-Forged") != "x" || h.Get("Content-Type") != "text/plain" || h.Get("X-Amz-Copy-Source-If-Match") != "" {
+					t.Fatalf("the worker's REPLACE copy the store applied: %v (HEADs %q)", h, store.heads)
+				}
+				return
+			}
 			if h.Get("X-Amz-Metadata-Directive") != "REPLACE" || h.Get("X-Amz-Meta-Fencing-Token") != "9" ||
 				h.Get("X-Amz-Meta-Owner") != "src-owner" || h.Get("Content-Type") != "text/csv" || h.Get("X-Amz-Meta-Forged") != "" ||
 				h.Get("X-Amz-Copy-Source-If-Match") != `"v1"` || !strings.Contains(h.Get("Authorization"), "Credential=gw/") {
