@@ -57,7 +57,7 @@ func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*copySour
 	p, err := url.PathUnescape(strings.TrimPrefix(p, "/"))
 	bucket, key, _ := strings.Cut(p, "/")
 	q, qerr := url.ParseQuery(rawQuery)
-	if err != nil || qerr != nil || bucket == "" || key == "" || strings.HasPrefix(bucket, "arn:") || len(q) > 1 || len(q) == 1 && len(q["versionId"]) != 1 {
+	if err != nil || qerr != nil || !validBucket(bucket) || key == "" || len(q) > 1 || len(q) == 1 && len(q["versionId"]) != 1 {
 		return nil, errInvalidArgument("x-amz-copy-source must be bucket/key, with at most a versionId, on a route that stamps copies").refusal()
 	}
 	query := ""

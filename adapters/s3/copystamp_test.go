@@ -75,6 +75,7 @@ func TestCopyObjectCopyDirectiveStamped(t *testing.T) {
 		{name: "worker's source If-Unmodified-Since holds", hdr: map[string]string{"X-Amz-Copy-Source-If-Unmodified-Since": "Sun, 06 Dec 2026 11:00:00 GMT"}, status: 200},
 		{name: "worker's REPLACE, lower case", hdr: map[string]string{"X-Amz-Metadata-Directive": "replace"}, status: 200, head: "-", replace: true},
 		{name: "unknown directive", hdr: map[string]string{"X-Amz-Metadata-Directive": "MERGE"}, status: 400, head: "-"},
+		{name: "bucket that is a path", hdr: map[string]string{"X-Amz-Copy-Source": "/../bkt/src"}, status: 400, head: "-"},
 		{name: "access point source", hdr: map[string]string{"X-Amz-Copy-Source": "arn:aws:s3:us-east-1:1:accesspoint/ap/object/src"}, status: 400, head: "-"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
