@@ -100,17 +100,16 @@ type osClient struct {
 
 // osWrite is one write path. With the current token: gone, the object is
 // deleted; body, it holds that content after the write; owner, its
-// metadata says owner: that; srcStamp, the store copies the source's
-// metadata, stamp included, and refuses the gateway's (S3's CopyObject
-// with the COPY directive, docs/recovery.md). staleOnly: the path cannot
+// metadata says owner: that (a copy too: it is stamped with the copy
+// request's token, not the source's). staleOnly: the path cannot
 // be sent alone with the current token, so only its refusal is checked.
 // gap: a known defect makes the path fail with the current token (the
 // test skips it, saying so, and fails once the path works: drop the gap).
 type osWrite struct {
-	name                      string
-	do                        func(key, src string) error
-	gone, staleOnly, srcStamp bool
-	body, owner, gap          string
+	name             string
+	do               func(key, src string) error
+	gone, staleOnly  bool
+	body, owner, gap string
 }
 
 // osObject is what the store durably holds of one object.
@@ -376,9 +375,6 @@ func osSeed7(t *testing.T, d osDialect) {
 				return
 			}
 			o, stamp := e.s.read(t, "dir/job"), "42"
-			if w.srcStamp {
-				stamp = e.s.read(t, "src").Stamp
-			}
 			if o.Body == "<absent>" || o.Stamp != stamp || w.body != "" && o.Body != w.body || w.owner != "" && o.Meta["owner"] != w.owner {
 				t.Fatalf("%s: object %+v; want it stamped %s (body %q, owner %q)", w.name, o, stamp, w.body, w.owner)
 			}

@@ -122,7 +122,7 @@ func startS3Contract(t *testing.T) *osStore {
 			},
 			writes: []osWrite{
 				{name: "PutObject", body: "stale", do: func(key, _ string) error { return putMeta(key, "stale", nil) }},
-				{name: "CopyObject", body: "old-src", srcStamp: true, do: func(key, src string) error {
+				{name: "CopyObject", body: "old-src", do: func(key, src string) error {
 					_, err := c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: b, Key: aws.String(key), CopySource: aws.String(osBucket + "/" + src)})
 					return err
 				}},

@@ -24,6 +24,7 @@
 package azure
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,15 +119,14 @@ const DefaultStampKey = "fencing_token"
 
 // New returns the upstream of an Azure route.
 func New(opts Options) (*Upstream, error) {
-	e, err := url.Parse(opts.Endpoint)
-	if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || e.RawQuery != "" {
-		return nil, fmt.Errorf("azure.endpoint must be an absolute http or https URL without a query, got %q", opts.Endpoint)
+	e, err := objectstore.ParseEndpoint("azure.endpoint", opts.Endpoint, true)
+	if err != nil {
+		return nil, err
 	}
-	e.Path = strings.TrimSuffix(e.Path, "/")
 	e.RawPath = ""
 	u := &Upstream{
 		route: opts.Route, endpoint: e,
-		transport: opts.Transport, now: opts.Now, log: opts.Logger,
+		transport: opts.Transport, now: opts.Now, log: cmp.Or(opts.Logger, slog.Default()),
 		clients: map[string]*sharedKey{},
 	}
 	switch {
@@ -158,9 +158,6 @@ func New(opts Options) (*Upstream, error) {
 		}
 		u.clients[c.AccountName] = cred
 	}
-	if u.log == nil {
-		u.log = slog.Default()
-	}
 	if u.now == nil {
 		u.now = time.Now
 	}
@@ -169,11 +166,7 @@ func New(opts Options) (*Upstream, error) {
 	}
 	oneBlob := strings.Contains(opts.Resource, "{container}") && strings.Contains(opts.Resource, "{blob}")
 	if opts.Stamp {
-		k := opts.StampKey
-		if k == "" {
-			k = DefaultStampKey
-		}
-		u.stampHeader = "X-Ms-Meta-" + k
+		u.stampHeader = "X-Ms-Meta-" + cmp.Or(opts.StampKey, DefaultStampKey)
 	}
 	u.stampKey = opts.StampKey
 	if u.tracker, err = objectstore.NewTracker(opts.PreconditionETag, objectstore.Precondition{Name: "etag",
@@ -463,14 +456,5 @@ func (u *Upstream) etag(ctx context.Context, container, blob string) (string, er
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusNotFound:
-		return "", nil
-	case http.StatusOK:
-		if e := resp.Header.Get("ETag"); e != "" {
-			return e, nil
-		}
-		return "", fmt.Errorf("HEAD %s/%s: no ETag in the answer", container, blob)
-	}
-	return "", fmt.Errorf("HEAD %s/%s: %s", container, blob, resp.Status)
+	return objectstore.HeadVersion(resp, container+"/"+blob, "ETag")
 }

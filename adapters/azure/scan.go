@@ -50,24 +50,16 @@ func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string,
 			if b == nil || b.Name == nil {
 				continue
 			}
-			v, ok := metaValue(b.Metadata, key)
+			v, ok := "", false
+			if p, found := objectstore.MetaValue(b.Metadata, key); found && p != nil {
+				v, ok = *p, true
+			}
 			if err := scan.Object(*b.Name, v, ok); err != nil {
 				return scan.Unstamped, err
 			}
 		}
 	}
 	return scan.Unstamped, nil
-}
-
-// metaValue finds a metadata value by name: Azure metadata names are
-// case-insensitive, and the listing gives them as they were written.
-func metaValue(m map[string]*string, name string) (string, bool) {
-	for k, v := range m {
-		if strings.EqualFold(k, name) && v != nil {
-			return *v, true
-		}
-	}
-	return "", false
 }
 
 // listError is the store's answer without the SDK's dump of the request

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // op is the kind of request, as the Blob service's REST API names them.
@@ -65,20 +66,16 @@ func parsePath(escaped string) (container string, blob []string, trailingSlash b
 		if uerr != nil {
 			return "", nil, false, fmt.Errorf("invalid percent-encoding in %q", raw)
 		}
-		for _, s := range strings.Split(d, "/") {
-			switch s {
-			case "":
-				return "", nil, false, errors.New("path contains an empty segment")
-			case ".", "..":
-				return "", nil, false, fmt.Errorf("path contains a %q segment", s)
-			}
-			for i := 0; i < len(s); i++ {
-				if c := s[i]; c == '\\' || c < 0x20 || c == 0x7f {
-					return "", nil, false, fmt.Errorf("path contains the character %#x", c)
-				}
-			}
-			names = append(names, s)
+		switch s, bad := objectstore.BadSegment(d); {
+		case bad && s == "":
+			return "", nil, false, errors.New("path contains an empty segment")
+		case bad:
+			return "", nil, false, fmt.Errorf("path contains a %q segment", s)
 		}
+		if c, bad := objectstore.BadByte(d); bad {
+			return "", nil, false, fmt.Errorf("path contains the character %#x", c)
+		}
+		names = append(names, strings.Split(d, "/")...)
 	}
 	return names[0], names[1:], trailingSlash, nil
 }

@@ -26,6 +26,7 @@ package gcs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -137,22 +138,14 @@ func Credentials(ctx context.Context, file string, noAuth bool) (oauth2.TokenSou
 
 // New returns the upstream of a GCS route.
 func New(opts Options) (*Upstream, error) {
-	ep := opts.Endpoint
-	if ep == "" {
-		ep = DefaultEndpoint
+	e, err := objectstore.ParseEndpoint("gcs.endpoint", cmp.Or(opts.Endpoint, DefaultEndpoint), false)
+	if err != nil {
+		return nil, err
 	}
-	e, err := url.Parse(ep)
-	if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
-		return nil, fmt.Errorf("gcs.endpoint must be an absolute http or https URL, got %q", ep)
-	}
-	e.Path = strings.TrimSuffix(e.Path, "/")
 	u := &Upstream{
 		route: opts.Route, endpoint: e, tokens: opts.TokenSource,
 		sessionKey: opts.SessionKey,
-		transport:  opts.Transport, log: opts.Logger,
-	}
-	if u.log == nil {
-		u.log = slog.Default()
+		transport:  opts.Transport, log: cmp.Or(opts.Logger, slog.Default()),
 	}
 	if u.transport == nil {
 		u.transport = NewTransport()
@@ -161,10 +154,7 @@ func New(opts Options) (*Upstream, error) {
 		u.sessionKey = make([]byte, 32)
 		rand.Read(u.sessionKey)
 	}
-	u.scanKey = opts.StampKey
-	if u.scanKey == "" {
-		u.scanKey = DefaultStampKey
-	}
+	u.scanKey = cmp.Or(opts.StampKey, DefaultStampKey)
 	if opts.Stamp {
 		u.stampKey = u.scanKey
 	}
@@ -334,6 +324,19 @@ func (u *Upstream) query(raw string, f *forward) string {
 	return strings.Join(kept, "&")
 }
 
+// do sends a request of the gateway's own to path on the store (with
+// its query; body, if not nil, as text/plain), with its credentials.
+func (u *Upstream) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u.endpoint.Scheme+"://"+u.endpoint.Host+u.endpoint.Path+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "text/plain")
+	}
+	return u.send(req)
+}
+
 // send adds the gateway's credentials to a request and sends it.
 func (u *Upstream) send(req *http.Request) (*http.Response, error) {
 	if u.tokens != nil {
@@ -469,12 +472,7 @@ func (d dialect) Version(ctx context.Context, f *forward) (string, error) {
 // generation asks the store for an object's generation, quoted as an
 // entity-tag for package precondition ("" if the object does not exist).
 func (u *Upstream) generation(ctx context.Context, bucket, object string) (string, error) {
-	p := u.endpoint.Path + "/storage/v1/b/" + url.PathEscape(bucket) + "/o/" + url.PathEscape(object)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.endpoint.Scheme+"://"+u.endpoint.Host+p+"?fields=generation", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := u.send(req)
+	resp, err := u.do(ctx, http.MethodGet, "/storage/v1/b/"+url.PathEscape(bucket)+"/o/"+url.PathEscape(object)+"?fields=generation", nil)
 	if err != nil {
 		return "", err
 	}

@@ -38,13 +38,7 @@ func (p *probe) Put(ctx context.Context, body, ifMatch string) (int, string, err
 	}
 	u := p.u
 	q := url.Values{"uploadType": {"media"}, "name": {ProbeObject}, "ifGenerationMatch": {gen}}
-	target := u.endpoint.Scheme + "://" + u.endpoint.Host + u.endpoint.Path + "/upload/storage/v1/b/" + url.PathEscape(p.bucket) + "/o?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(body))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "text/plain")
-	resp, err := u.send(req)
+	resp, err := u.do(ctx, http.MethodPost, "/upload/storage/v1/b/"+url.PathEscape(p.bucket)+"/o?"+q.Encode(), strings.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}
@@ -62,13 +56,7 @@ func (p *probe) Head(ctx context.Context) (string, error) {
 }
 
 func (p *probe) Delete(ctx context.Context) {
-	u := p.u
-	target := u.endpoint.Scheme + "://" + u.endpoint.Host + u.endpoint.Path + "/storage/v1/b/" + url.PathEscape(p.bucket) + "/o/" + url.PathEscape(ProbeObject)
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, target, nil)
-	if err != nil {
-		return
-	}
-	if resp, err := u.send(req); err == nil {
+	if resp, err := p.u.do(ctx, http.MethodDelete, "/storage/v1/b/"+url.PathEscape(p.bucket)+"/o/"+url.PathEscape(ProbeObject), nil); err == nil {
 		resp.Body.Close()
 	}
 }

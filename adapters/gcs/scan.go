@@ -58,11 +58,7 @@ func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn fun
 
 // getJSON reads the JSON API resource at path (with its query) into v.
 func (u *Upstream) getJSON(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.endpoint.Scheme+"://"+u.endpoint.Host+u.endpoint.Path+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := u.send(req)
+	resp, err := u.do(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/resource"
 )
 
@@ -331,15 +332,11 @@ func checkName(n string) *fencegate.Error {
 	if n == "" || len(n) > 1024 || !utf8.ValidString(n) {
 		return fencegate.InvalidResource("refused object name: empty, longer than 1024 bytes or not UTF-8")
 	}
-	for _, c := range strings.Split(n, "/") {
-		if c == "" || c == "." || c == ".." {
-			return fencegate.InvalidResource("refused object name %q: a leading, trailing or double /, or a . or .. component (a filesystem backend would store another name)", n)
-		}
+	if _, bad := objectstore.BadSegment(n); bad {
+		return fencegate.InvalidResource("refused object name %q: a leading, trailing or double /, or a . or .. component (a filesystem backend would store another name)", n)
 	}
-	for i := 0; i < len(n); i++ {
-		if c := n[i]; c < 0x20 || c == 0x7f || c == '\\' {
-			return fencegate.InvalidResource("refused object name %q: a control character or a backslash", n)
-		}
+	if _, bad := objectstore.BadByte(n); bad {
+		return fencegate.InvalidResource("refused object name %q: a control character or a backslash", n)
 	}
 	return nil
 }

@@ -1,14 +1,12 @@
 package gcs
 
 import (
-	"github.com/fencegate/fencegate/adapters/relay"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/upstreamconn"
 )
 
-// NewTransport returns the transport for GCS upstreams: upstreamconn.Transport over
-// the gateway's upstream transport (relay.NewTransport: no environment
-// proxy, the same pool and timeouts) with upstreamconn.ConnBufferSize connection
-// buffers (answers are small JSON documents; bodies bypass the buffers).
+// NewTransport returns the transport for GCS upstreams
+// (objectstore.NewTransport).
 //
 // Writes keep their connections (upstreamconn.Transport.KeepBodies). The store's
 // front ends, and fake-gcs-server (Go's net/http server), read or discard
@@ -21,9 +19,7 @@ import (
 // `fencegate doctor` checks the store's behaviour (the unread-body probe)
 // and fails the route of a store that takes an unread body for a request.
 func NewTransport() *upstreamconn.Transport {
-	std := relay.NewTransport(nil)
-	std.ReadBufferSize, std.WriteBufferSize = upstreamconn.ConnBufferSize, upstreamconn.ConnBufferSize
-	t := upstreamconn.NewTransport(std)
+	t := objectstore.NewTransport(nil)
 	t.KeepBodies = true
 	return t
 }

@@ -26,51 +26,32 @@ import (
 // probe object under fencegate-doctor/ in bucket, with the gateway's
 // credentials.
 func (u *Upstream) CheckConditionalWrites(ctx context.Context, bucket string) error {
-	c := u.client(1)
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	key := aws.String("fencegate-doctor/probe-" + hex.EncodeToString(rnd[:]))
-	put := func(body string, ifMatch, ifNoneMatch *string) (string, int, error) {
-		out, err := c.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: key,
-			Body: strings.NewReader(body), IfMatch: ifMatch, IfNoneMatch: ifNoneMatch})
-		var re *awshttp.ResponseError
-		if errors.As(err, &re) {
-			return "", re.HTTPStatusCode(), nil
-		}
-		if err != nil {
-			return "", 0, fmt.Errorf("probe PutObject %s/%s: %w", bucket, *key, err)
-		}
-		return aws.ToString(out.ETag), http.StatusOK, nil
-	}
-	defer c.DeleteObject(context.WithoutCancel(ctx), &awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: key})
-
-	etag, st, err := put("1", nil, aws.String("*"))
-	if err != nil {
-		return err
-	}
-	if st != http.StatusOK {
-		return fmt.Errorf("probe PutObject with If-None-Match: * on an absent object answered %d, want 200", st)
-	}
+	p := u.probe(bucket, "probe")
+	defer p.Delete(context.WithoutCancel(ctx))
+	etag := ""
 	for _, s := range []struct {
-		what                 string
-		ifMatch, ifNoneMatch *string
+		what, ifMatch string // ifMatch "": If-None-Match: *; "current": the ETag written first
+		want          int
 	}{
-		{"If-None-Match: * on an existing object", nil, aws.String("*")},
-		{"If-Match with a wrong ETag", aws.String(`"00000000000000000000000000000000"`), nil},
+		{"If-None-Match: * on an absent object", "", http.StatusOK},
+		{"If-None-Match: * on an existing object", "", http.StatusPreconditionFailed},
+		{"If-Match with a wrong ETag", wrongETag, http.StatusPreconditionFailed},
+		{"If-Match on the current ETag", "current", http.StatusOK},
 	} {
-		_, st, err := put("2", s.ifMatch, s.ifNoneMatch)
-		if err != nil {
+		if s.ifMatch == "current" {
+			s.ifMatch = etag
+		}
+		st, e, err := p.Put(ctx, "fencegate conditional write probe", s.ifMatch)
+		switch {
+		case err != nil:
 			return err
-		}
-		if st != http.StatusPreconditionFailed {
+		case st == s.want && etag == "":
+			etag = e
+		case st != s.want && s.want == http.StatusPreconditionFailed:
 			return fmt.Errorf("upstream ignores conditional writes: PutObject with %s answered %d, want 412 Precondition Failed", s.what, st)
+		case st != s.want:
+			return fmt.Errorf("probe PutObject with %s answered %d, want 200", s.what, st)
 		}
-	}
-	if _, st, err = put("3", aws.String(etag), nil); err != nil {
-		return err
-	}
-	if st != http.StatusOK {
-		return fmt.Errorf("probe PutObject with If-Match on the current ETag answered %d, want 200", st)
 	}
 	return nil
 }
@@ -80,11 +61,15 @@ func (u *Upstream) CheckConditionalWrites(ctx context.Context, bucket string) er
 // under fencegate-doctor/ in bucket, of which exactly one may win per
 // round.
 func (u *Upstream) ProbeRace(ctx context.Context, bucket string, n int) error {
+	// The doctor's line names the bucket itself.
+	return objectstore.ProbeRace(ctx, "", bucket, u.probe(bucket, "race"), n)
+}
+
+// probe is a fresh probe object under fencegate-doctor/ in bucket.
+func (u *Upstream) probe(bucket, name string) *s3Probe {
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	p := &s3Probe{c: u.client(1), bucket: bucket, key: "fencegate-doctor/race-" + hex.EncodeToString(rnd[:])}
-	// The doctor's line names the bucket itself.
-	return objectstore.ProbeRace(ctx, "", bucket, p, n)
+	return &s3Probe{c: u.client(1), bucket: bucket, key: "fencegate-doctor/" + name + "-" + hex.EncodeToString(rnd[:])}
 }
 
 type s3Probe struct {
@@ -104,9 +89,8 @@ func (p *s3Probe) Put(ctx context.Context, body, ifMatch string) (int, string, e
 		in.IfNoneMatch = aws.String("*")
 	}
 	out, err := p.c.PutObject(ctx, in)
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
-		return re.HTTPStatusCode(), "", nil
+	if st := status(err); st != 0 {
+		return st, "", nil
 	}
 	if err != nil {
 		return 0, "", fmt.Errorf("probe PutObject %s/%s: %w", p.bucket, p.key, err)
@@ -115,15 +99,7 @@ func (p *s3Probe) Put(ctx context.Context, body, ifMatch string) (int, string, e
 }
 
 func (p *s3Probe) Head(ctx context.Context) (string, error) {
-	out, err := p.c.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(p.bucket), Key: aws.String(p.key)})
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("probe HeadObject %s/%s: %w", p.bucket, p.key, err)
-	}
-	return aws.ToString(out.ETag), nil
+	return (&condProbe{c: p.c, bucket: p.bucket}).head(ctx, p.key)
 }
 
 // ProbeConditions measures which conditional forms of DeleteObject,
@@ -186,6 +162,18 @@ func status(err error) int {
 	return 0
 }
 
+// answered is a probe request's status: ok without an error, the store's
+// status of an error answer, -1 for a request that got no answer.
+func answered(err error, ok int) int {
+	if err == nil {
+		return ok
+	}
+	if st := status(err); st != 0 {
+		return st
+	}
+	return -1
+}
+
 func (p *condProbe) put(ctx context.Context, key, body string) (string, error) {
 	out, err := p.c.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(p.bucket), Key: aws.String(key), Body: strings.NewReader(body)})
 	if err != nil {
@@ -222,13 +210,7 @@ func (p *condProbe) delete(ctx context.Context, n int) (Finding, error) {
 	}
 	del := func(ifMatch string) int {
 		_, err := p.c.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(p.bucket), Key: aws.String(key), IfMatch: aws.String(ifMatch)})
-		if err == nil {
-			return http.StatusNoContent
-		}
-		if st := status(err); st != 0 {
-			return st
-		}
-		return -1
+		return answered(err, http.StatusNoContent)
 	}
 	st := del(wrongETag)
 	cur, err := p.head(ctx, key)
@@ -385,13 +367,7 @@ func (p *condProbe) copyDest(ctx context.Context) (Finding, error) {
 	cp := func(to string, ifMatch, ifNoneMatch *string) int {
 		_, err := p.c.CopyObject(ctx, &awss3.CopyObjectInput{Bucket: aws.String(p.bucket), Key: aws.String(to),
 			CopySource: aws.String(p.bucket + "/" + src), IfMatch: ifMatch, IfNoneMatch: ifNoneMatch})
-		if err == nil {
-			return http.StatusOK
-		}
-		if st := status(err); st != 0 {
-			return st
-		}
-		return -1
+		return answered(err, http.StatusOK)
 	}
 	check := func(what string, st, want int) *Finding {
 		if st == -1 {

@@ -130,7 +130,7 @@ func sendSigned(t *testing.T, method, url, token, body string, hdr ...map[string
 	return resp.StatusCode
 }
 
-func reviewGateway(t *testing.T, up http.Handler) string {
+func reviewGateway(t *testing.T, up http.Handler, opts ...func(*s3.Options)) string {
 	t.Helper()
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
@@ -139,12 +139,16 @@ func reviewGateway(t *testing.T, up http.Handler) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	u, err := s3.New(context.Background(), s3.Options{
+	o := s3.Options{
 		Route: "objects", Resource: "{bucket}/{key}",
 		Endpoint: srv.URL, AccessKeyID: "gw", SecretAccessKey: "gw-secret",
 		Clients:          []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
 		PreconditionETag: true, ETags: st, Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	u, err := s3.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

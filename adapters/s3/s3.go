@@ -14,6 +14,7 @@ package s3
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,9 +140,9 @@ var keyPrefixVar = regexp.MustCompile(`\{key\.(\d+)\}`)
 // config, instance role).
 func New(ctx context.Context, opts Options) (*Upstream, error) {
 	c := &opts
-	ep, err := url.Parse(c.Endpoint)
-	if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
-		return nil, fmt.Errorf("s3.endpoint must be an absolute http or https URL, got %q", c.Endpoint)
+	ep, err := objectstore.ParseEndpoint("s3.endpoint", c.Endpoint, false)
+	if err != nil {
+		return nil, err
 	}
 	u := &Upstream{
 		route: c.Route, endpoint: ep, region: c.Region,
@@ -152,18 +153,13 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		bucketConfig: c.FenceBucketConfig,
 		foldSlash:    c.FoldTrailingSlash,
 		transport:    opts.Transport,
-		log:          opts.Logger,
+		log:          cmp.Or(opts.Logger, slog.Default()),
 		now:          opts.Now,
 		maxChunk:     8 << 20,
 	}
-	if u.region == "" {
-		u.region = "us-east-1"
-	}
+	u.region = cmp.Or(u.region, "us-east-1")
 	u.signer.region = u.region
 	u.sign = u.signer.sign
-	if u.log == nil {
-		u.log = slog.Default()
-	}
 	if u.now == nil {
 		u.now = time.Now
 	}
@@ -352,6 +348,9 @@ type state struct {
 	// of a DeleteObjects body the gateway wrote anew (Forward.Body).
 	bodyHeaders map[string]string
 	rebodied    bool
+	// copySrc: a stamped CopyObject with the COPY directive, sent as
+	// REPLACE with the source's metadata (copystamp.go).
+	copySrc *copySource
 }
 
 // forward is one admitted request on its way to the store. Its Body is
@@ -372,6 +371,19 @@ func (d dialect) Prepare(f *forward) error {
 	}
 	if a.payloadHash == streamingSigned || a.payloadHash == streamingSignedTrailer {
 		s.chunks = newChunkSigner(r.Body, a, s.key, a.payloadHash == streamingSignedTrailer, u.maxChunk)
+	}
+	if u.stampHeader != "" && f.Token > 0 && s.target.op == opCopyObject {
+		replace, serr := copyDirective(r.Header)
+		if serr != nil {
+			return serr.refusal()
+		}
+		if !replace {
+			c, err := u.readCopySource(r.Context(), r.Header)
+			if err != nil {
+				return err
+			}
+			s.copySrc = c
+		}
 	}
 	if !u.precondEtag || f.Token <= 0 || s.target.op != opDeleteObjects || s.del == nil || f.Route == nil {
 		return nil
@@ -460,11 +472,18 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 		// DeleteObjects body written anew), as gateway.Request.Body says.
 		out.Body = io.NopCloser(bytes.NewReader(f.Body))
 	}
-	if u.stampHeader != "" && f.Token > 0 && stamps(pr.In, s.target.op) {
+	if s.copySrc != nil {
+		s.copySrc.rewrite(h)
+	}
+	if u.stampHeader != "" && f.Token > 0 && (s.copySrc != nil || stamps(pr.In, s.target.op)) {
 		// Set, not added: a worker's own copy would forge the stamp
 		// `fence rebuild` trusts. The header is signed with the rest of the
 		// request by the signing transport.
 		h.Set(u.stampHeader, strconv.FormatInt(f.Token, 10))
+		if s.target.op == opCopyObject {
+			// One spelling for the store, whatever the worker's case.
+			h.Set("X-Amz-Metadata-Directive", "REPLACE")
+		}
 	}
 }
 
@@ -473,15 +492,17 @@ const DefaultStampHeader = "x-amz-meta-fencing-token"
 
 // stamps reports whether a write of op takes the metadata the request
 // carries: PutObject, CreateMultipartUpload (whose metadata the completed
-// object gets) and CopyObject with the REPLACE directive. A CopyObject
-// with the default COPY directive gets the source's metadata, stamp
-// included, and S3 refuses metadata on it (docs/recovery.md).
+// object gets; UploadPartCopy copies no metadata) and CopyObject with the
+// REPLACE directive. A CopyObject with the default COPY directive would
+// get the source's metadata, stamp included: it is sent as REPLACE
+// (copySource).
 func stamps(r *http.Request, o op) bool {
 	switch o {
 	case opPutObject:
 		return true
 	case opCopyObject:
-		return strings.EqualFold(r.Header.Get("X-Amz-Metadata-Directive"), "REPLACE")
+		replace, err := copyDirective(r.Header)
+		return replace && err == nil
 	case opOther:
 		return r.Method == http.MethodPost && queryHas(r.URL.RawQuery, "uploads")
 	}
@@ -548,8 +569,12 @@ func (d dialect) RoundTrip(req *http.Request, f *forward) (*http.Response, error
 // condition of the worker's own caused (the gateway's held) is recorded
 // here and passed on (status 0).
 func (d dialect) Answer(f *forward, resp *http.Response) (int, string, error) {
+	// A copy's conditions on its source (the worker's, or the gateway's
+	// on the version it read) may fail too.
+	ambiguous := combineConditions(f.In.Header, f.Version).ambiguous || f.State.copySrc != nil ||
+		f.State.target.op == opCopyObject && hasAny(f.In.Header, copySourceConditions)
 	if resp.StatusCode == http.StatusPreconditionFailed && f.Version.Conditional() &&
-		preconditionFailed(f.In.Context(), f.Version, combineConditions(f.In.Header, f.Version).ambiguous,
+		preconditionFailed(f.In.Context(), f.Version, ambiguous,
 			func(ctx context.Context) (string, error) { return d.headETag(ctx, f.State.target) }) {
 		return 0, "", nil
 	}
@@ -605,23 +630,37 @@ func (d dialect) Version(ctx context.Context, f *forward) (string, error) {
 // headETag asks the upstream for an object's ETag header ("" if it does
 // not exist).
 func (u *Upstream) headETag(ctx context.Context, t target) (string, error) {
+	resp, err := u.head(ctx, t, "")
+	if err != nil {
+		return "", err
+	}
+	return objectstore.HeadVersion(resp, t.bucket+"/"+t.key, "ETag")
+}
+
+// head sends a HEAD of t (with query) signed with the gateway's
+// credentials; the answer's body is closed.
+func (u *Upstream) head(ctx context.Context, t target, query string) (*http.Response, error) {
 	p, rp := upstreamPath(u.endpoint.Path, t)
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.endpoint.Scheme+"://"+u.endpoint.Host+rp, nil)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	req.URL.Path, req.URL.RawPath = p, rp
+	req.URL.Path, req.URL.RawPath, req.URL.RawQuery = p, rp, query
 	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
 	resp, err := u.send(req, emptySHA256, nil)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return "", nil
-	case resp.StatusCode == http.StatusOK:
-		return resp.Header.Get("ETag"), nil
+	return resp, nil
+}
+
+// hasAny reports whether h has any of names.
+func hasAny(h http.Header, names []string) bool {
+	for _, n := range names {
+		if _, ok := h[n]; ok {
+			return true
+		}
 	}
-	return "", fmt.Errorf("HEAD %s/%s: %s", t.bucket, t.key, resp.Status)
+	return false
 }

@@ -46,12 +46,7 @@ func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn fun
 			if err != nil {
 				return scan.Unstamped, fmt.Errorf("head %s/%s: %w", bucket, key, err)
 			}
-			v, ok := "", false
-			for k, mv := range h.Metadata {
-				if strings.EqualFold(k, meta) {
-					v, ok = mv, true
-				}
-			}
+			v, ok := objectstore.MetaValue(h.Metadata, meta)
 			if err := scan.Object(key, v, ok); err != nil {
 				return scan.Unstamped, err
 			}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // target is the bucket and object a request names, and what it does.
@@ -131,22 +132,15 @@ func decodeKey(raw string) (string, *s3Error) {
 	if !utf8.ValidString(k) {
 		return "", errInvalidArgument("object key is not valid UTF-8")
 	}
-	for i := 0; i < len(k); i++ {
-		if c := k[i]; c < 0x20 || c == 0x7f || c == '\\' {
-			return "", errInvalidArgument(fmt.Sprintf("object key contains %q, which this gateway refuses", c))
-		}
+	if c, bad := objectstore.BadByte(k); bad {
+		return "", errInvalidArgument(fmt.Sprintf("object key contains %q, which this gateway refuses", c))
 	}
-	for rest, more := k, true; more; {
-		var s string
-		s, rest, more = strings.Cut(rest, "/")
-		switch {
-		case s == "" && !more:
-			// "dir/": a trailing slash is a common folder-marker key.
-		case s == "":
-			return "", errInvalidArgument("object key contains an empty segment (// or a leading /)")
-		case s == "." || s == "..":
-			return "", errInvalidArgument(`object key contains a "." or ".." segment`)
-		}
+	// "dir/": a trailing slash is a common folder-marker key.
+	switch s, bad := objectstore.BadSegment(strings.TrimSuffix(k, "/")); {
+	case bad && s == "":
+		return "", errInvalidArgument("object key contains an empty segment (// or a leading /)")
+	case bad:
+		return "", errInvalidArgument(`object key contains a "." or ".." segment`)
 	}
 	return k, nil
 }

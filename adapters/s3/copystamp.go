@@ -1,0 +1,146 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// copySource is what a stamped CopyObject with the COPY metadata directive
+// is sent with: S3 would copy the source's metadata, the source's stamp
+// included (so `fence rebuild` would raise the destination's fence only
+// to the source's token, maybe lower than the destination's). The gateway
+// sends the copy as REPLACE instead, with the source's metadata and
+// content headers read by a HEAD and its own stamp, on the condition that
+// the source is still the version the HEAD saw.
+type copySource struct {
+	header http.Header // the source's metadata and content headers
+	etag   string      // x-amz-copy-source-if-match
+}
+
+// contentHeaders are the headers a REPLACE copy takes from the request and
+// a COPY copy from the source, besides the x-amz-meta-* metadata.
+var contentHeaders = []string{"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+	"Content-Type", "Expires", "X-Amz-Website-Redirect-Location"}
+
+// copySourceConditions are the worker's conditions on a copy's source.
+// The gateway evaluates them against the source it read and then sends
+// its own, on that version's ETag.
+var copySourceConditions = []string{"X-Amz-Copy-Source-If-Match", "X-Amz-Copy-Source-If-None-Match",
+	"X-Amz-Copy-Source-If-Modified-Since", "X-Amz-Copy-Source-If-Unmodified-Since"}
+
+// copyDirective reads a CopyObject's metadata directive: replace false is
+// COPY (the default). A value that is neither is refused: the store could
+// read it either way.
+func copyDirective(h http.Header) (replace bool, err *s3Error) {
+	switch v := h.Values("X-Amz-Metadata-Directive"); {
+	case len(v) == 0 || len(v) == 1 && strings.EqualFold(v[0], "COPY"):
+		return false, nil
+	case len(v) == 1 && strings.EqualFold(v[0], "REPLACE"):
+		return true, nil
+	}
+	return false, errInvalidArgument("x-amz-metadata-directive must be COPY or REPLACE, once")
+}
+
+// readCopySource reads the source of a stamped COPY-directive CopyObject
+// (x-amz-copy-source: bucket/key, a versionId) with a HEAD signed with the
+// gateway's credentials, and evaluates the worker's own conditions on the
+// source against it, as S3 would (RFC 9110: If-Match overrides
+// If-Unmodified-Since, If-None-Match If-Modified-Since).
+func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*copySource, error) {
+	src := h.Get("X-Amz-Copy-Source")
+	p, rawQuery, _ := strings.Cut(src, "?")
+	p, err := url.PathUnescape(strings.TrimPrefix(p, "/"))
+	bucket, key, _ := strings.Cut(p, "/")
+	q, qerr := url.ParseQuery(rawQuery)
+	if err != nil || qerr != nil || !validBucket(bucket) || key == "" || len(q) > 1 || len(q) == 1 && len(q["versionId"]) != 1 {
+		return nil, errInvalidArgument("x-amz-copy-source must be bucket/key, with at most a versionId, on a route that stamps copies").refusal()
+	}
+	query := ""
+	if v := q.Get("versionId"); v != "" {
+		query = "versionId=" + url.QueryEscape(v)
+	}
+	resp, err := u.head(ctx, target{bucket: bucket, key: key}, query)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, (&s3Error{http.StatusNotFound, "NoSuchKey", "the copy source does not exist"}).refusal()
+	case resp.StatusCode == http.StatusForbidden:
+		return nil, errAccessDenied("the gateway may not read the copy source").refusal()
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("s3: HEAD of the copy source: %s", resp.Status)
+	case resp.Header.Get("ETag") == "":
+		return nil, errors.New("s3: HEAD of the copy source answered no ETag: the copy cannot be made conditional on it")
+	case resp.Header.Get("X-Amz-Missing-Meta") != "":
+		return nil, errNotImplemented("the copy source has metadata S3 does not return: a stamped copy would lose it; copy with x-amz-metadata-directive: REPLACE").refusal()
+	}
+	c := &copySource{header: http.Header{}, etag: resp.Header.Get("ETag")}
+	for k, v := range resp.Header {
+		if strings.HasPrefix(k, "X-Amz-Meta-") {
+			c.header[k] = v
+		}
+	}
+	for _, k := range contentHeaders {
+		if v, ok := resp.Header[k]; ok {
+			c.header[k] = v
+		}
+	}
+	lastMod, _ := http.ParseTime(resp.Header.Get("Last-Modified"))
+	since := func(name string) (time.Time, bool) {
+		t, err := http.ParseTime(h.Get(name))
+		return t, err == nil
+	}
+	im, hasIM := h["X-Amz-Copy-Source-If-Match"]
+	inm, hasINM := h["X-Amz-Copy-Source-If-None-Match"]
+	failed := hasIM && !etagMatches(im, c.etag) || hasINM && etagMatches(inm, c.etag)
+	if t, ok := since("X-Amz-Copy-Source-If-Unmodified-Since"); ok && !hasIM {
+		failed = failed || lastMod.After(t)
+	}
+	if t, ok := since("X-Amz-Copy-Source-If-Modified-Since"); ok && !hasINM {
+		failed = failed || !lastMod.After(t)
+	}
+	if failed {
+		return nil, (&s3Error{http.StatusPreconditionFailed, "PreconditionFailed", "at least one of the pre-conditions you specified did not hold (x-amz-copy-source-if-*)"}).refusal()
+	}
+	return c, nil
+}
+
+// etagMatches reports whether an entity-tag list (or *) names etag.
+func etagMatches(list []string, etag string) bool {
+	norm := func(e string) string { return strings.Trim(strings.TrimPrefix(strings.TrimSpace(e), "W/"), `"`) }
+	for _, l := range list {
+		for _, e := range strings.Split(l, ",") {
+			if strings.TrimSpace(e) == "*" || norm(e) == norm(etag) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rewrite turns the outbound copy into a REPLACE copy of the source's
+// metadata, on the source's version (the stamp is set by Rewrite).
+func (c *copySource) rewrite(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, "X-Amz-Meta-") {
+			delete(h, k)
+		}
+	}
+	for _, k := range contentHeaders {
+		h.Del(k)
+	}
+	for _, k := range copySourceConditions {
+		h.Del(k)
+	}
+	for k, v := range c.header {
+		h[k] = v
+	}
+	h.Set("X-Amz-Metadata-Directive", "REPLACE")
+	h.Set("X-Amz-Copy-Source-If-Match", c.etag)
+}
