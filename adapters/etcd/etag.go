@@ -1,0 +1,173 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/precondition"
+)
+
+// The ETag bookkeeping of `precondition: etag` / `generation`
+// (precondition.Store) keeps one key per object, P/e/R, beside the fence
+// record P/f/R rather than in it: the fence's Txns rewrite the whole record
+// on every advance and drain, and an ETag kept there would be lost by each
+// of them (and every record Txn would race the bookkeeping's). The ETag key
+// is written only here, each write a compare on its mod revision, so a
+// record is never overwritten by an older token's. An acknowledged etcd
+// write is on a quorum's disk: no record needs to be made durable later
+// (precondition.DurableRecorder).
+
+var (
+	_ precondition.Store     = (*Store)(nil)
+	_ precondition.Forgetter = (*Store)(nil)
+)
+
+// etagRecord is the value of an ETag key.
+type etagRecord struct {
+	ETag  string `json:"e"`
+	Token int64  `json:"t"`
+}
+
+func (f *Store) etagDir() string                { return f.prefix + "/e/" }
+func (f *Store) etagKey(resource string) string { return f.etagDir() + resource }
+
+func decodeETag(kv *mvccpb.KeyValue) (etagRecord, error) {
+	var r etagRecord
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return r, fmt.Errorf("etag record %q: %w", kv.Key, err)
+	}
+	return r, nil
+}
+
+func (r etagRecord) encode() string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// LastETag returns the ETag the gateway last recorded for resource ("" if
+// none), with a linearizable read: a record acknowledged by any replica is
+// seen.
+func (f *Store) LastETag(ctx context.Context, resource string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.requests.Add(1)
+	resp, err := f.client.Get(ctx, f.etagKey(resource))
+	if err != nil {
+		return "", fmt.Errorf("load etag of %s: %w", resource, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	r, err := decodeETag(resp.Kvs[0])
+	if err != nil {
+		return "", err
+	}
+	return r.ETag, nil
+}
+
+// errNoFence: an ETag is recorded only for an object a write was admitted
+// to, which has a fence record (as on PostgreSQL, where it is a column of
+// that record).
+var errNoFence = errors.New("no fence record")
+
+// RecordETag stores etag for resource unless a write with a newer token
+// recorded one already. The first Txn guesses that there is no record yet
+// and reads the record otherwise, so a new object costs one request and an
+// existing one two.
+func (f *Store) RecordETag(ctx context.Context, resource string, token int64, etag string) error {
+	if strings.Contains(resource, "\x00") {
+		return fmt.Errorf("record etag of %q: %w", resource, errNUL)
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	key, fence := f.etagKey(resource), f.fenceKey(resource)
+	val := etagRecord{ETag: etag, Token: token}.encode()
+	var modRev int64
+	for {
+		f.requests.Add(1)
+		resp, err := f.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev),
+				clientv3.Compare(clientv3.CreateRevision(fence), ">", 0)).
+			Then(clientv3.OpPut(key, val)).
+			Else(clientv3.OpGet(key), clientv3.OpGet(fence, clientv3.WithCountOnly())).Commit()
+		if err != nil {
+			return fmt.Errorf("record etag of %s: %w", resource, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		if resp.Responses[1].GetResponseRange().Count == 0 {
+			return fmt.Errorf("record etag of %s: %w", resource, errNoFence)
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			modRev = 0
+			continue
+		}
+		cur, err := decodeETag(kvs[0])
+		if err != nil {
+			return err
+		}
+		if cur.Token > token {
+			return nil // a newer write's record stays
+		}
+		modRev = kvs[0].ModRevision
+	}
+}
+
+// forgetBatch bounds the puts of one Txn of ForgetETagsBelow (etcd's
+// --max-txn-ops defaults to 128; each put has its compare).
+const forgetBatch = 100
+
+// ForgetETagsBelow implements precondition.Forgetter: every ETag record
+// whose resource starts with prefix becomes unknown, its token at least
+// token. Records are read a page at a time and rewritten with a compare on
+// each one's mod revision; a page whose Txn lost a race is read again.
+func (f *Store) ForgetETagsBelow(ctx context.Context, prefix string, token int64) error {
+	dir := f.etagDir()
+	from, end := dir+prefix, clientv3.GetPrefixRangeEnd(dir+prefix)
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	for {
+		f.requests.Add(1)
+		resp, err := f.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(forgetBatch))
+		if err != nil {
+			return fmt.Errorf("forget etags below %s: %w", prefix, err)
+		}
+		var cmps []clientv3.Cmp
+		var puts []clientv3.Op
+		for _, kv := range resp.Kvs {
+			r, err := decodeETag(kv)
+			if err != nil {
+				return err
+			}
+			if r.ETag == fencegate.ETagUnknown && r.Token >= token {
+				continue
+			}
+			k := string(kv.Key)
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision))
+			puts = append(puts, clientv3.OpPut(k, etagRecord{ETag: fencegate.ETagUnknown, Token: max(r.Token, token)}.encode()))
+		}
+		if len(puts) > 0 {
+			f.requests.Add(1)
+			tr, err := f.client.Txn(ctx).If(cmps...).Then(puts...).Commit()
+			if err != nil {
+				return fmt.Errorf("forget etags below %s: %w", prefix, err)
+			}
+			if !tr.Succeeded {
+				continue // a record changed under us: read the page again
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
