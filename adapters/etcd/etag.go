@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -69,7 +70,39 @@ func (f *Store) LastETag(ctx context.Context, resource string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	f.etagRevs.set(resource, etagRev{resp.Kvs[0].ModRevision, r.Token})
 	return r.ETag, nil
+}
+
+// etagRevs remembers the mod revision and token of the ETag keys this
+// process last read or wrote, the guess of RecordETag's first Txn: a write
+// reads its record, marks it unknown and records its answer, one request
+// each when no other replica wrote the object meanwhile. A wrong guess
+// costs one request more (the Txn fails and reads the key). Bounded:
+// cleared when full.
+type etagRevs struct {
+	mu sync.Mutex
+	m  map[string]etagRev
+}
+
+// etagRev is a key's mod revision and the token of its record at it.
+type etagRev struct{ rev, token int64 }
+
+const etagRevsMax = 10000
+
+func (c *etagRevs) get(resource string) etagRev {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[resource]
+}
+
+func (c *etagRevs) set(resource string, r etagRev) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= etagRevsMax {
+		c.m = make(map[string]etagRev)
+	}
+	c.m[resource] = r
 }
 
 // errNoFence: an ETag is recorded only for an object a write was admitted
@@ -78,9 +111,9 @@ func (f *Store) LastETag(ctx context.Context, resource string) (string, error) {
 var errNoFence = errors.New("no fence record")
 
 // RecordETag stores etag for resource unless a write with a newer token
-// recorded one already. The first Txn guesses that there is no record yet
-// and reads the record otherwise, so a new object costs one request and an
-// existing one two.
+// recorded one already. The first Txn guesses the key's mod revision
+// (etagRevs; 0, no record, if unknown) and reads the record when the guess
+// was wrong.
 func (f *Store) RecordETag(ctx context.Context, resource string, token int64, etag string) error {
 	if strings.Contains(resource, "\x00") {
 		return fmt.Errorf("record etag of %q: %w", resource, errNUL)
@@ -89,7 +122,14 @@ func (f *Store) RecordETag(ctx context.Context, resource string, token int64, et
 	defer cancel()
 	key, fence := f.etagKey(resource), f.fenceKey(resource)
 	val := etagRecord{ETag: etag, Token: token}.encode()
-	var modRev int64
+	// A guess is taken only if its record is not a newer token's: the
+	// Txn compares the revision alone. -1 matches no key: read it.
+	modRev := int64(0)
+	if g := f.etagRevs.get(resource); g.token <= token {
+		modRev = g.rev
+	} else {
+		modRev = -1
+	}
 	for {
 		f.requests.Add(1)
 		resp, err := f.client.Txn(ctx).
@@ -101,6 +141,7 @@ func (f *Store) RecordETag(ctx context.Context, resource string, token int64, et
 			return fmt.Errorf("record etag of %s: %w", resource, err)
 		}
 		if resp.Succeeded {
+			f.etagRevs.set(resource, etagRev{resp.Header.Revision, token})
 			return nil
 		}
 		if resp.Responses[1].GetResponseRange().Count == 0 {
@@ -115,6 +156,7 @@ func (f *Store) RecordETag(ctx context.Context, resource string, token int64, et
 		if err != nil {
 			return err
 		}
+		f.etagRevs.set(resource, etagRev{kvs[0].ModRevision, cur.Token})
 		if cur.Token > token {
 			return nil // a newer write's record stays
 		}

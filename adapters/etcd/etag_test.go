@@ -81,6 +81,32 @@ func TestETagRecords(t *testing.T) {
 		t.Fatalf("after an advance: %+v; want e3 of token 3", got)
 	}
 
+	// A write's bookkeeping in one process: read, mark, record, one
+	// request each (the revision guessed right).
+	before := st.Requests()
+	if _, err := st.LastETag(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []string{fencegate.ETagUnknown, "e4"} {
+		if err := st.RecordETag(ctx, res, 4, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := st.Requests() - before; n != 3 {
+		t.Errorf("read, mark and record cost %d requests; want 3", n)
+	}
+	// Another process wrote meanwhile: the guess fails, the record is
+	// read, an older token's answer is not recorded.
+	if err := c.store(t).RecordETag(ctx, res, 6, "e6"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordETag(ctx, res, 5, "e5"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.storedETag(t, res); got != (etagRecord{"e6", 6}) {
+		t.Fatalf("after token 5's late answer: %+v; want e6 of token 6", got)
+	}
+
 	// Racing records from four processes: the highest token's stays.
 	const race = "bucket/race"
 	if _, err := st.AdvanceFence(ctx, race, 1, "w"); err != nil {

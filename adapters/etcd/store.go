@@ -22,6 +22,7 @@ type Store struct {
 	prefix       string
 	storeTimeout time.Duration
 	requests     atomic.Int64
+	etagRevs     etagRevs // etag.go
 }
 
 // StoreOptions configure OpenStore.
