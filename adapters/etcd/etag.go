@@ -213,3 +213,38 @@ func (f *Store) ForgetETagsBelow(ctx context.Context, prefix string, token int64
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
+
+// etagsOf returns the ETags recorded for the fence records kvs (one page of
+// ExportFences, in key order) as of revision rev, by fence key: one range
+// read over the page's resources.
+func (f *Store) etagsOf(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	fdir, edir := f.prefix+"/f/", f.etagDir()
+	first := strings.TrimPrefix(string(kvs[0].Key), fdir)
+	last := strings.TrimPrefix(string(kvs[len(kvs)-1].Key), fdir)
+	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+	defer cancel()
+	f.requests.Add(1)
+	resp, err := f.client.Get(ctx, edir+first, clientv3.WithRange(edir+last+"\x00"), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("etags: %w", err)
+	}
+	out := make(map[string]string, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r, err := decodeETag(kv)
+		if err != nil {
+			return nil, err
+		}
+		out[fdir+strings.TrimPrefix(string(kv.Key), edir)] = r.ETag
+	}
+	return out, nil
+}
+
+// importETag is the put of an imported record's ETag, in the Txn that
+// raises its fence (as PostgreSQL's import sets the etag column): its token
+// is the imported highest, above any record kept for the lower fence.
+func (f *Store) importETag(in fencegate.FenceRecord) clientv3.Op {
+	return clientv3.OpPut(f.etagKey(in.Resource), etagRecord{ETag: in.ETag, Token: in.Highest}.encode())
+}

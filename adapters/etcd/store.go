@@ -271,10 +271,17 @@ func (f *Store) ExportFences(ctx context.Context, fn func(fencegate.FenceRecord)
 			return fmt.Errorf("export fences: %w", err)
 		}
 		rev = resp.Header.Revision
+		etags, err := f.etagsOf(ctx, resp.Kvs, rev) // etag.go
+		if err != nil {
+			return fmt.Errorf("export fences: %w", err)
+		}
 		for _, kv := range resp.Kvs {
 			rec, err := decode(kv)
 			if err != nil {
 				return fmt.Errorf("export fences: %w", err)
+			}
+			if e, ok := etags[string(kv.Key)]; ok {
+				rec.ETag = e
 			}
 			if err := fn(fencegate.FenceRecord{Resource: strings.TrimPrefix(string(kv.Key), dir), Highest: rec.Highest, Owner: rec.Owner, ETag: rec.ETag}); err != nil {
 				return err
@@ -337,7 +344,7 @@ func (f *Store) importOne(ctx context.Context, in fencegate.FenceRecord) (bool, 
 		rec := record{Highest: in.Highest, Ready: modRev == 0, Owner: in.Owner, ETag: in.ETag, Updated: time.Now().UnixMilli()}
 		f.requests.Add(1)
 		tr, err := f.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
-			Then(clientv3.OpPut(key, rec.encode())).Commit()
+			Then(clientv3.OpPut(key, rec.encode()), f.importETag(in)).Commit()
 		if err != nil {
 			return false, err
 		}
