@@ -124,11 +124,9 @@ func (f *Store) RecordETag(ctx context.Context, resource string, token int64, et
 	val := etagRecord{ETag: etag, Token: token}.encode()
 	// A guess is taken only if its record is not a newer token's: the
 	// Txn compares the revision alone. -1 matches no key: read it.
-	modRev := int64(0)
+	modRev := int64(-1)
 	if g := f.etagRevs.get(resource); g.token <= token {
 		modRev = g.rev
-	} else {
-		modRev = -1
 	}
 	for {
 		f.requests.Add(1)
