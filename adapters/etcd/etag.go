@@ -246,3 +246,15 @@ func (f *Store) etagsOf(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 func (f *Store) importETag(in fencegate.FenceRecord) clientv3.Op {
 	return clientv3.OpPut(f.etagKey(in.Resource), etagRecord{ETag: in.ETag, Token: in.Highest}.encode())
 }
+
+// withETag sets r's ETag to the one recorded in kvs (the ETag key read
+// beside the record, if it exists): the record's own field is rewritten
+// by every advance.
+func (r *record) withETag(kvs []*mvccpb.KeyValue) error {
+	if len(kvs) == 0 {
+		return nil
+	}
+	e, err := decodeETag(kvs[0])
+	r.ETag = e.ETag
+	return err
+}

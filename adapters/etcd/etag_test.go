@@ -80,6 +80,10 @@ func TestETagRecords(t *testing.T) {
 	if got, _ := c.storedETag(t, res); got != (etagRecord{"e3", 3}) {
 		t.Fatalf("after an advance: %+v; want e3 of token 3", got)
 	}
+	// The fence's state (fence show) carries the recorded ETag.
+	if st, err := st.State(ctx, res); err != nil || st.Highest != 9 || st.ETag != "e3" {
+		t.Fatalf("State = %+v, %v; want highest 9 with ETag e3", st, err)
+	}
 
 	// A write's bookkeeping in one process: read, mark, record, one
 	// request each (the revision guessed right).

@@ -153,20 +153,25 @@ func (f *Store) raise(ctx context.Context, resource string, token int64, owner s
 	}
 }
 
-// State reads resource's fence record (zero Highest if none).
+// State reads resource's fence record (zero Highest if none), with the
+// ETag recorded for it (etag.go) in the same request.
 func (f *Store) State(ctx context.Context, resource string) (fencegate.FenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	f.requests.Add(1)
-	resp, err := f.client.Get(ctx, f.fenceKey(resource))
+	tr, err := f.client.Txn(ctx).Then(clientv3.OpGet(f.fenceKey(resource)), clientv3.OpGet(f.etagKey(resource))).Commit()
 	if err != nil {
 		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
 	}
-	if len(resp.Kvs) == 0 {
+	kvs := tr.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		// No fence yet: nothing can be in flight under it.
 		return fencegate.FenceState{Resource: resource, Ready: true}, nil
 	}
-	rec, err := decode(resp.Kvs[0])
+	rec, err := decode(kvs[0])
+	if err == nil {
+		err = rec.withETag(tr.Responses[1].GetResponseRange().Kvs)
+	}
 	if err != nil {
 		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
 	}
