@@ -84,6 +84,9 @@ func TestETagRecords(t *testing.T) {
 	if st, err := st.State(ctx, res); err != nil || st.Highest != 9 || st.ETag != "e3" {
 		t.Fatalf("State = %+v, %v; want highest 9 with ETag e3", st, err)
 	}
+	if page, err := st.ListFences(ctx, "bucket/", "", 10); err != nil || len(page) != 1 || page[0].ETag != "e3" {
+		t.Fatalf("ListFences = %+v, %v; want bucket/obj with ETag e3", page, err)
+	}
 
 	// A write's bookkeeping in one process: read, mark, record, one
 	// request each (the revision guessed right).

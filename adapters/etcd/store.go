@@ -231,7 +231,8 @@ func (f *Store) Ping(ctx context.Context) error {
 
 // ListFences pages through the fence records (console.FenceLister): up to
 // limit records whose resource starts with prefix and sorts after after,
-// in key order. One range read, whatever the number of records.
+// in key order. Two range reads (the records, their ETags), whatever the
+// number of records.
 func (f *Store) ListFences(ctx context.Context, prefix, after string, limit int) ([]fencegate.FenceState, error) {
 	dir := f.prefix + "/f/"
 	from := dir + prefix
@@ -246,11 +247,18 @@ func (f *Store) ListFences(ctx context.Context, prefix, after string, limit int)
 	if err != nil {
 		return nil, fmt.Errorf("list fences: %w", err)
 	}
+	etags, err := f.etagsOf(ctx, resp.Kvs, resp.Header.Revision) // etag.go
+	if err != nil {
+		return nil, fmt.Errorf("list fences: %w", err)
+	}
 	out := make([]fencegate.FenceState, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		rec, err := decode(kv)
 		if err != nil {
 			return nil, err
+		}
+		if e, ok := etags[string(kv.Key)]; ok {
+			rec.ETag = e
 		}
 		out = append(out, rec.state(strings.TrimPrefix(string(kv.Key), dir)))
 	}
