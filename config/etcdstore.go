@@ -94,13 +94,6 @@ func (c *Config) validateStoreKind() Errors {
 	if c.Coordinator.Enabled {
 		add("coordinator.enabled", "the coordinator keeps its leases in store.embedded or store.postgres, not yet in store.etcd: run it elsewhere, or take tokens from etcd's lock recipe (a route's token_source.etcd)")
 	}
-	if c.Gateway != nil {
-		for i, r := range c.Gateway.Routes {
-			if r.Precondition != "" && r.Precondition != "none" {
-				add(fmt.Sprintf("gateway.routes[%d].precondition", i), "store.etcd does not keep the ETags or generations a precondition needs yet: use store.postgres for this route's gateway")
-			}
-		}
-	}
 	if v := c.Fence.VerifyTokens; v != nil && *v {
 		add("fence.verify_tokens", "store.etcd keeps no lease records to verify tokens against: verify them at the route (token_source) or bound them with fence.max_advance")
 	}

@@ -15,6 +15,10 @@ import (
 // a drain, the operator retries the reset.
 var errWritesInFlight = errors.New("writes in flight")
 
+// ErrWritesInFlight is the cause a shared fence's reset gives for the same
+// refusal (adapters/etcd.LowerFence), answered 409 as the local one.
+var ErrWritesInFlight = errWritesInFlight
+
 // ResetFunc lowers the durable fence record of a resource (the store's
 // ResetFence); it enforces the reset rule of docs/design.md I7 atomically
 // with the store's lease records and returns the record as stored.

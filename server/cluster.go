@@ -32,11 +32,19 @@ type replicaReport struct {
 	Recent   []telemetry.Refusal `json:"recent_refusals"`
 }
 
-// replicas reports this replica to the shared PostgreSQL store and lists
-// every replica's report: the console's Cluster.
+// replicaStore keeps the replicas' reports: PostgreSQL's fencegate_replicas
+// table, etcd's P/v/ keys (clusteretcd.go).
+type replicaStore interface {
+	ReportReplica(ctx context.Context, id, name string, started time.Time, report []byte) error
+	ForgetReplica(ctx context.Context, id string) error
+	Replicas(ctx context.Context) ([]postgres.ReplicaRow, error)
+}
+
+// replicas reports this replica to the shared store and lists every
+// replica's report: the console's Cluster.
 type replicas struct {
 	s        *Server
-	st       *postgres.Store
+	st       replicaStore
 	id, name string
 	started  time.Time
 	interval time.Duration
@@ -49,7 +57,7 @@ type replicas struct {
 
 var _ console.Cluster = (*replicas)(nil)
 
-func newReplicas(s *Server, st *postgres.Store, interval time.Duration) *replicas {
+func newReplicas(s *Server, st replicaStore, interval time.Duration) *replicas {
 	if interval <= 0 {
 		interval = DefaultReplicaReportInterval
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,74 +48,9 @@ admin:
 // PostgreSQL database, as in production.
 func TestConsoleCluster(t *testing.T) {
 	pg := testenv.Postgres(t)
-	release := make(chan struct{})
-	entered := make(chan struct{}, 1)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		if r.URL.Path == "/orders/held" {
-			entered <- struct{}{}
-			<-release
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(up.Close)
-	var once bool
-	t.Cleanup(func() {
-		if !once {
-			close(release)
-		}
-	})
-	start := func() *server.Server {
-		y := fmt.Sprintf(clusterYAML, pg.URL, auth.HashKey(consoleKey))
-		s, err := server.New(context.Background(), parse(t, y, up.URL, t.TempDir()), server.Options{
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReplicaReportInterval: 200 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(context.Background()); err != nil {
-			s.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			s.Shutdown(ctx)
-		})
-		return s
-	}
-	s1, s2 := start(), start()
-	c := &http.Client{}
-	for i := range 3 {
-		if r := do(t, c, "PUT", "http://"+s1.Addr("gateway")+fmt.Sprintf("/orders/%d", i), strings.NewReader("x"), nil); r.Status != 428 {
-			t.Fatalf("write without token through replica 1: %d %s", r.Status, r.Body)
-		}
-	}
-	held := make(chan answer, 1)
-	go func() {
-		held <- do(t, c, "PUT", "http://"+s2.Addr("gateway")+"/orders/held", strings.NewReader("x"), map[string]string{"Fencing-Token": "3"})
-	}()
-	select {
-	case <-entered:
-	case r := <-held:
-		t.Fatalf("the write through replica 2 was answered before the upstream saw it: %d %s", r.Status, r.Body)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the write through replica 2 never reached the upstream")
-	}
-
-	// Asked of replica 2: replica 1's refusals, replica 2's write.
-	admin2 := "http://" + s2.Addr("admin")
-	var p console.ClusterPage
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		getJSON(t, admin2+"/v1/cluster", &p)
-		if len(p.Replicas) == 2 && len(p.Refusals) == 3 && slices.ContainsFunc(p.Replicas, func(r console.Replica) bool { return r.Self && r.InFlight == 1 }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster view never showed both replicas with 3 refusals and 1 write in flight: %+v", p)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	cp := startClusterPair(t, fmt.Sprintf(clusterYAML, pg.URL, auth.HashKey(consoleKey)))
+	p := cp.wait(t, 2)
+	admin2 := "http://" + cp.s2.Addr("admin")
 	var other console.Replica
 	for _, r := range p.Replicas {
 		if !r.Up {
@@ -170,17 +106,106 @@ func TestConsoleCluster(t *testing.T) {
 	shoot(t, ctx, "cluster.png")
 
 	// Replica 1 stops cleanly: it leaves the view.
-	once = true
-	close(release)
-	if r := <-held; r.Status != 204 {
+	cp.stopFirst(t, other.ID)
+}
+
+// clusterPair is two replicas of one shared store with the console on:
+// replica 1 refused three writes without a token, replica 2 holds one
+// write in flight at the upstream until stopFirst.
+type clusterPair struct {
+	s1, s2  *server.Server
+	held    chan answer
+	release func()
+}
+
+// startClusterPair starts the replicas of yaml (clusterYAML's shape, with
+// $UPSTREAM) and makes their refusals and the held write.
+func startClusterPair(t *testing.T, yaml string) *clusterPair {
+	t.Helper()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/orders/held" {
+			entered <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(up.Close)
+	var once sync.Once
+	cp := &clusterPair{held: make(chan answer, 1), release: func() { once.Do(func() { close(release) }) }}
+	t.Cleanup(cp.release)
+	start := func() *server.Server {
+		s, err := server.New(context.Background(), parse(t, yaml, up.URL, t.TempDir()), server.Options{
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReplicaReportInterval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			s.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.Shutdown(ctx)
+		})
+		return s
+	}
+	cp.s1, cp.s2 = start(), start()
+	c := &http.Client{}
+	for i := range 3 {
+		if r := do(t, c, "PUT", "http://"+cp.s1.Addr("gateway")+fmt.Sprintf("/orders/%d", i), strings.NewReader("x"), nil); r.Status != 428 {
+			t.Fatalf("write without token through replica 1: %d %s", r.Status, r.Body)
+		}
+	}
+	go func() {
+		cp.held <- do(t, c, "PUT", "http://"+cp.s2.Addr("gateway")+"/orders/held", strings.NewReader("x"), map[string]string{"Fencing-Token": "3"})
+	}()
+	select {
+	case <-entered:
+	case r := <-cp.held:
+		t.Fatalf("the write through replica 2 was answered before the upstream saw it: %d %s", r.Status, r.Body)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the write through replica 2 never reached the upstream")
+	}
+	return cp
+}
+
+// wait returns the cluster view asked of replica 2 once it lists n
+// replicas, replica 1's three refusals and replica 2's write in flight.
+func (cp *clusterPair) wait(t *testing.T, n int) console.ClusterPage {
+	t.Helper()
+	var p console.ClusterPage
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		getJSON(t, "http://"+cp.s2.Addr("admin")+"/v1/cluster", &p)
+		if len(p.Replicas) == n && len(p.Refusals) == 3 && slices.ContainsFunc(p.Replicas, func(r console.Replica) bool { return r.Self && r.InFlight == 1 }) {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster view never showed %d replicas with 3 refusals and 1 write in flight: %+v", n, p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stopFirst ends the held write and stops replica 1 (whose id is id)
+// cleanly: it must leave replica 2's view.
+func (cp *clusterPair) stopFirst(t *testing.T, id string) {
+	t.Helper()
+	cp.release()
+	if r := <-cp.held; r.Status != 204 {
 		t.Errorf("held write: %d %s", r.Status, r.Body)
 	}
-	ctx1, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s1.Shutdown(ctx1)
-	getJSON(t, admin2+"/v1/cluster", &p)
+	cp.s1.Shutdown(ctx)
+	var p console.ClusterPage
+	getJSON(t, "http://"+cp.s2.Addr("admin")+"/v1/cluster", &p)
 	for _, r := range p.Replicas {
-		if r.ID == other.ID {
+		if r.ID == id {
 			t.Errorf("replica 1 stopped cleanly but is still listed: %+v", r)
 		}
 	}

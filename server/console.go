@@ -67,7 +67,7 @@ func (s *Server) setupConsole(cfg *config.Config, opts Options) error {
 			c.Leases = postgres.NewLeases(st)
 		}
 	}
-	if st, ok := s.store.(*postgres.Store); ok && cfg.Fence.Mode == "shared" {
+	if st := s.replicaStore(cfg); st != nil {
 		r := newReplicas(s, st, opts.ReplicaReportInterval)
 		s.closers = append(s.closers, r)
 		c.Cluster = r

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/etcd"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/gateway"
@@ -59,4 +61,73 @@ func checkEtcdRoutes(cfg *config.Config, routes []*gateway.Route) error {
 		}
 	}
 	return nil
+}
+
+// etcdReset is `fence reset` on store.etcd. No coordinator runs on etcd,
+// so no record says which tokens were issued for a resource: the lock
+// service its tokens come from is asked instead. Every route that may
+// produce the resource as a key must take its tokens from a lock service
+// (token_source), and each of those services must vouch that `to` is the
+// token of the resource's current lock holder (the create revision of the
+// etcd lock key that owns the lock, the czxid of the lowest ZooKeeper lock
+// node). Holders are granted the lock in token order, so every earlier
+// holder's token is below `to` (refused stale once the fence is lowered)
+// and every later one's above it (verified as the holder when its first
+// write advances the fence): the rule of docs/design.md I7, with the lock
+// service in the coordinator's place. The source is asked directly, not
+// through the routes' cache of accepted tokens (a holder accepted once may
+// have released the lock since).
+func (s *Server) etcdReset(st *etcd.Store) func(context.Context, string, int64, string) (fencegate.FenceState, error) {
+	return func(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error) {
+		if to <= 0 {
+			return fencegate.FenceState{}, fencegate.ErrResetNotPositive
+		}
+		srcs, err := s.resetSources(resource)
+		if err != nil {
+			return fencegate.FenceState{}, err
+		}
+		for _, o := range srcs {
+			err := o.src.VerifyToken(ctx, resource, to)
+			if _, ok := fencegate.Refusal(err); ok && !errors.As(err, new(*fencegate.TokenSourceUnavailableError)) {
+				return fencegate.FenceState{}, &fencegate.Error{Code: fencegate.CodeTokenOutOfRange, Resource: resource, Token: to,
+					Message: fmt.Sprintf("on store.etcd a fence is reset only to the token of the resource's current lock holder, and %s does not vouch for %d: %s", o.kind, to, err)}
+			}
+			if err != nil {
+				return fencegate.FenceState{}, err
+			}
+		}
+		return st.LowerFence(ctx, resource, to, owner)
+	}
+}
+
+// resetSources are the lock services of the routes that may produce
+// resource as a key, each once; a refusal if one of those routes has none,
+// or if no route may produce it.
+func (s *Server) resetSources(resource string) ([]*openSource, error) {
+	ts := &s.tokenSources
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var srcs []*openSource
+	for i := range ts.all {
+		r := &ts.all[i]
+		if !r.MayProduceKey(resource) {
+			continue
+		}
+		if r.TokenSource == nil {
+			return nil, &fencegate.Error{Code: fencegate.CodeTokenOutOfRange, Resource: resource,
+				Message: fmt.Sprintf("route %s may write %s and its tokens come from no lock service (token_source): on store.etcd no coordinator records the tokens issued, so nothing can vouch that none above the new value was", r.Name, resource)}
+		}
+		o := ts.byID[r.TokenSource.Identity()]
+		if o == nil {
+			return nil, fencegate.Unavailable(resource, fmt.Errorf("the lock service of route %s is not open", r.Name))
+		}
+		if !slices.Contains(srcs, o) {
+			srcs = append(srcs, o)
+		}
+	}
+	if len(srcs) == 0 {
+		return nil, &fencegate.Error{Code: fencegate.CodeTokenOutOfRange, Resource: resource,
+			Message: "no route with a token_source may write " + resource + ": nothing can vouch for the new value"}
+	}
+	return srcs, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/etcd"
 	"github.com/fencegate/fencegate/adapters/postgres"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
@@ -109,6 +110,10 @@ func (s *Server) fenceAPI(cfg *config.Config, store gateway.Store) *gateway.Fenc
 		issued, api.RaiseTokens = l, l.RaiseSequence
 	}
 	api.Limit = advanceLimit(cfg.Fence.MaxAdvanceOrDefault(), s.verifying, issued, s.fence.State)
+	if es, ok := store.(*etcd.Store); ok {
+		api.Reset = s.etcdReset(es) // etcd.go
+		return api
+	}
 	rs, canReset := store.(fenceResetter)
 	switch {
 	case !s.verifying:

@@ -25,8 +25,9 @@ type tokenSource interface {
 type tokenSources struct {
 	mu   sync.Mutex
 	byID map[string]*openSource
-	// routes are the configured routes that have a token_source.
-	routes []config.Route
+	// routes are the configured routes that have a token_source; all are
+	// every configured route (a reset on store.etcd asks them, etcd.go).
+	routes, all []config.Route
 }
 
 type openSource struct {
@@ -65,6 +66,7 @@ func (s *Server) attachTokenSources(cfg *config.Config, routes []*gateway.Route)
 		}
 		routes[i].Tokens = o.verifier
 	}
+	ts.all = slices.Clone(cfg.Gateway.Routes)
 	ts.routes = slices.DeleteFunc(slices.Clone(cfg.Gateway.Routes), func(r config.Route) bool { return r.TokenSource == nil })
 	if s.coord != nil && s.coord.Foreign == nil { // set once, before serving
 		s.coord.Foreign = s.foreignSource

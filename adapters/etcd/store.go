@@ -22,6 +22,7 @@ type Store struct {
 	prefix       string
 	storeTimeout time.Duration
 	requests     atomic.Int64
+	etagRevs     etagRevs // etag.go
 }
 
 // StoreOptions configure OpenStore.
@@ -152,20 +153,25 @@ func (f *Store) raise(ctx context.Context, resource string, token int64, owner s
 	}
 }
 
-// State reads resource's fence record (zero Highest if none).
+// State reads resource's fence record (zero Highest if none), with the
+// ETag recorded for it (etag.go) in the same request.
 func (f *Store) State(ctx context.Context, resource string) (fencegate.FenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	f.requests.Add(1)
-	resp, err := f.client.Get(ctx, f.fenceKey(resource))
+	tr, err := f.client.Txn(ctx).Then(clientv3.OpGet(f.fenceKey(resource)), clientv3.OpGet(f.etagKey(resource))).Commit()
 	if err != nil {
 		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
 	}
-	if len(resp.Kvs) == 0 {
+	kvs := tr.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		// No fence yet: nothing can be in flight under it.
 		return fencegate.FenceState{Resource: resource, Ready: true}, nil
 	}
-	rec, err := decode(resp.Kvs[0])
+	rec, err := decode(kvs[0])
+	if err == nil {
+		err = rec.withETag(tr.Responses[1].GetResponseRange().Kvs)
+	}
 	if err != nil {
 		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
 	}
@@ -225,7 +231,8 @@ func (f *Store) Ping(ctx context.Context) error {
 
 // ListFences pages through the fence records (console.FenceLister): up to
 // limit records whose resource starts with prefix and sorts after after,
-// in key order. One range read, whatever the number of records.
+// in key order. Two range reads (the records, their ETags), whatever the
+// number of records.
 func (f *Store) ListFences(ctx context.Context, prefix, after string, limit int) ([]fencegate.FenceState, error) {
 	dir := f.prefix + "/f/"
 	from := dir + prefix
@@ -240,11 +247,18 @@ func (f *Store) ListFences(ctx context.Context, prefix, after string, limit int)
 	if err != nil {
 		return nil, fmt.Errorf("list fences: %w", err)
 	}
+	etags, err := f.etagsOf(ctx, resp.Kvs, resp.Header.Revision) // etag.go
+	if err != nil {
+		return nil, fmt.Errorf("list fences: %w", err)
+	}
 	out := make([]fencegate.FenceState, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		rec, err := decode(kv)
 		if err != nil {
 			return nil, err
+		}
+		if e, ok := etags[string(kv.Key)]; ok {
+			rec.ETag = e
 		}
 		out = append(out, rec.state(strings.TrimPrefix(string(kv.Key), dir)))
 	}
@@ -270,10 +284,17 @@ func (f *Store) ExportFences(ctx context.Context, fn func(fencegate.FenceRecord)
 			return fmt.Errorf("export fences: %w", err)
 		}
 		rev = resp.Header.Revision
+		etags, err := f.etagsOf(ctx, resp.Kvs, rev) // etag.go
+		if err != nil {
+			return fmt.Errorf("export fences: %w", err)
+		}
 		for _, kv := range resp.Kvs {
 			rec, err := decode(kv)
 			if err != nil {
 				return fmt.Errorf("export fences: %w", err)
+			}
+			if e, ok := etags[string(kv.Key)]; ok {
+				rec.ETag = e
 			}
 			if err := fn(fencegate.FenceRecord{Resource: strings.TrimPrefix(string(kv.Key), dir), Highest: rec.Highest, Owner: rec.Owner, ETag: rec.ETag}); err != nil {
 				return err
@@ -336,7 +357,7 @@ func (f *Store) importOne(ctx context.Context, in fencegate.FenceRecord) (bool, 
 		rec := record{Highest: in.Highest, Ready: modRev == 0, Owner: in.Owner, ETag: in.ETag, Updated: time.Now().UnixMilli()}
 		f.requests.Add(1)
 		tr, err := f.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
-			Then(clientv3.OpPut(key, rec.encode())).Commit()
+			Then(clientv3.OpPut(key, rec.encode()), f.importETag(in)).Commit()
 		if err != nil {
 			return false, err
 		}

@@ -35,7 +35,7 @@ func newFenceCmd() *cobra.Command {
 			"Advance raises the fence of RESOURCE to TOKEN, so that every older token is\nrefused from now on: at most fence.max_advance above the highest token\nissued, or the fence's highest.",
 			"  fencegate fence advance /orders/7 50"},
 		{"reset RESOURCE --to T --confirm [flags]", "lower a fence raised by mistake to T",
-			"Reset lowers the fence of RESOURCE to T; refused unless no token above T\nwas ever issued for RESOURCE. It needs --confirm.",
+			"Reset lowers the fence of RESOURCE to T; refused unless no token above T\nwas ever issued for RESOURCE. On store.etcd, T must be the token of\nRESOURCE's current lock holder, vouched for by the token_source of every\nroute that may write RESOURCE. It needs --confirm.",
 			"  fencegate fence reset /orders/7 --to 42 --confirm"},
 	}
 	var cmds []*cobra.Command

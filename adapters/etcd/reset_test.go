@@ -1,0 +1,133 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+// LowerFence (fence reset on etcd), checked against the record in etcd:
+// refused while a write admitted under the higher fence is in flight,
+// then the record is lowered, not ready; a token below the new value stays
+// stale and the value itself is admitted.
+func TestLowerFence(t *testing.T) {
+	c := &testCluster{EtcdCluster: testenv.Etcd(t, 1), prefix: "/fg"}
+	a := c.replica(t, SharedFenceOptions{MarkerIdle: 50 * time.Millisecond})
+	ctx := context.Background()
+	const res = "/orders/7"
+
+	p, err := admit(a, res, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	p900, err := admit(a, res, 900) // the mistaken token, its write in flight
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LowerFence(ctx, res, 5, "op"); !errors.Is(err, gateway.ErrWritesInFlight) || code(err) != fencegate.CodeFenceDraining {
+		t.Fatalf("reset under a write of 900 in flight: %v; want writes in flight", err)
+	}
+	if r := c.stored(t, res); r.Highest != 900 {
+		t.Fatalf("etcd record after the refused reset: %+v; want 900 kept", r)
+	}
+	p900.Release()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := a.LowerFence(ctx, res, 5, "op")
+		if err == nil {
+			if st.Highest != 5 || st.Ready {
+				t.Fatalf("reset answered %+v; want highest 5 not ready", st)
+			}
+			break
+		}
+		if !errors.Is(err, gateway.ErrWritesInFlight) || time.Now().After(deadline) {
+			t.Fatalf("reset after the write ended: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := c.stored(t, res); r.Highest != 5 || r.Ready || r.Owner != "op" {
+		t.Fatalf("etcd record after the reset: %+v; want highest 5, not ready, owner op", r)
+	}
+	if _, err := admit(a, res, 4); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("token 4 after the reset to 5: %v; want stale", err)
+	}
+	if p, err = admit(a, res, 5); err != nil {
+		t.Fatalf("token 5 after the reset to 5: %v", err)
+	}
+	p.Release()
+	if r := c.stored(t, res); r.Highest != 5 || !r.Ready {
+		t.Fatalf("etcd record after token 5's write: %+v; want highest 5 ready", r)
+	}
+
+	// Nothing to lower: a fence at or below the value, or none.
+	if st, err := a.LowerFence(ctx, res, 7, "op"); err != nil || st.Highest != 5 {
+		t.Fatalf("reset to 7 of a fence at 5: %+v, %v; want 5 kept", st, err)
+	}
+	if _, err := a.LowerFence(ctx, "/none", 7, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.stored(t, "/none"); r.Highest != 0 {
+		t.Fatalf("a reset created a record: %+v", r)
+	}
+	if _, err := a.LowerFence(ctx, res, 0, "op"); !errors.Is(err, fencegate.ErrResetNotPositive) {
+		t.Fatalf("reset to 0: %v", err)
+	}
+}
+
+// After a reset, the first write of the new value drains the writes of
+// older tokens still in flight (their markers are below it), as after an
+// advance: a write of 3 in flight across a mistaken raise to 900 and the
+// reset to 5 still holds token 5 back until it ends.
+func TestLowerFenceDrainsOlder(t *testing.T) {
+	c := &testCluster{EtcdCluster: testenv.Etcd(t, 1), prefix: "/fg"}
+	a := c.replica(t, SharedFenceOptions{})
+	b := c.replica(t, SharedFenceOptions{})
+	ctx := context.Background()
+	const res = "/orders/8"
+	p3, err := admit(a, res, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AdvanceFence(ctx, res, 900, "op"); err != nil { // the mistake, by hand
+		t.Fatal(err)
+	}
+	if _, err := b.LowerFence(ctx, res, 5, "op"); err != nil {
+		t.Fatalf("reset with only an older write in flight: %v", err)
+	}
+	var released atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		p, err := admit(b, res, 5)
+		if err == nil {
+			if !released.Load() {
+				err = errors.New("token 5 admitted while token 3 was in flight")
+			}
+			p.Release()
+		}
+		done <- err
+	}()
+	time.Sleep(700 * time.Millisecond)
+	if r := c.stored(t, res); r.Highest != 5 || r.Ready {
+		t.Fatalf("etcd record during the drain: %+v; want highest 5 not ready", r)
+	}
+	released.Store(true)
+	p3.Release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("token 5 still waiting 10s after token 3's write ended")
+	}
+	if r := c.stored(t, res); r.Highest != 5 || !r.Ready {
+		t.Fatalf("etcd record after the drain: %+v; want highest 5 ready", r)
+	}
+}
