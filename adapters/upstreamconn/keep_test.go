@@ -229,3 +229,13 @@ func TestSpellingLearn(t *testing.T) {
 		}
 	}
 }
+
+// An answer spelled canonically, most answers, is read for its spelling
+// without an allocation.
+func TestSpellingLearnAllocates(t *testing.T) {
+	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nEtag: \"1\"\r\nX-Guploader-Uploadid: x\r\nContent-Length: 843\r\n\r\n")
+	var s Spelling
+	if n := testing.AllocsPerRun(100, func() { s.learn(head) }); n != 0 {
+		t.Fatalf("%v allocations per canonical answer; want none", n)
+	}
+}
