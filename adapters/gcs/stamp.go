@@ -324,9 +324,11 @@ var smallBodies = sync.Pool{New: func() any { b := make([]byte, smallUpload+1); 
 // smallUpload bytes, its length known or not): data, valid until release
 // is called. Otherwise data is nil and src reads the body from its start
 // for the streaming splice: the bytes read so far, then the rest of the
-// worker's body or the read error that stopped it, which reaches the
-// splice, or the forward, where it would have streaming. whole is the
-// body if the gateway read it already.
+// worker's body or the read error that stopped the reading, which the
+// splice or the forward then meets where it would have met it streaming.
+// whole is the body if the gateway read it already. A small body is read
+// to its end before its first part is checked: a refusal waits for at
+// most smallUpload bytes more than it did.
 func readSmall(r *http.Request, whole []byte) (data []byte, src io.Reader, release func()) {
 	switch {
 	case whole != nil && len(whole) <= smallUpload:
