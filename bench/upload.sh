@@ -14,6 +14,7 @@
 # UPLOADBENCH_BEFORE=PATH adds another fencegate binary as the target
 # "before" (before/after in one run). The load average is printed first:
 # other work on the machine slows every target alike but widens the spread.
+# With a count above 1, benchstat's medians of every figure end the output.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,6 +22,14 @@ count=${1:-5}
 rounds=${2:-10}
 stores=${3:-s3|gcs|azure}
 cd "$root"
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') load:$(cut -d' ' -f1-3 /proc/loadavg)"
-go test ./e2e -run '^$' -bench "^BenchmarkUpload\$/^($stores)\$/" -benchtime "${rounds}x" -count "$count" -timeout 60m
+echo "# $(date -u +%FT%TZ) $(git describe --always --dirty 2>/dev/null || echo '?') load:$(cut -d' ' -f1-3 /proc/loadavg)"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+go test ./e2e -run '^$' -bench "^BenchmarkUpload\$/^($stores)\$/" -benchtime "${rounds}x" -count "$count" -timeout 60m | tee "$out"
 echo "# $(date -u +%FT%TZ) load:$(cut -d' ' -f1-3 /proc/loadavg)"
+# The medians over the counts (and their spread), as comment lines that a
+# later benchstat of this output skips.
+bs=$(command -v benchstat || echo "$root/.cache/bin/benchstat")
+if [ "$count" -gt 1 ] && [ -x "$bs" ]; then
+  "$bs" "$out" | sed 's/^/# /'
+fi

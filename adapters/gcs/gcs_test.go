@@ -229,7 +229,7 @@ func TestStampJSON(t *testing.T) {
 
 // throughGateway is a gateway with one route, "{bucket}/{object}", to u:
 // the upstream forwards only what the gateway inspected and admitted.
-func throughGateway(t *testing.T, u *Upstream) http.Handler {
+func throughGateway(t testing.TB, u *Upstream) http.Handler {
 	t.Helper()
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), bolt.Options{})
 	if err != nil {

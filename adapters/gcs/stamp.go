@@ -52,12 +52,6 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 			// (gsutil's quoting) and another by a MIME parser.
 			return fencegate.InvalidRequest("a multipart upload's Content-Type must be multipart/related with a boundary (unquoted or double-quoted)")
 		}
-		var src io.Reader = r.Body
-		if whole != nil {
-			src = bytes.NewReader(whole)
-		}
-		br := multipartReaders.Get().(*bufio.Reader)
-		br.Reset(src)
 		edit := func(doc []byte) ([]byte, error) {
 			if err := checkNames(doc, t.bucket, t.object, true); err != nil {
 				return nil, err
@@ -67,6 +61,24 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 			}
 			return stampJSON(doc, "", u.stampKey, val)
 		}
+		data, src, release := readSmall(r, whole)
+		if data != nil {
+			out, err := spliceMultipart(data, params["boundary"], edit)
+			release()
+			if err != nil {
+				return fencegate.InvalidRequest("the multipart upload's metadata part: %v", err)
+			}
+			f.State.body, f.State.bodyLen = bytes.NewReader(out), int64(len(out))
+			switch {
+			case r.ContentLength >= 0:
+				f.State.bodyLen = r.ContentLength + int64(len(out)-len(data))
+			case len(out) > smallUpload:
+				f.State.bodyLen = -1 // as readAhead sends a longer body
+			}
+			return nil
+		}
+		br := multipartReaders.Get().(*bufio.Reader)
+		br.Reset(src)
 		body, delta, ahead, err := editMultipart(br, params["boundary"], edit)
 		if err != nil {
 			recycle(br)
@@ -279,10 +291,7 @@ func editMultipart(br *bufio.Reader, boundary string, edit func([]byte) ([]byte,
 		if i := bytes.Index(doc.Bytes(), next); i >= 0 {
 			rest := append([]byte(nil), doc.Bytes()[i:]...)
 			old := doc.Bytes()[:i]
-			if !sameFirstPart(head.Bytes(), old, rest, boundary) {
-				return nil, 0, 0, errors.New("its first part reads differently for a MIME reader")
-			}
-			stamped, jerr := edit(old)
+			stamped, jerr := editFirstPart(head.Bytes(), old, rest, boundary, edit)
 			if jerr != nil {
 				return nil, 0, 0, jerr
 			}
@@ -297,6 +306,95 @@ func editMultipart(br *bufio.Reader, boundary string, edit func([]byte) ([]byte,
 			return nil, 0, 0, errors.New("metadata part too large")
 		}
 	}
+}
+
+// editFirstPart is edit's result on doc, the first part of the body
+// head+doc+rest, if a MIME reader reads it so.
+func editFirstPart(head, doc, rest []byte, boundary string, edit func([]byte) ([]byte, error)) ([]byte, error) {
+	if !sameFirstPart(head, doc, rest, boundary) {
+		return nil, errors.New("its first part reads differently for a MIME reader")
+	}
+	return edit(doc)
+}
+
+// smallBodies are the buffers readSmall reads a body into.
+var smallBodies = sync.Pool{New: func() any { b := make([]byte, smallUpload+1); return &b }}
+
+// readSmall reads a multipart upload's body whole if it is small (at most
+// smallUpload bytes, its length known or not): data, valid until release
+// is called. Otherwise data is nil and src reads the body from its start
+// for the streaming splice: the bytes read so far, then the rest of the
+// worker's body or the read error that stopped the reading, which the
+// splice or the forward then meets where it would have met it streaming.
+// whole is the body if the gateway read it already. A small body is read
+// to its end before its first part is checked: a refusal waits for at
+// most smallUpload bytes more than it did.
+func readSmall(r *http.Request, whole []byte) (data []byte, src io.Reader, release func()) {
+	switch {
+	case whole != nil && len(whole) <= smallUpload:
+		return whole, nil, func() {}
+	case whole != nil:
+		return nil, bytes.NewReader(whole), nil
+	case r.Body == nil || r.Body == http.NoBody:
+		return []byte{}, nil, func() {}
+	case r.ContentLength > smallUpload:
+		return nil, r.Body, nil
+	}
+	bp := smallBodies.Get().(*[]byte)
+	buf := *bp
+	n, err := 0, error(nil)
+	for n < len(buf) && err == nil {
+		var m int
+		m, err = r.Body.Read(buf[n:])
+		n += m
+	}
+	switch {
+	case err == io.EOF:
+		return buf[:n], nil, func() { smallBodies.Put(bp) }
+	case err == nil:
+		// Longer than smallUpload: the buffer goes with the stream.
+		return nil, io.MultiReader(bytes.NewReader(buf[:n]), r.Body), nil
+	}
+	return nil, io.MultiReader(bytes.NewReader(buf[:n]), errReader{err}), nil
+}
+
+// spliceMultipart is editMultipart on a body read whole: the body with its
+// first part replaced by edit's result, in one buffer. It reads data as
+// editMultipart reads a stream, line by line: the head ends with the first
+// blank line after a delimiter, the first part with the next delimiter
+// (its line handed to the MIME reader's check as editMultipart has it).
+func spliceMultipart(data []byte, boundary string, edit func([]byte) ([]byte, error)) ([]byte, error) {
+	delim := []byte("--" + boundary)
+	end := 0
+	for {
+		i := bytes.Index(data[end:], []byte("\r\n\r\n"))
+		if i < 0 {
+			return nil, errors.New("no metadata part")
+		}
+		if bytes.Contains(data[:end+i+4], delim) {
+			end += i + 4
+			break
+		}
+		end += i + 1
+	}
+	head := data[:end]
+	i := bytes.Index(data[end:], append([]byte("\r\n"), delim...))
+	if i < 0 {
+		return nil, errors.New("the metadata part does not end")
+	}
+	doc, rest := data[end:end+i], data[end+i:]
+	line := len(rest)
+	if j := bytes.IndexByte(rest[len(delim)+1:], '\n'); j >= 0 {
+		line = len(delim) + 1 + j + 1
+	}
+	stamped, err := editFirstPart(head, doc, rest[:line], boundary, edit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(head)+len(stamped)+len(rest))
+	out = append(out, head...)
+	out = append(out, stamped...)
+	return append(out, rest...), nil
 }
 
 // sameFirstPart reports whether a MIME multipart reader (Go's, which

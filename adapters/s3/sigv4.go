@@ -521,12 +521,32 @@ func hmacSHA256(key, data []byte) []byte {
 }
 
 // hmacSHA256Sum is hmacSHA256 into an array, for the one HMAC per verified
-// request and per upstream signature.
-func hmacSHA256Sum(key, msg []byte) (sum [sha256.Size]byte) {
-	m := hmac.New(sha256.New, key)
-	m.Write(msg)
-	m.Sum(sum[:0])
-	return sum
+// request and per upstream signature. It is HMAC (RFC 2104) written out
+// over sha256.Sum256, which keeps msg where it is: through crypto/hmac's
+// hash.Hash the string to sign escaped, and with it the 2 KiB buffer on
+// the stack that the verifier and the signer build it in, moved to the
+// heap for every request (with hmac.New's own two digests).
+func hmacSHA256Sum(key, msg []byte) [sha256.Size]byte {
+	const block = sha256.BlockSize
+	if len(key) > block {
+		k := sha256.Sum256(key)
+		key = k[:]
+	}
+	var ib [block + 448]byte // a string to sign fits
+	in := ib[:block]
+	if block+len(msg) > len(ib) {
+		in = make([]byte, block, block+len(msg))
+	}
+	var ob [block + sha256.Size]byte
+	copy(in, key)
+	copy(ob[:], key)
+	for i := range block {
+		in[i] ^= 0x36
+		ob[i] ^= 0x5c
+	}
+	inner := sha256.Sum256(append(in, msg...))
+	copy(ob[block:], inner[:])
+	return sha256.Sum256(ob[:])
 }
 
 func sha256Hex(b []byte) string {

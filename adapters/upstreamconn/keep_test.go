@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -204,5 +205,37 @@ func TestTransportCloseShortcutsStd(t *testing.T) {
 			t.Errorf("%s: Connection: close %v, want %v", path, closed, shortcuts)
 		}
 		tr.CloseIdleConnections()
+	}
+}
+
+// Spelling records the names an answer spelled otherwise than their
+// canonical form, every line of such a name in order, and nothing for an
+// answer spelled canonically.
+func TestSpellingLearn(t *testing.T) {
+	for _, tc := range []struct {
+		head string
+		want map[string][]string
+	}{
+		{"HTTP/1.1 200 OK\r\nContent-Type: a\r\nX-Amz-Meta-Key: b\r\nEtag: c\r\n\r\n", nil},
+		{"HTTP/1.1 200 OK\r\nx-amz-meta-Key: b\r\nContent-Type: a\r\nX-Amz-Meta-Key: c\r\n\r\n",
+			map[string][]string{"X-Amz-Meta-Key": {"x-amz-meta-Key", "X-Amz-Meta-Key"}}},
+		{"HTTP/1.1 200 OK\r\nETag: c\r\n folded\r\nbad name: x\r\n\r\nlower: after the head\r\n", map[string][]string{"Etag": {"ETag"}}},
+		{"HTTP/1.1 200 OK\nx-ms-meta-a: 1\n\n", map[string][]string{"X-Ms-Meta-A": {"x-ms-meta-a"}}},
+	} {
+		var s Spelling
+		s.learn([]byte(tc.head))
+		if !reflect.DeepEqual(s.names, tc.want) {
+			t.Errorf("%q: %v; want %v", tc.head, s.names, tc.want)
+		}
+	}
+}
+
+// An answer spelled canonically, most answers, is read for its spelling
+// without an allocation.
+func TestSpellingLearnAllocates(t *testing.T) {
+	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nEtag: \"1\"\r\nX-Guploader-Uploadid: x\r\nContent-Length: 843\r\n\r\n")
+	var s Spelling
+	if n := testing.AllocsPerRun(100, func() { s.learn(head) }); n != 0 {
+		t.Fatalf("%v allocations per canonical answer; want none", n)
 	}
 }

@@ -862,34 +862,20 @@ var heads = sync.Pool{New: func() any { b := make([]byte, 0, ConnBufferSize); re
 
 // learn records the spelling of the field names in head, an answer's
 // status line and fields as received (ReadResponse parsed them: they are
-// well formed up to the empty line).
+// well formed up to the empty line). Most answers spell every name
+// canonically: they are told so without an allocation.
 func (s *Spelling) learn(head []byte) {
 	s.names = nil
-	_, head, _ = bytes.Cut(head, []byte("\n")) // the status line
-	type line struct{ canon, name string }
-	var lines []line // every field line, once a name is not canonical
 	odd := false
-	for len(head) > 0 {
-		var l []byte
-		l, head, _ = bytes.Cut(head, []byte("\n"))
-		l = bytes.TrimSuffix(l, []byte("\r"))
-		if len(l) == 0 {
-			break
-		}
-		if l[0] == ' ' || l[0] == '\t' {
-			continue // a folded line's continuation
-		}
-		name, _, ok := bytes.Cut(l, []byte(":"))
-		if !ok || !httpguts.ValidHeaderFieldName(string(name)) {
-			continue
-		}
-		k := textproto.CanonicalMIMEHeaderKey(string(name))
-		odd = odd || k != string(name)
-		lines = append(lines, line{k, string(name)})
-	}
+	eachName(head, func(name []byte) { odd = odd || !canonical(name) })
 	if !odd {
 		return
 	}
+	type line struct{ canon, name string }
+	var lines []line // every field line
+	eachName(head, func(name []byte) {
+		lines = append(lines, line{textproto.CanonicalMIMEHeaderKey(string(name)), string(name)})
+	})
 	var spelled map[string]bool
 	for _, l := range lines {
 		if l.canon != l.name {
@@ -905,4 +891,41 @@ func (s *Spelling) learn(head []byte) {
 			s.names[l.canon] = append(s.names[l.canon], l.name)
 		}
 	}
+}
+
+// eachName calls fn with the name of each field line of head (after the
+// status line, up to the empty line; continuations of folded lines and
+// malformed names skipped).
+func eachName(head []byte, fn func(name []byte)) {
+	_, head, _ = bytes.Cut(head, []byte("\n")) // the status line
+	for len(head) > 0 {
+		var l []byte
+		l, head, _ = bytes.Cut(head, []byte("\n"))
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) == 0 {
+			break
+		}
+		if l[0] == ' ' || l[0] == '\t' {
+			continue // a folded line's continuation
+		}
+		name, _, ok := bytes.Cut(l, []byte(":"))
+		if !ok || !httpguts.ValidHeaderFieldName(string(name)) {
+			continue
+		}
+		fn(name)
+	}
+}
+
+// canonical reports whether textproto.CanonicalMIMEHeaderKey leaves name,
+// a valid field name, as it is (its own quick check): the first letter
+// and each after a hyphen upper case, the others lower.
+func canonical(name []byte) bool {
+	upper := true
+	for _, c := range name {
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return false
+		}
+		upper = c == '-'
+	}
+	return true
 }
