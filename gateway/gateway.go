@@ -429,7 +429,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 	}
 	ctx, cancel := context.WithTimeout(parent, rt.timeout)
 	defer cancel()
-	out := r.WithContext(withRequest(ctx, req))
+	out := r.WithContext(ctx)
 	streaming := r.Body != nil && r.Body != http.NoBody
 	if body != nil {
 		out.Body = body
@@ -468,7 +468,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 	} else {
 		rw = &StatusWriter{ResponseWriter: w}
 	}
-	err := rt.upstream.Forward(rw, out)
+	err := rt.upstream.Forward(rw, out, req)
 	o.Status = rw.Status
 	if err == nil {
 		if g.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -730,8 +730,9 @@ func livePermits(permits []Permit) func() error {
 	}
 }
 
-// Request is what the gateway learnt about an admitted request; upstreams
-// find it in the request context (RequestFrom).
+// Request is what the gateway learnt about an admitted request, handed to
+// the upstream's Forward beside the request itself: the facts cross the
+// seam as an argument, never as a context value the upstream must fetch.
 type Request struct {
 	Route     *Route
 	Path      string   // canonical escaped path, forwarded upstream
@@ -744,16 +745,4 @@ type Request struct {
 	Body []byte
 	// Inspected is the Inspection's State for this request (nil if none).
 	Inspected any
-}
-
-type requestKey struct{}
-
-func withRequest(ctx context.Context, r *Request) context.Context {
-	return context.WithValue(ctx, requestKey{}, r)
-}
-
-// RequestFrom returns the gateway's view of the request being forwarded.
-func RequestFrom(ctx context.Context) *Request {
-	r, _ := ctx.Value(requestKey{}).(*Request)
-	return r
 }

@@ -380,7 +380,9 @@ func TestAbortIncompleteBody(t *testing.T) {
 // S3 adapter does for a failed precondition.
 type refusingUpstream struct{ err error }
 
-func (u refusingUpstream) Forward(w http.ResponseWriter, r *http.Request) error { return u.err }
+func (u refusingUpstream) Forward(http.ResponseWriter, *http.Request, *gateway.Request) error {
+	return u.err
+}
 
 // serveOrders serves the orders route through up, an upstream of the test's.
 func serveOrders(t *testing.T, up gateway.Upstream, log *slog.Logger) *httptest.Server {

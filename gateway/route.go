@@ -15,12 +15,13 @@ import (
 
 // An Upstream forwards admitted requests to where a route points.
 type Upstream interface {
-	// Forward sends r upstream and streams the answer to w. If it fails
-	// before anything was written to w it returns the error, and the
-	// gateway answers it (a *fencegate.Error as is; a deadline as 504;
-	// anything else as 502). The gateway's view of the request is in r's
-	// context (RequestFrom), bounded by the route's timeout.
-	Forward(w http.ResponseWriter, r *http.Request) error
+	// Forward sends r upstream and streams the answer to w. req is the
+	// gateway's view of r (its route, canonical path, fence keys, token,
+	// the inspection's state), never nil; r's context is bounded by the
+	// route's timeout. If Forward fails before anything was written to w
+	// it returns the error, and the gateway answers it (a
+	// *fencegate.Error as is; a deadline as 504; anything else as 502).
+	Forward(w http.ResponseWriter, r *http.Request, req *Request) error
 }
 
 // Inspector is implemented by upstreams that authenticate requests or derive

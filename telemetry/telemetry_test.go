@@ -103,7 +103,7 @@ func newHarness(t *testing.T, tracing bool) *harness {
 	})
 	hu, err := relay.New(relay.Options{
 		URL:       up.URL,
-		Transport: telemetry.Transport(relay.NewTransport(nil)),
+		Transport: telemetry.Transport(relay.NewTransport(nil), "orders"),
 	})
 	if err != nil {
 		t.Fatal(err)

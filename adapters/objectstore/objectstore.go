@@ -8,8 +8,8 @@
 //
 //  1. Inspect: the dialect authenticates the worker and classifies the
 //     request; what it learnt (its state) goes back to the gateway in the
-//     Inspection, and comes back to Forward from it, never through a
-//     context value and never inspected twice.
+//     Inspection, and comes back to Forward in its gateway.Request
+//     argument, never through a context value and never inspected twice.
 //  2. Prepare: the dialect readies the forward (reads a body that names
 //     objects, stamps it).
 //  3. The precondition bookkeeping (package precondition): the write is
@@ -215,11 +215,7 @@ func (c *Core[S]) Inspect(r *http.Request) (gateway.Inspection, error) {
 var errNotInspected = fencegate.Internal(errors.New("objectstore: a request reached Forward without this upstream's inspection"))
 
 // Forward implements gateway.Upstream.
-func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request) error {
-	req := gateway.RequestFrom(r.Context())
-	if req == nil {
-		return errNotInspected
-	}
+func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request, req *gateway.Request) error {
 	s, ok := req.Inspected.(*S)
 	if !ok || s == nil {
 		return errNotInspected

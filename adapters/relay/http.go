@@ -38,8 +38,7 @@ type Upstream struct {
 	target      *url.URL
 	inject      http.Header // set on every forwarded request
 	tokenHeader string      // removed before forwarding unless forwardToken
-	proxy       *Proxy
-	transport   http.RoundTripper     // the proxy's, without the ETag bookkeeping
+	transport   http.RoundTripper
 	tracker     *precondition.Tracker // precondition: etag; nil: none
 	keepHost    bool                  // PreserveHost
 }
@@ -91,15 +90,48 @@ func New(opts Options) (*Upstream, error) {
 	}
 	if opts.ETags != nil {
 		h.tracker = &precondition.Tracker{Store: opts.ETags, Route: opts.Route, Log: opts.Logger}
-		h.proxy = NewProxy(&etagTransport{h.transport}, h.rewrite)
-		return h, nil
 	}
-	h.proxy = NewProxy(h.transport, h.rewrite)
 	return h, nil
 }
 
-func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
-	req := gateway.RequestFrom(pr.In.Context())
+// forwarding is one forward as Send carries it: the gateway's view of the
+// request and, for a tracked write, its precondition bookkeeping, handed
+// to the rewrite and the transport as an argument.
+type forwarding struct {
+	h   *Upstream
+	req *gateway.Request
+	ew  *precondition.Write // a tracked write of one object; nil: none
+	ws  etagWrites          // a namespace request's records; nil: none
+}
+
+// Rewrite prepares the outbound request (Sender).
+func (f *forwarding) Rewrite(pr *httputil.ProxyRequest) {
+	f.h.rewrite(pr, f.req)
+	if f.ew != nil {
+		f.ew.Apply(pr.Out.Header)
+	}
+}
+
+// RoundTrip carries the outbound request and records a tracked write's
+// outcome from the upstream's answer; a 412 to the gateway's precondition
+// becomes the precondition_failed refusal (the answer is discarded).
+func (f *forwarding) RoundTrip(out *http.Request) (*http.Response, error) {
+	resp, err := f.h.transport.RoundTrip(out)
+	switch {
+	case err != nil:
+		return resp, err
+	case f.ws != nil:
+		for _, ew := range f.ws {
+			ew.Answered(out.Context(), resp.StatusCode, "")
+		}
+		return resp, nil
+	case f.ew != nil:
+		return f.ew.Response(out.Context(), resp)
+	}
+	return resp, nil
+}
+
+func (h *Upstream) rewrite(pr *httputil.ProxyRequest, req *gateway.Request) {
 	pr.Out.URL.Scheme = h.target.Scheme
 	pr.Out.URL.Host = h.target.Host
 	// Forward the canonical path the fence key was derived from, not the
@@ -138,17 +170,14 @@ func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
 		// the gateway holds whole goes with the headers, in one write.
 		pr.Out.Body = io.NopCloser(bytes.NewReader(req.Body))
 	}
-	if ew := etagWriteFrom(pr.In.Context()); ew != nil {
-		ew.Apply(pr.Out.Header)
-	}
 }
 
 // Forward implements gateway.Upstream.
-func (h *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
+func (h *Upstream) Forward(w http.ResponseWriter, r *http.Request, req *gateway.Request) error {
 	if h.tracker != nil {
-		return h.forwardConditional(w, r)
+		return h.forwardConditional(w, r, req)
 	}
-	return h.proxy.Forward(w, r)
+	return Send(w, r, &forwarding{h: h, req: req})
 }
 
 func unescapePath(p string) string {
