@@ -182,9 +182,20 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if ref != nil {
 		return rt, ref
 	}
+	// 3. The token, parsed once, here, before the inspection that may
+	// need it (an upload session's requests carry the token it was opened
+	// with). A fenced request without a valid one is refused after the
+	// inspection, whose refusals come first; an unfenced one's is only
+	// handed over (0 if invalid).
+	fenced := rt.fences(r.Method)
+	var token int64
+	var tokenRef *fencegate.Error
+	if vs := r.Header.Values(g.tokenHeader); fenced || len(vs) > 0 {
+		token, tokenRef = fencegate.ParseToken(g.tokenHeader, vs)
+	}
 	var insp Inspection
 	if rt.inspector != nil {
-		if insp, err = rt.inspector.Inspect(r); err != nil {
+		if insp, err = rt.inspector.Inspect(r, token); err != nil {
 			return rt, fencegate.AsError(err)
 		}
 		o.Owner = insp.Owner
@@ -193,15 +204,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 		insp.Owner, o.Owner = id.Owner, id.Owner
 	}
 	req := &Request{Route: rt, Path: cpath, Owner: insp.Owner, Inspected: insp.State}
-	if !rt.fences(r.Method) {
+	if !rt.forwardToken {
+		req.TokenHeader = g.tokenHeader
+	}
+	if !fenced {
 		o.Decision = "passthrough"
 		return rt, g.forward(w, r, rt, req, o, nil, nil)
 	}
-
-	// 3. The token.
-	token, ref := fencegate.ParseToken(g.tokenHeader, r.Header.Values(g.tokenHeader))
-	if ref != nil {
-		return rt, ref
+	if tokenRef != nil {
+		return rt, tokenRef
 	}
 	req.Token, o.Token = token, token
 
@@ -745,4 +756,10 @@ type Request struct {
 	Body []byte
 	// Inspected is the Inspection's State for this request (nil if none).
 	Inspected any
+	// TokenHeader is the header that carried the token (the gateway's
+	// one name for it, Options.TokenHeader), which the forward must not
+	// carry on; "" when the route forwards it (RouteOptions.ForwardToken).
+	// relay.Send removes it while it copies the request's headers: the one
+	// place a forward loses the token, whatever the upstream.
+	TokenHeader string
 }

@@ -51,7 +51,7 @@ func newTestGatewayFor(t testing.TB, routesYAML string, h http.Handler) *testGat
 	g := gateway.New(f, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	var routes []*gateway.Route
 	for _, rc := range cfg.Gateway.Routes {
-		up, err := relay.New(server.HTTPUpstreamOptions(rc, ""))
+		up, err := relay.New(server.HTTPUpstreamOptions(rc))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,9 +27,12 @@ type Upstream interface {
 // Inspector is implemented by upstreams that authenticate requests or derive
 // their own template variables (S3: bucket, key, the worker's access key).
 type Inspector interface {
-	// Inspect runs before the fence check. A *fencegate.Error refuses the
-	// request with that status and code.
-	Inspect(r *http.Request) (Inspection, error)
+	// Inspect runs before the fence check. token is the request's fencing
+	// token as the gateway parsed it from its token header; 0 if the
+	// request carries none, or none valid (refused after the inspection
+	// if the request is fenced). A *fencegate.Error refuses the request
+	// with that status and code.
+	Inspect(r *http.Request, token int64) (Inspection, error)
 }
 
 // Inspection is what an Inspector learnt about a request.
@@ -116,9 +119,10 @@ type Route struct {
 	// (RouteOptions.Collections).
 	collections bool
 
-	upstream  Upstream
-	inspector Inspector
-	errWriter ErrorWriter
+	upstream     Upstream
+	forwardToken bool // RouteOptions.ForwardToken
+	inspector    Inspector
+	errWriter    ErrorWriter
 	// encodedSlash: the upstream is an ObjectNamer; %2F is accepted.
 	encodedSlash bool
 	writes       *writeLimit  // max_inflight_writes; nil: no cap
@@ -195,6 +199,10 @@ type RouteOptions struct {
 	// hierarchical, a collection write is refused unless the collection
 	// and its objects share one key.
 	Collections bool
+	// ForwardToken sends the token header on to the upstream (a plain
+	// HTTP route's forward_token); false, the default, has it removed from
+	// the forward (Request.TokenHeader).
+	ForwardToken bool
 }
 
 // NewRoute compiles a route around its upstream. Method names must be in
@@ -223,6 +231,7 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 		timeout:      c.Timeout,
 		drainTimeout: c.DrainTimeout,
 		upstream:     up,
+		forwardToken: c.ForwardToken,
 		writes:       newWriteLimit(c.MaxInflightWrites),
 	}
 	if c.Host == "" {

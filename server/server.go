@@ -229,7 +229,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
-			opts := HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader)
+			opts := HTTPUpstreamOptions(rc)
 			opts.Transport = telemetry.Transport(tr, rc.Name)
 			opts.Logger = log.With("component", "upstream", "route", rc.Name)
 			if rc.Precondition == "etag" {

@@ -111,6 +111,7 @@ func newHarness(t *testing.T, tracing bool) *harness {
 	rt, err := gateway.NewRoute(gateway.RouteOptions{
 		Name: "orders", PathPrefix: "/orders/", Resource: "{path}",
 		FencedMethods: []string{"PUT", "POST", "PATCH", "DELETE"},
+		ForwardToken:  true, // the recorder keeps each write's token
 	}, hu)
 	if err != nil {
 		t.Fatal(err)

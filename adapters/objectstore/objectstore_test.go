@@ -30,7 +30,7 @@ type plain struct {
 	seen     func(*objectstore.Forward[string]) // each forward's state, in RoundTrip
 }
 
-func (d *plain) Inspect(r *http.Request) (gateway.Inspection, *string, error) {
+func (d *plain) Inspect(r *http.Request, _ int64) (gateway.Inspection, *string, error) {
 	d.inspects.Add(1)
 	name := strings.TrimPrefix(r.URL.Path, "/")
 	if name == "" {

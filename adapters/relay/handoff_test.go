@@ -86,7 +86,7 @@ func TestForwardTakesTheRequestsFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	up, err := relay.New(relay.Options{URL: srv.URL + "/base/", ETags: st, TokenHeader: "Fencing-Token", Route: "r",
+	up, err := relay.New(relay.Options{URL: srv.URL + "/base/", ETags: st, Route: "r",
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,9 @@ func TestForwardTakesTheRequestsFacts(t *testing.T) {
 		r := httptest.NewRequestWithContext(context.Background(), http.MethodPut, "http://gw/objs//./a", strings.NewReader(body))
 		r.Header.Set("Fencing-Token", fmt.Sprint(token))
 		w := httptest.NewRecorder()
-		err := up.Forward(w, r, &gateway.Request{Path: "/objs/a", Resources: []string{"objs/a"}, Token: token})
+		err := up.Forward(w, r, &gateway.Request{
+			Path: "/objs/a", Resources: []string{"objs/a"}, Token: token, TokenHeader: "Fencing-Token",
+		})
 		return w.Code, err
 	}
 
@@ -133,5 +135,69 @@ func TestForwardTakesTheRequestsFacts(t *testing.T) {
 	}
 	if got, _ := es.object("/base/objs/a"); got != "around" {
 		t.Fatalf("upstream holds %q; want the change made around the gateway kept", got)
+	}
+}
+
+// TestTokenHeaderLeftOut: the gateway names the header its token came in
+// (its own, here not the default) and the forward leaves it out unless
+// the route forwards it: a route built with no option about it strips it
+// on writes and reads alike, one with ForwardToken sends it on. What the
+// upstream received is read back from it.
+func TestTokenHeaderLeftOut(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string][]string{} // path: the token headers received
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		got[r.URL.Path] = append(got[r.URL.Path], r.Header.Get("X-Lease-Token")+"|"+r.Header.Get("Fencing-Token"))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}),
+		gateway.Options{TokenHeader: "x-lease-token", Logger: slog.New(slog.DiscardHandler)})
+	var routes []*gateway.Route
+	for _, forward := range []bool{false, true} {
+		up, err := relay.New(relay.Options{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := fmt.Sprintf("/forward-%v/", forward)
+		rt, err := gateway.NewRoute(gateway.RouteOptions{Name: prefix, PathPrefix: prefix, Resource: "{path}", ForwardToken: forward}, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		routes = append(routes, rt)
+	}
+	g.SetRoutes(routes)
+	gw := httptest.NewServer(g)
+	defer gw.Close()
+	for _, path := range []string{"/forward-false/a", "/forward-true/a"} {
+		for _, method := range []string{http.MethodPut, http.MethodGet} {
+			req, _ := http.NewRequest(method, gw.URL+path, strings.NewReader("x"))
+			req.Header.Set("X-Lease-Token", "4")
+			req.Header.Set("Fencing-Token", "other") // not the gateway's header: any client header
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s %s: %d", method, path, resp.StatusCode)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string][]string{
+		"/forward-false/a": {"|other", "|other"},
+		"/forward-true/a":  {"4|other", "4|other"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("upstream received token headers %v; want %v", got, want)
 	}
 }

@@ -1,7 +1,7 @@
 // Package relay relays the writes the gateway admitted to plain HTTP(S)
 // upstreams (the upstream adapter of HTTP routes): it forwards them to an upstream URL (bodies stream both ways, hop-by-hop
 // headers dropped, X-Forwarded-* set; forward.go), injects
-// the route's credentials, removes the token header when asked, and with
+// the route's credentials, and with
 // `precondition: etag` makes fenced writes conditional on the ETag of the
 // gateway's last write (precondition.go).
 //
@@ -35,12 +35,11 @@ import (
 // Upstream forwards to a plain HTTP(S) upstream. It implements
 // gateway.Upstream.
 type Upstream struct {
-	target      *url.URL
-	inject      http.Header // set on every forwarded request
-	tokenHeader string      // removed before forwarding unless forwardToken
-	transport   http.RoundTripper
-	tracker     *precondition.Tracker // precondition: etag; nil: none
-	keepHost    bool                  // PreserveHost
+	target    *url.URL
+	inject    http.Header // set on every forwarded request
+	transport http.RoundTripper
+	tracker   *precondition.Tracker // precondition: etag; nil: none
+	keepHost  bool                  // PreserveHost
 }
 
 // Options configure New.
@@ -55,8 +54,6 @@ type Options struct {
 	// gateway's own (never http.DefaultTransport, which others may tune):
 	// upstreamconn.Transport over NewTransport(nil).
 	Transport http.RoundTripper
-	// TokenHeader, if set, is removed from forwarded requests.
-	TokenHeader string
 	// ETags, if set, makes every fenced write conditional on the ETag the
 	// gateway last wrote to its object (`precondition: etag`; see
 	// precondition.go).
@@ -80,7 +77,7 @@ func New(opts Options) (*Upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream url: %w", err)
 	}
-	h := &Upstream{target: u, inject: make(http.Header), tokenHeader: opts.TokenHeader, keepHost: opts.PreserveHost}
+	h := &Upstream{target: u, inject: make(http.Header), keepHost: opts.PreserveHost}
 	for k, v := range opts.Headers {
 		h.inject.Set(k, v)
 	}
@@ -155,9 +152,6 @@ func (h *Upstream) rewrite(pr *httputil.ProxyRequest, req *gateway.Request) {
 		}
 	}
 	pr.SetXForwarded()
-	if h.tokenHeader != "" {
-		pr.Out.Header.Del(h.tokenHeader)
-	}
 	// Credentials are the gateway's to send: the worker's own copy of an
 	// injected header is dropped, so workers never hold a way around the
 	// fence.
@@ -177,7 +171,7 @@ func (h *Upstream) Forward(w http.ResponseWriter, r *http.Request, req *gateway.
 	if h.tracker != nil {
 		return h.forwardConditional(w, r, req)
 	}
-	return Send(w, r, &forwarding{h: h, req: req})
+	return Send(w, r, req, &forwarding{h: h, req: req})
 }
 
 func unescapePath(p string) string {
@@ -207,7 +201,7 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 		transport = NewTransport(nil)
 	}
 	p := &Proxy{transport: transport, rewrite: rewrite}
-	p.upgrades = upgradeProxy(rewrite, transport)
+	p.upgrades = upgradeProxy(rewrite, transport, "")
 	return p
 }
 
@@ -220,10 +214,14 @@ func largeStepsBody(pr *httputil.ProxyRequest) {
 	}
 }
 
-// upgradeProxy is the ReverseProxy that serves protocol upgrades.
-func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) *httputil.ReverseProxy {
+// upgradeProxy is the ReverseProxy that serves protocol upgrades, without
+// the header drop ("": none; see Send).
+func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTripper, drop string) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			if drop != "" {
+				delete(pr.Out.Header, drop)
+			}
 			rewrite(pr)
 			largeStepsBody(pr)
 		},
@@ -240,7 +238,7 @@ func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTrip
 // Forward serves r through the proxy and returns its transport error.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) error {
 	if upgradeType(r.Header) == "" {
-		return forward(w, r, p.rewrite, p.transport)
+		return forward(w, r, "", p.rewrite, p.transport)
 	}
 	return serveUpgrade(p.upgrades, w, r)
 }
@@ -255,12 +253,15 @@ type Sender interface {
 	http.RoundTripper
 }
 
-// Send serves r as Proxy.Forward does, prepared and carried by s.
-func Send(w http.ResponseWriter, r *http.Request, s Sender) error {
+// Send serves r as Proxy.Forward does, prepared and carried by s. req is
+// the gateway's view of r: the header that carried its token
+// (req.TokenHeader) is left out of the forward here, before s's rewrite,
+// the one place a forward loses it, for every upstream adapter.
+func Send(w http.ResponseWriter, r *http.Request, req *gateway.Request, s Sender) error {
 	if upgradeType(r.Header) == "" {
-		return forward(w, r, s.Rewrite, s)
+		return forward(w, r, req.TokenHeader, s.Rewrite, s)
 	}
-	return serveUpgrade(upgradeProxy(s.Rewrite, s), w, r)
+	return serveUpgrade(upgradeProxy(s.Rewrite, s, req.TokenHeader), w, r)
 }
 
 func serveUpgrade(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) error {

@@ -28,11 +28,11 @@ import (
 func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request, req *gateway.Request) error {
 	f := &forwarding{h: h, req: req}
 	if req.Token == 0 || len(req.Resources) == 0 {
-		return Send(w, r, f) // not a fenced write
+		return Send(w, r, req, f) // not a fenced write
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
-		return Send(w, r, f) // a read fenced by fence_reads
+		return Send(w, r, req, f) // a read fenced by fence_reads
 	}
 	if ns := namespaceOp(r.Method, req.Resources); ns != nil {
 		return h.forwardNamespace(w, r, f, ns)
@@ -69,7 +69,7 @@ func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request, re
 		}
 	}
 	f.ew = ew
-	err = Send(w, r, f)
+	err = Send(w, r, req, f)
 	if err != nil {
 		var ref *fencegate.Error
 		if !errors.As(err, &ref) {
@@ -103,7 +103,8 @@ func namespaceOp(method string, keys []string) []string {
 // the gateway's own forward must never leave a record naming a version
 // it replaced, or the owner's next write would fail its precondition.
 func (h *Upstream) forwardNamespace(w http.ResponseWriter, r *http.Request, f *forwarding, keys []string) error {
-	token := f.req.Token
+	req := f.req
+	token := req.Token
 	ws := make(etagWrites, 0, len(keys))
 	for _, k := range keys {
 		// Not conditional and opaque: nothing to learn, no HEAD.
@@ -117,7 +118,7 @@ func (h *Upstream) forwardNamespace(w http.ResponseWriter, r *http.Request, f *f
 		return err
 	}
 	f.ws = ws
-	err := Send(w, r, f)
+	err := Send(w, r, req, f)
 	if err != nil {
 		var ref *fencegate.Error
 		if !errors.As(err, &ref) {
