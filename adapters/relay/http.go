@@ -1,9 +1,10 @@
 // Package relay relays the writes the gateway admitted to plain HTTP(S)
-// upstreams (the upstream adapter of HTTP routes): it forwards them to an upstream URL (bodies stream both ways, hop-by-hop
-// headers dropped, X-Forwarded-* set; forward.go), injects
-// the route's credentials, and with
-// `precondition: etag` makes fenced writes conditional on the ETag of the
-// gateway's last write (precondition.go).
+// upstreams (the upstream adapter of HTTP routes): it forwards them to an
+// upstream URL (bodies stream both ways, hop-by-hop headers and the
+// gateway's token header dropped, X-Forwarded-* set; forward.go), injects
+// the route's credentials, and with `precondition: etag` makes fenced
+// writes conditional on the ETag of the gateway's last write
+// (precondition.go).
 //
 // It also holds the streaming core every upstream adapter shares: Proxy
 // (a reverse proxy whose transport errors go back to the gateway) and
@@ -36,8 +37,8 @@ import (
 // gateway.Upstream.
 type Upstream struct {
 	target    *url.URL
-	inject    http.Header // set on every forwarded request
-	transport http.RoundTripper
+	inject    http.Header           // set on every forwarded request
+	transport http.RoundTripper     // the forwards' and the ETag lookups'
 	tracker   *precondition.Tracker // precondition: etag; nil: none
 	keepHost  bool                  // PreserveHost
 }

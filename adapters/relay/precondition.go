@@ -103,8 +103,7 @@ func namespaceOp(method string, keys []string) []string {
 // the gateway's own forward must never leave a record naming a version
 // it replaced, or the owner's next write would fail its precondition.
 func (h *Upstream) forwardNamespace(w http.ResponseWriter, r *http.Request, f *forwarding, keys []string) error {
-	req := f.req
-	token := req.Token
+	req, token := f.req, f.req.Token
 	ws := make(etagWrites, 0, len(keys))
 	for _, k := range keys {
 		// Not conditional and opaque: nothing to learn, no HEAD.
