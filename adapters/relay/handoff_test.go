@@ -1,11 +1,13 @@
 package relay_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -199,5 +201,48 @@ func TestTokenHeaderLeftOut(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("upstream received token headers %v; want %v", got, want)
+	}
+}
+
+// TestTokenHeaderLeftOutOfUpgrades: a protocol upgrade, which goes
+// through httputil.ReverseProxy rather than the lean forward, loses the
+// header the gateway names too, and still switches. The upstream reports
+// the token header it received on the switched connection.
+func TestTokenHeaderLeftOutOfUpgrades(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		io.WriteString(c, "token="+r.Header.Get("Fencing-Token")+"\n")
+	}))
+	defer upstream.Close()
+	up, err := relay.New(relay.Options{URL: upstream.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := up.Forward(w, r, &gateway.Request{Path: "/ws", TokenHeader: "Fencing-Token"}); err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	}))
+	defer srv.Close()
+
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\nFencing-Token: 9\r\n\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	if line, _ := br.ReadString('\n'); line != "token=\n" {
+		t.Fatalf("upstream reports %q; want no token header", line)
 	}
 }
