@@ -1,13 +1,11 @@
 package relay_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -231,17 +229,7 @@ func TestTokenHeaderLeftOutOfUpgrades(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	c, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\nFencing-Token: 9\r\n\r\n")
-	br := bufio.NewReader(c)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v %v", res, err)
-	}
+	_, br := switchTo(t, srv, "Fencing-Token: 9\r\n")
 	if line, _ := br.ReadString('\n'); line != "token=\n" {
 		t.Fatalf("upstream reports %q; want no token header", line)
 	}
