@@ -93,7 +93,7 @@ func benchDataplane(b *testing.B, only ...string) {
 	fence := gateway.NewLocalFence(tel.Store(st), gateway.LocalFenceOptions{OnDrain: tel.Drained})
 	gw := gateway.New(fence, gateway.Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	gw.Observer = tel
-	up, err := relay.New(relay.Options{URL: upstream.URL, TokenHeader: "Fencing-Token"})
+	up, err := relay.New(relay.Options{URL: upstream.URL})
 	if err != nil {
 		b.Fatal(err)
 	}

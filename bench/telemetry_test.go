@@ -156,7 +156,7 @@ func newGateway(b *testing.B, mode, upstream, collector string) http.Handler {
 	gw := gateway.New(tel.TraceFence(fence), gateway.Options{})
 	up, err := relay.New(relay.Options{
 		URL:       upstream,
-		Transport: telemetry.Transport(relay.NewTransport(nil)),
+		Transport: telemetry.Transport(relay.NewTransport(nil), route.Name),
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -426,7 +426,7 @@ func (f *recordingFence) Advance(context.Context, string, int64, string) (fenceg
 // markUpstream answers 204 and records that the request got to it.
 type markUpstream struct{ forwarded bool }
 
-func (u *markUpstream) Forward(w http.ResponseWriter, _ *http.Request) error {
+func (u *markUpstream) Forward(w http.ResponseWriter, _ *http.Request, _ *gateway.Request) error {
 	u.forwarded = true
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -89,7 +89,7 @@ func TestS3OracleWhiteBox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		insp, err := u.Inspect(gwReq)
+		insp, err := u.Inspect(gwReq, 5)
 		if err != nil {
 			continue // refused: covers whatever the store would do
 		}

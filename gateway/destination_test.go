@@ -17,8 +17,8 @@ type seenUpstream struct {
 	keys []string
 }
 
-func (u *seenUpstream) Forward(w http.ResponseWriter, r *http.Request) error {
-	u.dest, u.keys = r.Header.Get("Destination"), gateway.RequestFrom(r.Context()).Resources
+func (u *seenUpstream) Forward(w http.ResponseWriter, r *http.Request, req *gateway.Request) error {
+	u.dest, u.keys = r.Header.Get("Destination"), req.Resources
 	w.WriteHeader(http.StatusCreated)
 	return nil
 }

@@ -182,9 +182,20 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if ref != nil {
 		return rt, ref
 	}
+	// 3. The token, parsed once, here, before the inspection that may
+	// need it (an upload session's requests carry the token it was opened
+	// with). A fenced request without a valid one is refused after the
+	// inspection, whose refusals come first; an unfenced one's is only
+	// handed over (0 if invalid).
+	fenced := rt.fences(r.Method)
+	var token int64
+	var tokenRef *fencegate.Error
+	if vs := r.Header.Values(g.tokenHeader); fenced || len(vs) > 0 {
+		token, tokenRef = fencegate.ParseToken(g.tokenHeader, vs)
+	}
 	var insp Inspection
 	if rt.inspector != nil {
-		if insp, err = rt.inspector.Inspect(r); err != nil {
+		if insp, err = rt.inspector.Inspect(r, token); err != nil {
 			return rt, fencegate.AsError(err)
 		}
 		o.Owner = insp.Owner
@@ -193,15 +204,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 		insp.Owner, o.Owner = id.Owner, id.Owner
 	}
 	req := &Request{Route: rt, Path: cpath, Owner: insp.Owner, Inspected: insp.State}
-	if !rt.fences(r.Method) {
+	if !rt.forwardToken {
+		req.TokenHeader = g.tokenHeader
+	}
+	if !fenced {
 		o.Decision = "passthrough"
 		return rt, g.forward(w, r, rt, req, o, nil, nil)
 	}
-
-	// 3. The token.
-	token, ref := fencegate.ParseToken(g.tokenHeader, r.Header.Values(g.tokenHeader))
-	if ref != nil {
-		return rt, ref
+	if tokenRef != nil {
+		return rt, tokenRef
 	}
 	req.Token, o.Token = token, token
 
@@ -429,7 +440,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 	}
 	ctx, cancel := context.WithTimeout(parent, rt.timeout)
 	defer cancel()
-	out := r.WithContext(withRequest(ctx, req))
+	out := r.WithContext(ctx)
 	streaming := r.Body != nil && r.Body != http.NoBody
 	if body != nil {
 		out.Body = body
@@ -468,7 +479,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 	} else {
 		rw = &StatusWriter{ResponseWriter: w}
 	}
-	err := rt.upstream.Forward(rw, out)
+	err := rt.upstream.Forward(rw, out, req)
 	o.Status = rw.Status
 	if err == nil {
 		if g.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -730,8 +741,9 @@ func livePermits(permits []Permit) func() error {
 	}
 }
 
-// Request is what the gateway learnt about an admitted request; upstreams
-// find it in the request context (RequestFrom).
+// Request is what the gateway learnt about an admitted request, handed to
+// the upstream's Forward beside the request itself: the facts cross the
+// seam as an argument, never as a context value the upstream must fetch.
 type Request struct {
 	Route     *Route
 	Path      string   // canonical escaped path, forwarded upstream
@@ -744,16 +756,10 @@ type Request struct {
 	Body []byte
 	// Inspected is the Inspection's State for this request (nil if none).
 	Inspected any
-}
-
-type requestKey struct{}
-
-func withRequest(ctx context.Context, r *Request) context.Context {
-	return context.WithValue(ctx, requestKey{}, r)
-}
-
-// RequestFrom returns the gateway's view of the request being forwarded.
-func RequestFrom(ctx context.Context) *Request {
-	r, _ := ctx.Value(requestKey{}).(*Request)
-	return r
+	// TokenHeader is the header that carried the token (the gateway's
+	// one name for it, Options.TokenHeader), which the forward must not
+	// carry on; "" when the route forwards it (RouteOptions.ForwardToken).
+	// relay.Send removes it while it copies the request's headers: the one
+	// place a forward loses the token, whatever the upstream.
+	TokenHeader string
 }

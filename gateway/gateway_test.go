@@ -51,7 +51,7 @@ func newTestGatewayFor(t testing.TB, routesYAML string, h http.Handler) *testGat
 	g := gateway.New(f, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	var routes []*gateway.Route
 	for _, rc := range cfg.Gateway.Routes {
-		up, err := relay.New(server.HTTPUpstreamOptions(rc, ""))
+		up, err := relay.New(server.HTTPUpstreamOptions(rc))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -380,7 +380,9 @@ func TestAbortIncompleteBody(t *testing.T) {
 // S3 adapter does for a failed precondition.
 type refusingUpstream struct{ err error }
 
-func (u refusingUpstream) Forward(w http.ResponseWriter, r *http.Request) error { return u.err }
+func (u refusingUpstream) Forward(http.ResponseWriter, *http.Request, *gateway.Request) error {
+	return u.err
+}
 
 // serveOrders serves the orders route through up, an upstream of the test's.
 func serveOrders(t *testing.T, up gateway.Upstream, log *slog.Logger) *httptest.Server {

@@ -14,7 +14,7 @@ import (
 
 type nopUpstream struct{}
 
-func (nopUpstream) Forward(w http.ResponseWriter, r *http.Request) error {
+func (nopUpstream) Forward(w http.ResponseWriter, _ *http.Request, _ *gateway.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

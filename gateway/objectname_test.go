@@ -38,7 +38,7 @@ func TestObjectNamerAcceptsEncodedSlash(t *testing.T) {
 	g := gateway.New(gateway.NewLocalFence(openStore(t), gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	var routes []*gateway.Route
 	for i, rc := range cfg.Gateway.Routes {
-		h, err := relay.New(server.HTTPUpstreamOptions(rc, ""))
+		h, err := relay.New(server.HTTPUpstreamOptions(rc))
 		if err != nil {
 			t.Fatal(err)
 		}

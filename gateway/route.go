@@ -15,20 +15,24 @@ import (
 
 // An Upstream forwards admitted requests to where a route points.
 type Upstream interface {
-	// Forward sends r upstream and streams the answer to w. If it fails
-	// before anything was written to w it returns the error, and the
-	// gateway answers it (a *fencegate.Error as is; a deadline as 504;
-	// anything else as 502). The gateway's view of the request is in r's
-	// context (RequestFrom), bounded by the route's timeout.
-	Forward(w http.ResponseWriter, r *http.Request) error
+	// Forward sends r upstream and streams the answer to w. req is the
+	// gateway's view of r (its route, canonical path, fence keys, token,
+	// the inspection's state), never nil; r's context is bounded by the
+	// route's timeout. If Forward fails before anything was written to w
+	// it returns the error, and the gateway answers it (a
+	// *fencegate.Error as is; a deadline as 504; anything else as 502).
+	Forward(w http.ResponseWriter, r *http.Request, req *Request) error
 }
 
 // Inspector is implemented by upstreams that authenticate requests or derive
 // their own template variables (S3: bucket, key, the worker's access key).
 type Inspector interface {
-	// Inspect runs before the fence check. A *fencegate.Error refuses the
-	// request with that status and code.
-	Inspect(r *http.Request) (Inspection, error)
+	// Inspect runs before the fence check. token is the request's fencing
+	// token as the gateway parsed it from its token header; 0 if the
+	// request carries none, or none valid (refused after the inspection
+	// if the request is fenced). A *fencegate.Error refuses the request
+	// with that status and code.
+	Inspect(r *http.Request, token int64) (Inspection, error)
 }
 
 // Inspection is what an Inspector learnt about a request.
@@ -115,9 +119,10 @@ type Route struct {
 	// (RouteOptions.Collections).
 	collections bool
 
-	upstream  Upstream
-	inspector Inspector
-	errWriter ErrorWriter
+	upstream     Upstream
+	forwardToken bool // RouteOptions.ForwardToken
+	inspector    Inspector
+	errWriter    ErrorWriter
 	// encodedSlash: the upstream is an ObjectNamer; %2F is accepted.
 	encodedSlash bool
 	writes       *writeLimit  // max_inflight_writes; nil: no cap
@@ -194,6 +199,10 @@ type RouteOptions struct {
 	// hierarchical, a collection write is refused unless the collection
 	// and its objects share one key.
 	Collections bool
+	// ForwardToken sends the token header on to the upstream (a plain
+	// HTTP route's forward_token); false, the default, has it removed from
+	// the forward (Request.TokenHeader).
+	ForwardToken bool
 }
 
 // NewRoute compiles a route around its upstream. Method names must be in
@@ -222,6 +231,7 @@ func NewRoute(c RouteOptions, up Upstream) (*Route, error) {
 		timeout:      c.Timeout,
 		drainTimeout: c.DrainTimeout,
 		upstream:     up,
+		forwardToken: c.ForwardToken,
 		writes:       newWriteLimit(c.MaxInflightWrites),
 	}
 	if c.Host == "" {

@@ -173,7 +173,7 @@ func s3Refusals(t *testing.T) (*s3.Upstream, []refusal) {
 					t.Fatal(err)
 				}
 			}
-			_, err := u.Inspect(r)
+			_, err := u.Inspect(r, 0)
 			var e *fencegate.Error
 			if !errors.As(err, &e) {
 				t.Fatalf("Inspect(%s %s) = %v; want a refusal", method, target, err)

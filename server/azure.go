@@ -15,7 +15,7 @@ import (
 // AzureOptions maps a route's `azure:` section (which must be set),
 // without the transport, the ETag store and the logger, which are the
 // caller's.
-func AzureOptions(rc config.Route, tokenHeader string) azure.Options {
+func AzureOptions(rc config.Route) azure.Options {
 	c := rc.Azure
 	o := azure.Options{
 		Route: rc.Name, Endpoint: c.Endpoint, Resource: rc.Resource,
@@ -23,7 +23,6 @@ func AzureOptions(rc config.Route, tokenHeader string) azure.Options {
 		PreconditionETag: rc.Precondition == "etag",
 		Stamp:            c.Stamp, StampKey: c.StampKey,
 		LeaseGuard: c.LeaseGuard, LeaseSecret: []byte(c.LeaseSecret),
-		TokenHeader: tokenHeader,
 	}
 	for _, cl := range c.Clients {
 		o.Clients = append(o.Clients, azure.Client{AccountName: cl.AccountName, AccountKey: cl.AccountKey})
@@ -37,7 +36,7 @@ func AzureOptions(rc config.Route, tokenHeader string) azure.Options {
 // store that ignores If-Match would turn the guarantee into a silent
 // no-op.
 func newAzureUpstream(cfg *config.Config, rc config.Route, log *slog.Logger, transport http.RoundTripper, stores []gateway.Store) (*azure.Upstream, error) {
-	opts := AzureOptions(rc, cfg.Gateway.TokenHeader)
+	opts := AzureOptions(rc)
 	opts.Transport = transport
 	opts.Logger = log.With("component", "azure", "route", rc.Name)
 	if rc.Precondition == "etag" {

@@ -15,14 +15,13 @@ import (
 // GCSOptions maps a route's `gcs:` section (which must be set), without
 // the gateway's credentials, the transport, the generation store and the
 // logger, which are the caller's.
-func GCSOptions(rc config.Route, tokenHeader string) gcs.Options {
+func GCSOptions(rc config.Route) gcs.Options {
 	c := rc.GCS
 	return gcs.Options{
 		Route: rc.Name, Endpoint: c.Endpoint, Resource: rc.Resource,
 		PreconditionGeneration: rc.Precondition == "generation",
 		Stamp:                  c.Stamp, StampKey: c.StampKey,
-		SessionKey:  []byte(c.SessionKey),
-		TokenHeader: tokenHeader,
+		SessionKey: []byte(c.SessionKey),
 	}
 }
 
@@ -32,7 +31,7 @@ func GCSOptions(rc config.Route, tokenHeader string) gcs.Options {
 // check_bucket, the racing probe runs first: a store that ignores
 // ifGenerationMatch would turn the guarantee into a silent no-op.
 func newGCSUpstream(cfg *config.Config, rc config.Route, log *slog.Logger, transport http.RoundTripper, stores []gateway.Store) (*gcs.Upstream, error) {
-	opts := GCSOptions(rc, cfg.Gateway.TokenHeader)
+	opts := GCSOptions(rc)
 	opts.Transport = transport
 	opts.Logger = log.With("component", "gcs", "route", rc.Name)
 	if rc.Precondition == "generation" {

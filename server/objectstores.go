@@ -152,7 +152,7 @@ func failed(err error) []Finding { return []Finding{{"FAIL", err.Error()}} }
 func doctorS3(ctx context.Context, cfg *config.Config, rc config.Route, b string) []Finding {
 	cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
 	defer cancel()
-	opts := S3Options(rc, cfg.Gateway.TokenHeader)
+	opts := S3Options(rc)
 	opts.ETags = nopETags{}
 	up, err := s3.New(cctx, opts)
 	if err == nil {
@@ -181,7 +181,7 @@ func doctorS3(ctx context.Context, cfg *config.Config, rc config.Route, b string
 
 func doctorGCS(ctx context.Context, cfg *config.Config, rc config.Route, b string) []Finding {
 	cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
-	opts := GCSOptions(rc, cfg.Gateway.TokenHeader)
+	opts := GCSOptions(rc)
 	opts.Generations = nopETags{}
 	ts, err := gcs.Credentials(cctx, rc.GCS.CredentialsFile, rc.GCS.NoAuth)
 	var up *gcs.Upstream
@@ -215,7 +215,7 @@ func doctorGCS(ctx context.Context, cfg *config.Config, rc config.Route, b strin
 
 func doctorAzure(ctx context.Context, cfg *config.Config, rc config.Route, c string) []Finding {
 	cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
-	opts := AzureOptions(rc, cfg.Gateway.TokenHeader)
+	opts := AzureOptions(rc)
 	opts.PreconditionETag, opts.LeaseGuard = false, false
 	up, err := azure.New(opts)
 	if err == nil {
@@ -257,7 +257,7 @@ func unreadBody(ctx context.Context, kind, endpoint, path string, headers map[st
 }
 
 func s3Scanner(ctx context.Context, cfg *config.Config, rc config.Route) (*StampScanner, error) {
-	opts := S3Options(rc, cfg.Gateway.TokenHeader)
+	opts := S3Options(rc)
 	opts.ETags = nopETags{}
 	up, err := s3.New(ctx, opts)
 	if err != nil {
@@ -267,7 +267,7 @@ func s3Scanner(ctx context.Context, cfg *config.Config, rc config.Route) (*Stamp
 }
 
 func gcsScanner(ctx context.Context, cfg *config.Config, rc config.Route) (*StampScanner, error) {
-	opts := GCSOptions(rc, cfg.Gateway.TokenHeader)
+	opts := GCSOptions(rc)
 	opts.PreconditionGeneration = false // the rebuild forwards no write
 	var err error
 	if opts.TokenSource, err = gcs.Credentials(ctx, rc.GCS.CredentialsFile, rc.GCS.NoAuth); err != nil {
@@ -281,7 +281,7 @@ func gcsScanner(ctx context.Context, cfg *config.Config, rc config.Route) (*Stam
 }
 
 func azureScanner(ctx context.Context, cfg *config.Config, rc config.Route) (*StampScanner, error) {
-	opts := AzureOptions(rc, cfg.Gateway.TokenHeader)
+	opts := AzureOptions(rc)
 	opts.PreconditionETag = false // the rebuild forwards no write
 	opts.LeaseGuard = false
 	up, err := azure.New(opts)

@@ -36,28 +36,25 @@ func RouteOptions(rc config.Route) gateway.RouteOptions {
 		DestinationMethods: rc.DestinationMethods,
 		Hierarchical:       rc.Hierarchical,
 		Collections:        rc.S3 != nil || rc.GCS != nil || rc.Azure != nil,
+		// Only a plain HTTP route may send the token on: an object store
+		// never gets it.
+		ForwardToken: rc.Upstream != nil && rc.ForwardToken != nil && *rc.ForwardToken,
 	}
 }
 
-// HTTPUpstreamOptions maps a route's `upstream:` section. tokenHeader is
-// the gateway's token header, removed from forwarded requests when the
-// route sets forward_token: false. Transport, ETags and Logger are the
-// caller's.
-func HTTPUpstreamOptions(rc config.Route, tokenHeader string) relay.Options {
+// HTTPUpstreamOptions maps a route's `upstream:` section (forward_token is
+// the route's, RouteOptions). Transport, ETags and Logger are the caller's.
+func HTTPUpstreamOptions(rc config.Route) relay.Options {
 	o := relay.Options{Route: rc.Name}
 	if rc.Upstream != nil {
 		o.URL, o.Headers, o.PreserveHost = rc.Upstream.URL, rc.Upstream.Headers, rc.Upstream.PreserveHost
 	}
-	if rc.ForwardToken != nil && !*rc.ForwardToken {
-		o.TokenHeader = tokenHeader
-	}
 	return o
 }
 
-// S3Options maps a route's `s3:` section (which must be set). tokenHeader
-// is the gateway's token header, never forwarded to S3. Transport, ETags,
-// Logger and Now are the caller's.
-func S3Options(rc config.Route, tokenHeader string) s3.Options {
+// S3Options maps a route's `s3:` section (which must be set). Transport,
+// ETags, Logger and Now are the caller's.
+func S3Options(rc config.Route) s3.Options {
 	c := rc.S3
 	o := s3.Options{
 		Route:             rc.Name,
@@ -72,7 +69,6 @@ func S3Options(rc config.Route, tokenHeader string) s3.Options {
 		StampHeader:       c.StampHeader,
 		FenceBucketConfig: c.BucketConfig == "fence",
 		FoldTrailingSlash: c.FoldTrailingSlash,
-		TokenHeader:       tokenHeader,
 	}
 	for _, cl := range c.Clients {
 		o.Clients = append(o.Clients, s3.Client{AccessKeyID: cl.AccessKeyID, SecretAccessKey: cl.SecretAccessKey})

@@ -18,7 +18,7 @@ import (
 // newS3Upstream builds the upstream of an `s3:` route. ETags are recorded in
 // the process's store when it can keep them (bolt and postgres can).
 func newS3Upstream(cfg *config.Config, rc config.Route, log *slog.Logger, transport http.RoundTripper, stores []gateway.Store) (*s3.Upstream, error) {
-	opts := S3Options(rc, cfg.Gateway.TokenHeader)
+	opts := S3Options(rc)
 	opts.Transport = transport
 	opts.Logger = log.With("component", "s3", "route", rc.Name)
 	if rc.Precondition == "etag" {

@@ -229,8 +229,8 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 			if err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
-			opts := HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader)
-			opts.Transport = telemetry.Transport(tr)
+			opts := HTTPUpstreamOptions(rc)
+			opts.Transport = telemetry.Transport(tr, rc.Name)
 			opts.Logger = log.With("component", "upstream", "route", rc.Name)
 			if rc.Precondition == "etag" {
 				opts.ETags = etagStore(store)
@@ -255,7 +255,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 				storeTransports[kind] = tr
 			}
 			var err error
-			if up, err = dia.build(cfg, rc, log, telemetry.Transport(tr), store); err != nil {
+			if up, err = dia.build(cfg, rc, log, telemetry.Transport(tr, rc.Name), store); err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
 		}

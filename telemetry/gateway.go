@@ -328,14 +328,16 @@ func fromContext(ctx context.Context) *Telemetry {
 	return t
 }
 
-// Transport instruments a transport for upstream calls: the upstream
-// latency metric per route and, when the request is traced, a client span
-// whose W3C trace context is sent upstream. It finds the Telemetry through
-// the request context (InstrumentHandler), so one transport serves any
-// server; without it, it is base.
-func Transport(base http.RoundTripper) http.RoundTripper {
+// Transport instruments a transport for the upstream calls of the route
+// named route: the upstream latency metric of that route and, when the
+// request is traced, a client span whose W3C trace context is sent
+// upstream. It finds the Telemetry through the request context
+// (InstrumentHandler: the server's, not the request's), so one transport
+// serves any server; without it, it is base.
+func Transport(base http.RoundTripper, route string) http.RoundTripper {
 	return &transport{
-		base: base,
+		base:  base,
+		route: route,
 		// No tracer provider: otelhttp takes the one of the span in the
 		// request context, the gateway's server span.
 		traced: otelhttp.NewTransport(base,
@@ -347,6 +349,7 @@ func Transport(base http.RoundTripper) http.RoundTripper {
 
 type transport struct {
 	base   http.RoundTripper
+	route  string // the route whose calls it carries
 	traced http.RoundTripper
 }
 
@@ -361,11 +364,7 @@ func (tr *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	start := time.Now()
 	resp, err := rt.RoundTrip(r)
-	route := ""
-	if req := gateway.RequestFrom(r.Context()); req != nil && req.Route != nil {
-		route = req.Route.Name
-	}
-	rm := t.route(route)
+	rm := t.route(tr.route)
 	upstream := rm.upstreamResponse
 	if err != nil {
 		upstream = rm.upstreamError

@@ -103,7 +103,7 @@ func newHarness(t *testing.T, tracing bool) *harness {
 	})
 	hu, err := relay.New(relay.Options{
 		URL:       up.URL,
-		Transport: telemetry.Transport(relay.NewTransport(nil)),
+		Transport: telemetry.Transport(relay.NewTransport(nil), "orders"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +111,7 @@ func newHarness(t *testing.T, tracing bool) *harness {
 	rt, err := gateway.NewRoute(gateway.RouteOptions{
 		Name: "orders", PathPrefix: "/orders/", Resource: "{path}",
 		FencedMethods: []string{"PUT", "POST", "PATCH", "DELETE"},
+		ForwardToken:  true, // the recorder keeps each write's token
 	}, hu)
 	if err != nil {
 		t.Fatal(err)

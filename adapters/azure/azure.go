@@ -105,8 +105,6 @@ type Options struct {
 	LeaseSecret []byte
 	// Transport carries upstream requests. Nil: relay.NewTransport(nil).
 	Transport http.RoundTripper
-	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
-	TokenHeader string
 	// Now is the clock of signatures. Nil: time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -183,7 +181,7 @@ func New(opts Options) (*Upstream, error) {
 		u.leases = &leaseGuard{secret: opts.LeaseSecret}
 	}
 	// azblob sends the "/" of a blob name as %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true, TokenHeader: opts.TokenHeader})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true})
 	return u, nil
 }
 
@@ -203,7 +201,7 @@ type forward = objectstore.Forward[state]
 
 // Inspect verifies the worker's Shared Key signature (or account SAS) and
 // names the blob (or container) the request writes.
-func (d dialect) Inspect(r *http.Request) (gateway.Inspection, *state, error) {
+func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *state, error) {
 	u := d.Upstream
 	t, ref := parseTarget(r)
 	if ref != nil {

@@ -98,8 +98,6 @@ type Options struct {
 	SessionKey []byte
 	// Transport carries upstream requests. Nil: NewTransport().
 	Transport http.RoundTripper
-	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
-	TokenHeader string
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -164,7 +162,7 @@ func New(opts Options) (*Upstream, error) {
 	}
 	// The JSON API names an object with one path segment, its "/" sent as
 	// %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true, TokenHeader: opts.TokenHeader})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true})
 	return u, nil
 }
 
@@ -186,12 +184,12 @@ type forward = objectstore.Forward[state]
 
 // Inspect names the object (or objects) the request writes and checks a
 // session request's binding.
-func (d dialect) Inspect(r *http.Request) (gateway.Inspection, *state, error) {
+func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *state, error) {
 	t, ref := parseTarget(r)
 	if ref != nil {
 		return gateway.Inspection{}, nil, ref
 	}
-	if err := d.check(r, &t); err != nil {
+	if err := d.check(&t, token); err != nil {
 		return gateway.Inspection{}, nil, err
 	}
 	s := &state{target: t, bodyLen: -1}
@@ -225,8 +223,9 @@ func (d dialect) Inspect(r *http.Request) (gateway.Inspection, *state, error) {
 	return insp, s, nil
 }
 
-// check refuses what the gateway cannot forward safely.
-func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
+// check refuses what the gateway cannot forward safely (token: the
+// request's, 0 if none).
+func (u *Upstream) check(t *target, token int64) *fencegate.Error {
 	switch t.op {
 	case opUnsupported:
 		return httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest, Message: t.why})
@@ -234,11 +233,10 @@ func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 		if !u.verify(t.session, t.bucket) {
 			return errUnknownSession()
 		}
-		name := u.Core.TokenHeader()
-		if tok, ref := fencegate.ParseToken(name, r.Header.Values(name)); ref == nil && tok != t.session.token {
+		if token != 0 && token != t.session.token {
 			return &fencegate.Error{Code: fencegate.CodeInvalidToken,
 				Message: fmt.Sprintf("this upload session was opened with token %d: each of its requests carries that token (a newer owner starts an upload of its own)", t.session.token),
-				Token:   tok}
+				Token:   token}
 		}
 	case opUpload:
 		if u.stampKey != "" && !t.multipart {

@@ -259,7 +259,7 @@ func TestForwardNeedsInspection(t *testing.T) {
 	}
 	req := httptest.NewRequest(http.MethodDelete, "http://gw/storage/v1/b/bk/o/x", nil)
 	req.Header.Set("Fencing-Token", "7")
-	if err := u.Forward(httptest.NewRecorder(), req); err == nil || hits != 0 {
+	if err := u.Forward(httptest.NewRecorder(), req, &gateway.Request{Token: 7, Resources: []string{"bk/x"}}); err == nil || hits != 0 {
 		t.Fatalf("Forward without inspection: %v, %d requests to the store; want a refusal and none", err, hits)
 	}
 }

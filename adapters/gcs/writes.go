@@ -18,7 +18,7 @@ func Writes(r *http.Request, body []byte) ([]Write, error) {
 		return nil, ref
 	}
 	u := &Upstream{}
-	if ref := u.check(r, &t); ref != nil {
+	if ref := u.check(&t, 0); ref != nil {
 		return nil, ref
 	}
 	if body == nil {

@@ -8,8 +8,8 @@
 //
 //  1. Inspect: the dialect authenticates the worker and classifies the
 //     request; what it learnt (its state) goes back to the gateway in the
-//     Inspection, and comes back to Forward from it, never through a
-//     context value and never inspected twice.
+//     Inspection, and comes back to Forward in its gateway.Request
+//     argument, never through a context value and never inspected twice.
 //  2. Prepare: the dialect readies the forward (reads a body that names
 //     objects, stamps it).
 //  3. The precondition bookkeeping (package precondition): the write is
@@ -25,7 +25,6 @@
 package objectstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,8 +47,9 @@ import (
 type Dialect[S any] interface {
 	// Inspect authenticates the worker and classifies r: the objects it
 	// writes (the Inspection's Vars, Objects, Collection) and the
-	// dialect's state of it. A *fencegate.Error refuses r.
-	Inspect(r *http.Request) (gateway.Inspection, *S, error)
+	// dialect's state of it. token is r's fencing token as the gateway
+	// parsed it (gateway.Inspector). A *fencegate.Error refuses r.
+	Inspect(r *http.Request, token int64) (gateway.Inspection, *S, error)
 	// Prepare readies the forward of an admitted request before its
 	// precondition (a body that names objects read and checked, a stamp
 	// set). An error refuses the request; nothing was sent.
@@ -131,9 +131,6 @@ type Options struct {
 	// EncodedSlashNames: the store names an object with one path segment,
 	// its "/" sent as %2F (gateway.ObjectNamer).
 	EncodedSlashNames bool
-	// TokenHeader is removed from every forward, after the dialect's
-	// Rewrite. Empty: fencegate.DefaultTokenHeader.
-	TokenHeader string
 }
 
 // Core is an object-store upstream over a dialect. It implements
@@ -143,23 +140,11 @@ type Core[S any] struct {
 	d            Dialect[S]
 	tracker      *precondition.Tracker
 	encodedSlash bool
-	tokenHeader  string
 }
 
 // New returns the core over d.
 func New[S any](d Dialect[S], opts Options) *Core[S] {
-	return &Core[S]{d: d, tracker: opts.Tracker, encodedSlash: opts.EncodedSlashNames,
-		tokenHeader: cmp.Or(opts.TokenHeader, fencegate.DefaultTokenHeader)}
-}
-
-// TokenHeader is the name of the fencing-token header the core removes
-// from forwards (a dialect reads it to check a session's token). A nil
-// core's is the default.
-func (c *Core[S]) TokenHeader() string {
-	if c == nil {
-		return fencegate.DefaultTokenHeader
-	}
-	return c.tokenHeader
+	return &Core[S]{d: d, tracker: opts.Tracker, encodedSlash: opts.EncodedSlashNames}
 }
 
 // Precondition describes a route's `precondition:` option for
@@ -200,8 +185,8 @@ func (c *Core[S]) EncodedSlashNames() bool { return c.encodedSlash }
 
 // Inspect implements gateway.Inspector: the dialect's classification, its
 // state handed to Forward by the gateway (Inspection.State).
-func (c *Core[S]) Inspect(r *http.Request) (gateway.Inspection, error) {
-	insp, s, err := c.d.Inspect(r)
+func (c *Core[S]) Inspect(r *http.Request, token int64) (gateway.Inspection, error) {
+	insp, s, err := c.d.Inspect(r, token)
 	if err != nil {
 		return gateway.Inspection{}, err
 	}
@@ -215,11 +200,7 @@ func (c *Core[S]) Inspect(r *http.Request) (gateway.Inspection, error) {
 var errNotInspected = fencegate.Internal(errors.New("objectstore: a request reached Forward without this upstream's inspection"))
 
 // Forward implements gateway.Upstream.
-func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request) error {
-	req := gateway.RequestFrom(r.Context())
-	if req == nil {
-		return errNotInspected
-	}
+func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request, req *gateway.Request) error {
 	s, ok := req.Inspected.(*S)
 	if !ok || s == nil {
 		return errNotInspected
@@ -242,7 +223,7 @@ func (c *Core[S]) Forward(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	err := relay.Send(w, r, (*sending[S])(f))
+	err := relay.Send(w, r, req, (*sending[S])(f))
 	if err != nil && f.Version != nil {
 		var ref *fencegate.Error
 		if !errors.As(err, &ref) {
@@ -279,13 +260,12 @@ func (c *Core[S]) begin(f *Forward[S]) error {
 // and transport, given the forward.
 type sending[S any] Forward[S]
 
-// Rewrite prepares the outbound request: the dialect's rewrite, then the
-// token header removed. The token is the gateway's decision, not the
-// store's: one place removes it, whatever the dialect.
+// Rewrite prepares the outbound request: the dialect's rewrite. The
+// token header is already gone (relay.Send removes it: the token is the
+// gateway's decision, not the store's).
 func (s *sending[S]) Rewrite(pr *httputil.ProxyRequest) {
 	f := (*Forward[S])(s)
 	f.core.d.Rewrite(pr, f)
-	pr.Out.Header.Del(f.core.tokenHeader)
 }
 
 // RoundTrip sends the forward through the dialect and records a tracked

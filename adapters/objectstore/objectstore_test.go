@@ -30,7 +30,7 @@ type plain struct {
 	seen     func(*objectstore.Forward[string]) // each forward's state, in RoundTrip
 }
 
-func (d *plain) Inspect(r *http.Request) (gateway.Inspection, *string, error) {
+func (d *plain) Inspect(r *http.Request, _ int64) (gateway.Inspection, *string, error) {
 	d.inspects.Add(1)
 	name := strings.TrimPrefix(r.URL.Path, "/")
 	if name == "" {
@@ -123,7 +123,8 @@ func TestCoreRefusesUninspectedForward(t *testing.T) {
 	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer store.Close()
 	d, c, _, _ := newPlain(t, store)
-	err := c.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPut, "http://gw/obj", strings.NewReader("x")))
+	err := c.Forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPut, "http://gw/obj", strings.NewReader("x")),
+		&gateway.Request{Token: 3, Resources: []string{"obj"}})
 	var ref *fencegate.Error
 	if !errors.As(err, &ref) || hits.Load() != 0 || d.inspects.Load() != 0 {
 		t.Fatalf("Forward without inspection: %v, %d requests to the store, %d inspections; want a refusal and none", err, hits.Load(), d.inspects.Load())

@@ -412,7 +412,7 @@ type recordingUpstream struct {
 	files map[string]string
 }
 
-func (u *recordingUpstream) Forward(w http.ResponseWriter, r *http.Request) error {
+func (u *recordingUpstream) Forward(w http.ResponseWriter, r *http.Request, _ *gateway.Request) error {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ import (
 // announced and relayed; answers of unknown length and event streams
 // flushed as they arrive; a failed answer copy aborts the client's
 // connection (http.ErrAbortHandler) so a cut answer never looks whole.
-func forward(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) error {
+func forward(w http.ResponseWriter, r *http.Request, drop string, rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) error {
 	var (
 		mu   sync.Mutex
 		done bool // RoundTrip returned: 1xx may no longer touch w's headers
@@ -58,7 +58,7 @@ func forward(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.Prox
 	// must keep Out's context.
 	spell := new(upstreamconn.Spelling)
 	out := r.WithContext(upstreamconn.WithSpelling(httptrace.WithClientTrace(r.Context(), trace), spell))
-	out.Header = requestHeader(r.Header)
+	out.Header = requestHeader(r.Header, drop)
 	u := *r.URL
 	out.URL = &u
 	if r.Trailer != nil {
@@ -176,14 +176,15 @@ func hopHeader(k string) bool {
 }
 
 // requestHeader returns the header to send upstream for in: in without
-// hop-by-hop headers and the client's own forwarding headers (the
-// rewrite sets X-Forwarded-* anew). The value slices are shared with in,
-// capped at their length so an append to one never writes into in's.
-func requestHeader(in http.Header) http.Header {
+// hop-by-hop headers, the client's own forwarding headers (the rewrite
+// sets X-Forwarded-* anew) and the header drop (canonical; "": none). The
+// value slices are shared with in, capped at their length so an append to
+// one never writes into in's.
+func requestHeader(in http.Header, drop string) http.Header {
 	h := make(http.Header, len(in)+4) // room for X-Forwarded-*, User-Agent
 	for k, vv := range in {
 		switch {
-		case hopHeader(k), k == "Forwarded", k == "X-Forwarded-For", k == "X-Forwarded-Host", k == "X-Forwarded-Proto":
+		case hopHeader(k), k == "Forwarded", k == "X-Forwarded-For", k == "X-Forwarded-Host", k == "X-Forwarded-Proto", k == drop:
 			continue
 		}
 		h[k] = vv[:len(vv):len(vv)]

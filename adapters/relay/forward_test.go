@@ -249,17 +249,7 @@ func TestForwardUpgrade(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	c, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	br := bufio.NewReader(c)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v %v", res, err)
-	}
+	c, br := switchTo(t, srv, "")
 	io.WriteString(c, "hello\n")
 	if line, _ := br.ReadString('\n'); line != "echo hello\n" {
 		t.Fatalf("after the switch: %q", line)
@@ -271,7 +261,7 @@ func TestForwardUpgrade(t *testing.T) {
 	}
 	defer c2.Close()
 	io.WriteString(c2, "GET /plain HTTP/1.1\r\nHost: x\r\n\r\n")
-	res, err = http.ReadResponse(bufio.NewReader(c2), nil)
+	res, err := http.ReadResponse(bufio.NewReader(c2), nil)
 	if err != nil || res.StatusCode != http.StatusBadGateway {
 		t.Fatalf("unasked switch: %v %v; want 502", res, err)
 	}
@@ -280,4 +270,23 @@ func TestForwardUpgrade(t *testing.T) {
 	if ferr == nil || !strings.Contains(strings.ToLower(ferr.Error()), "switch") {
 		t.Fatalf("Forward error %v; want the unasked switch", ferr)
 	}
+}
+
+// switchTo asks srv for a switch to the echo protocol, with the extra
+// header lines given ("" for none), and returns the switched connection
+// (closed when the test ends) and its reader.
+func switchTo(t *testing.T, srv *httptest.Server, header string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n"+header+"\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	return c, br
 }

@@ -1,9 +1,10 @@
 // Package relay relays the writes the gateway admitted to plain HTTP(S)
-// upstreams (the upstream adapter of HTTP routes): it forwards them to an upstream URL (bodies stream both ways, hop-by-hop
-// headers dropped, X-Forwarded-* set; forward.go), injects
-// the route's credentials, removes the token header when asked, and with
-// `precondition: etag` makes fenced writes conditional on the ETag of the
-// gateway's last write (precondition.go).
+// upstreams (the upstream adapter of HTTP routes): it forwards them to an
+// upstream URL (bodies stream both ways, hop-by-hop headers and the
+// gateway's token header dropped, X-Forwarded-* set; forward.go), injects
+// the route's credentials, and with `precondition: etag` makes fenced
+// writes conditional on the ETag of the gateway's last write
+// (precondition.go).
 //
 // It also holds the streaming core every upstream adapter shares: Proxy
 // (a reverse proxy whose transport errors go back to the gateway) and
@@ -35,13 +36,11 @@ import (
 // Upstream forwards to a plain HTTP(S) upstream. It implements
 // gateway.Upstream.
 type Upstream struct {
-	target      *url.URL
-	inject      http.Header // set on every forwarded request
-	tokenHeader string      // removed before forwarding unless forwardToken
-	proxy       *Proxy
-	transport   http.RoundTripper     // the proxy's, without the ETag bookkeeping
-	tracker     *precondition.Tracker // precondition: etag; nil: none
-	keepHost    bool                  // PreserveHost
+	target    *url.URL
+	inject    http.Header           // set on every forwarded request
+	transport http.RoundTripper     // the forwards' and the ETag lookups'
+	tracker   *precondition.Tracker // precondition: etag; nil: none
+	keepHost  bool                  // PreserveHost
 }
 
 // Options configure New.
@@ -56,8 +55,6 @@ type Options struct {
 	// gateway's own (never http.DefaultTransport, which others may tune):
 	// upstreamconn.Transport over NewTransport(nil).
 	Transport http.RoundTripper
-	// TokenHeader, if set, is removed from forwarded requests.
-	TokenHeader string
 	// ETags, if set, makes every fenced write conditional on the ETag the
 	// gateway last wrote to its object (`precondition: etag`; see
 	// precondition.go).
@@ -81,7 +78,7 @@ func New(opts Options) (*Upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream url: %w", err)
 	}
-	h := &Upstream{target: u, inject: make(http.Header), tokenHeader: opts.TokenHeader, keepHost: opts.PreserveHost}
+	h := &Upstream{target: u, inject: make(http.Header), keepHost: opts.PreserveHost}
 	for k, v := range opts.Headers {
 		h.inject.Set(k, v)
 	}
@@ -91,15 +88,48 @@ func New(opts Options) (*Upstream, error) {
 	}
 	if opts.ETags != nil {
 		h.tracker = &precondition.Tracker{Store: opts.ETags, Route: opts.Route, Log: opts.Logger}
-		h.proxy = NewProxy(&etagTransport{h.transport}, h.rewrite)
-		return h, nil
 	}
-	h.proxy = NewProxy(h.transport, h.rewrite)
 	return h, nil
 }
 
-func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
-	req := gateway.RequestFrom(pr.In.Context())
+// forwarding is one forward as Send carries it: the gateway's view of the
+// request and, for a tracked write, its precondition bookkeeping, handed
+// to the rewrite and the transport as an argument.
+type forwarding struct {
+	h   *Upstream
+	req *gateway.Request
+	ew  *precondition.Write // a tracked write of one object; nil: none
+	ws  etagWrites          // a namespace request's records; nil: none
+}
+
+// Rewrite prepares the outbound request (Sender).
+func (f *forwarding) Rewrite(pr *httputil.ProxyRequest) {
+	f.h.rewrite(pr, f.req)
+	if f.ew != nil {
+		f.ew.Apply(pr.Out.Header)
+	}
+}
+
+// RoundTrip carries the outbound request and records a tracked write's
+// outcome from the upstream's answer; a 412 to the gateway's precondition
+// becomes the precondition_failed refusal (the answer is discarded).
+func (f *forwarding) RoundTrip(out *http.Request) (*http.Response, error) {
+	resp, err := f.h.transport.RoundTrip(out)
+	switch {
+	case err != nil:
+		return resp, err
+	case f.ws != nil:
+		for _, ew := range f.ws {
+			ew.Answered(out.Context(), resp.StatusCode, "")
+		}
+		return resp, nil
+	case f.ew != nil:
+		return f.ew.Response(out.Context(), resp)
+	}
+	return resp, nil
+}
+
+func (h *Upstream) rewrite(pr *httputil.ProxyRequest, req *gateway.Request) {
 	pr.Out.URL.Scheme = h.target.Scheme
 	pr.Out.URL.Host = h.target.Host
 	// Forward the canonical path the fence key was derived from, not the
@@ -123,9 +153,6 @@ func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	pr.SetXForwarded()
-	if h.tokenHeader != "" {
-		pr.Out.Header.Del(h.tokenHeader)
-	}
 	// Credentials are the gateway's to send: the worker's own copy of an
 	// injected header is dropped, so workers never hold a way around the
 	// fence.
@@ -138,17 +165,14 @@ func (h *Upstream) rewrite(pr *httputil.ProxyRequest) {
 		// the gateway holds whole goes with the headers, in one write.
 		pr.Out.Body = io.NopCloser(bytes.NewReader(req.Body))
 	}
-	if ew := etagWriteFrom(pr.In.Context()); ew != nil {
-		ew.Apply(pr.Out.Header)
-	}
 }
 
 // Forward implements gateway.Upstream.
-func (h *Upstream) Forward(w http.ResponseWriter, r *http.Request) error {
+func (h *Upstream) Forward(w http.ResponseWriter, r *http.Request, req *gateway.Request) error {
 	if h.tracker != nil {
-		return h.forwardConditional(w, r)
+		return h.forwardConditional(w, r, req)
 	}
-	return h.proxy.Forward(w, r)
+	return Send(w, r, req, &forwarding{h: h, req: req})
 }
 
 func unescapePath(p string) string {
@@ -178,7 +202,7 @@ func NewProxy(transport http.RoundTripper, rewrite func(*httputil.ProxyRequest))
 		transport = NewTransport(nil)
 	}
 	p := &Proxy{transport: transport, rewrite: rewrite}
-	p.upgrades = upgradeProxy(rewrite, transport)
+	p.upgrades = upgradeProxy(rewrite, transport, "")
 	return p
 }
 
@@ -191,10 +215,14 @@ func largeStepsBody(pr *httputil.ProxyRequest) {
 	}
 }
 
-// upgradeProxy is the ReverseProxy that serves protocol upgrades.
-func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTripper) *httputil.ReverseProxy {
+// upgradeProxy is the ReverseProxy that serves protocol upgrades, without
+// the header drop ("": none; see Send).
+func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTripper, drop string) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			if drop != "" {
+				delete(pr.Out.Header, drop)
+			}
 			rewrite(pr)
 			largeStepsBody(pr)
 		},
@@ -211,7 +239,7 @@ func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTrip
 // Forward serves r through the proxy and returns its transport error.
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request) error {
 	if upgradeType(r.Header) == "" {
-		return forward(w, r, p.rewrite, p.transport)
+		return forward(w, r, "", p.rewrite, p.transport)
 	}
 	return serveUpgrade(p.upgrades, w, r)
 }
@@ -226,12 +254,15 @@ type Sender interface {
 	http.RoundTripper
 }
 
-// Send serves r as Proxy.Forward does, prepared and carried by s.
-func Send(w http.ResponseWriter, r *http.Request, s Sender) error {
+// Send serves r as Proxy.Forward does, prepared and carried by s. req is
+// the gateway's view of r: the header that carried its token
+// (req.TokenHeader) is left out of the forward here, before s's rewrite,
+// the one place a forward loses it, for every upstream adapter.
+func Send(w http.ResponseWriter, r *http.Request, req *gateway.Request, s Sender) error {
 	if upgradeType(r.Header) == "" {
-		return forward(w, r, s.Rewrite, s)
+		return forward(w, r, req.TokenHeader, s.Rewrite, s)
 	}
-	return serveUpgrade(upgradeProxy(s.Rewrite, s), w, r)
+	return serveUpgrade(upgradeProxy(s.Rewrite, s, req.TokenHeader), w, r)
 }
 
 func serveUpgrade(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) error {

@@ -23,26 +23,19 @@ import (
 // absent. The bookkeeping is package precondition's, shared with the S3
 // adapter; docs/http-precondition.md has the details and Apache's quirks.
 
-type etagWriteKey struct{}
-
-func etagWriteFrom(ctx context.Context) *precondition.Write {
-	w, _ := ctx.Value(etagWriteKey{}).(*precondition.Write)
-	return w
-}
-
 // forwardConditional forwards a fenced write with the gateway's
 // precondition and records its outcome.
-func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request) error {
-	req := gateway.RequestFrom(r.Context())
-	if req == nil || req.Token == 0 || len(req.Resources) == 0 {
-		return h.proxy.Forward(w, r) // not a fenced write
+func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request, req *gateway.Request) error {
+	f := &forwarding{h: h, req: req}
+	if req.Token == 0 || len(req.Resources) == 0 {
+		return Send(w, r, req, f) // not a fenced write
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
-		return h.proxy.Forward(w, r) // a read fenced by fence_reads
+		return Send(w, r, req, f) // a read fenced by fence_reads
 	}
 	if ns := namespaceOp(r.Method, req.Resources); ns != nil {
-		return h.forwardNamespace(w, r, req, ns)
+		return h.forwardNamespace(w, r, f, ns)
 	}
 	kind, conditional := precondition.Opaque, false
 	switch r.Method {
@@ -75,7 +68,8 @@ func (h *Upstream) forwardConditional(w http.ResponseWriter, r *http.Request) er
 			return err
 		}
 	}
-	err = h.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), etagWriteKey{}, ew)))
+	f.ew = ew
+	err = Send(w, r, req, f)
 	if err != nil {
 		var ref *fencegate.Error
 		if !errors.As(err, &ref) {
@@ -108,20 +102,22 @@ func namespaceOp(method string, keys []string) []string {
 // after (a member written meanwhile by the same token is forgotten too):
 // the gateway's own forward must never leave a record naming a version
 // it replaced, or the owner's next write would fail its precondition.
-func (h *Upstream) forwardNamespace(w http.ResponseWriter, r *http.Request, req *gateway.Request, keys []string) error {
-	var ws etagWrites
+func (h *Upstream) forwardNamespace(w http.ResponseWriter, r *http.Request, f *forwarding, keys []string) error {
+	req, token := f.req, f.req.Token
+	ws := make(etagWrites, 0, len(keys))
 	for _, k := range keys {
 		// Not conditional and opaque: nothing to learn, no HEAD.
-		ew, err := h.tracker.Begin(r.Context(), k, req.Token, precondition.Opaque, false, nil)
+		ew, err := h.tracker.Begin(r.Context(), k, token, precondition.Opaque, false, nil)
 		if err != nil {
 			return err
 		}
 		ws = append(ws, ew)
 	}
-	if err := h.forgetBelow(r.Context(), keys, req.Token); err != nil {
+	if err := h.forgetBelow(r.Context(), keys, token); err != nil {
 		return err
 	}
-	err := h.proxy.Forward(w, r.WithContext(context.WithValue(r.Context(), etagWritesKey{}, ws)))
+	f.ws = ws
+	err := Send(w, r, req, f)
 	if err != nil {
 		var ref *fencegate.Error
 		if !errors.As(err, &ref) {
@@ -130,7 +126,7 @@ func (h *Upstream) forwardNamespace(w http.ResponseWriter, r *http.Request, req 
 			}
 		}
 	}
-	h.forgetBelow(context.WithoutCancel(r.Context()), keys, req.Token)
+	h.forgetBelow(context.WithoutCancel(r.Context()), keys, token)
 	return err
 }
 
@@ -145,31 +141,9 @@ func (h *Upstream) forgetBelow(ctx context.Context, keys []string, token int64) 
 	return nil
 }
 
-type etagWritesKey struct{}
-
 // etagWrites are the records of a namespace request's keys: all opaque,
 // not conditional, so the answer is only recorded.
 type etagWrites []*precondition.Write
-
-// etagTransport records the outcome of each tracked write from the
-// upstream's answer; a 412 to the gateway's precondition becomes the
-// precondition_failed refusal (the answer is discarded).
-type etagTransport struct{ base http.RoundTripper }
-
-func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(req)
-	if ws, ok := req.Context().Value(etagWritesKey{}).(etagWrites); ok && err == nil {
-		for _, ew := range ws {
-			ew.Answered(req.Context(), resp.StatusCode, "")
-		}
-		return resp, nil
-	}
-	ew := etagWriteFrom(req.Context())
-	if err != nil || ew == nil {
-		return resp, err
-	}
-	return ew.Response(req.Context(), resp)
-}
 
 // discard reads a little of an answer the gateway does not need (so that
 // the connection can be reused) and closes it.

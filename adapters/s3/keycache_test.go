@@ -57,7 +57,7 @@ func TestKeyRotationRefusesOldSecret(t *testing.T) {
 	now := time.Now().UTC()
 	old := upstreamWithClient(t, "worker", "old-secret", now)
 	for i := 0; i < 3; i++ { // derived, then cached
-		if _, err := old.Inspect(signedPut(t, "worker", "old-secret", "us-east-1", now)); err != nil {
+		if _, err := old.Inspect(signedPut(t, "worker", "old-secret", "us-east-1", now), 0); err != nil {
 			t.Fatalf("old secret before the rotation: %v", err)
 		}
 	}
@@ -67,11 +67,11 @@ func TestKeyRotationRefusesOldSecret(t *testing.T) {
 
 	// The reload: a new upstream for the route, with the new secret.
 	rotated := upstreamWithClient(t, "worker", "new-secret", now)
-	if _, err := rotated.Inspect(signedPut(t, "worker", "old-secret", "us-east-1", now)); err == nil ||
+	if _, err := rotated.Inspect(signedPut(t, "worker", "old-secret", "us-east-1", now), 0); err == nil ||
 		!strings.Contains(err.Error(), "signature does not match") {
 		t.Fatalf("old secret after the rotation: %v; want a signature mismatch", err)
 	}
-	if _, err := rotated.Inspect(signedPut(t, "worker", "new-secret", "us-east-1", now)); err != nil {
+	if _, err := rotated.Inspect(signedPut(t, "worker", "new-secret", "us-east-1", now), 0); err != nil {
 		t.Fatalf("new secret: %v", err)
 	}
 
@@ -85,16 +85,16 @@ func TestKeyRotationRefusesOldSecret(t *testing.T) {
 	}
 	old.keys.mu.Unlock()
 	for i := 0; i < 2; i++ {
-		if _, err := rotated.Inspect(signedPut(t, "worker", "old-secret", "us-east-1", now)); err == nil {
+		if _, err := rotated.Inspect(signedPut(t, "worker", "old-secret", "us-east-1", now), 0); err == nil {
 			t.Fatal("old secret accepted with its key in the cache")
 		}
-		if _, err := rotated.Inspect(signedPut(t, "worker", "new-secret", "us-east-1", now)); err != nil {
+		if _, err := rotated.Inspect(signedPut(t, "worker", "new-secret", "us-east-1", now), 0); err != nil {
 			t.Fatalf("new secret with the old key in the cache: %v", err)
 		}
 	}
 
 	// The secret never appears in a refusal.
-	_, err := rotated.Inspect(signedPut(t, "worker", "old-secret", "us-east-1", now))
+	_, err := rotated.Inspect(signedPut(t, "worker", "old-secret", "us-east-1", now), 0)
 	if err == nil || strings.Contains(err.Error(), "old-secret") || strings.Contains(err.Error(), "new-secret") {
 		t.Fatalf("refusal %v", err)
 	}

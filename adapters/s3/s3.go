@@ -117,8 +117,6 @@ type Options struct {
 	FoldTrailingSlash bool
 	// Transport carries upstream requests. Nil: NewTransport(nil).
 	Transport http.RoundTripper
-	// TokenHeader is removed from forwarded requests. Empty: Fencing-Token.
-	TokenHeader string
 	// ETags records the ETags of writes; required with precondition etag.
 	ETags ETagStore
 	// Logger; nil means slog.Default().
@@ -208,7 +206,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		Route: c.Route, Upstream: "S3", Log: u.log}, c.Resource, "bucket", "key"); err != nil {
 		return nil, err
 	}
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, TokenHeader: opts.TokenHeader})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker})
 	return u, nil
 }
 
@@ -219,7 +217,7 @@ type dialect struct{ *Upstream }
 // DeleteObjects, every object) the request writes. The signature is
 // verified once per request, at one reading of the clock; Forward gets
 // what Inspect verified.
-func (d dialect) Inspect(r *http.Request) (gateway.Inspection, *state, error) {
+func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *state, error) {
 	insp, s, err := d.inspect(r)
 	if err != nil {
 		return gateway.Inspection{}, nil, err.refusal()

@@ -35,7 +35,7 @@ func doctorHTTPRoutes(ctx context.Context, cfg *config.Config, path string) (che
 			continue
 		}
 		checked++
-		h, err := relay.New(server.HTTPUpstreamOptions(rc, cfg.Gateway.TokenHeader))
+		h, err := relay.New(server.HTTPUpstreamOptions(rc))
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, precondition.ProbeTimeout)
 			err = h.CheckConditionalWrites(cctx, p, 0)
