@@ -35,20 +35,26 @@ import (
 // waits for a lost replica's writes is the 4s drain timeout) and a 2s
 // lease.
 func etcdSharedYAML(endpoints []string, upstream string) string {
+	return etcdSharedYAMLTimeout(endpoints, upstream, 3*time.Second)
+}
+
+// etcdSharedYAMLTimeout is etcdSharedYAML with the route's upstream
+// timeout.
+func etcdSharedYAMLTimeout(endpoints []string, upstream string, timeout time.Duration) string {
 	return fmt.Sprintf(`
 gateway:
   listen: $GATEWAY
   routes:
     - name: orders
       match: {path_prefix: /orders/}
-      upstream: {url: %q, timeout: 3s}
+      upstream: {url: %q, timeout: %s}
       resource: "{path}"
       hierarchical: false
 store:
   etcd: {endpoints: [%s], prefix: /fg, lease_ttl: 2s, timeout: 2s}
 fence: {mode: shared}
 admin: {listen: $ADMIN}
-`, upstream, quoteList(endpoints))
+`, upstream, timeout, quoteList(endpoints))
 }
 
 // etcdRecord reads resource's fence record straight from etcd.
@@ -164,18 +170,26 @@ func TestEtcdSharedOlderLandsFirst(t *testing.T) {
 }
 
 // A replica paused (SIGSTOP) past its lease's TTL with a write whose body
-// it was still streaming: replica 2's newer write lands once the lease
-// expired and the forward timeout passed; the paused replica, resumed with
-// the rest of the body waiting in its socket, sends none of it, so the
-// upstream never applies the older write after the newer one.
+// it was still streaming, and resumed well within the route's upstream
+// timeout and the forward timeout (10s, from the route): neither timeout
+// can stop the write, only the fence's proof that the lease is alive
+// (LivePermit, and the abort of the lease's writes). Resumed with the rest
+// of the body waiting in its socket, the replica sends none of it; the
+// newer write through replica 2 lands once the lost replica's forward
+// timeout passed, and the upstream's record holds no part of the paused
+// write: it never lands after the newer one, nor at all, as its lease could
+// not be proven.
 func TestEtcdSharedPausedReplica(t *testing.T) {
+	const timeout = 10 * time.Second // the route's upstream timeout: longer than the pause
 	c := testenv.Etcd(t, 3)
+	cli := etcdClient(t, c.Endpoints...)
 	up := newSharedUpstream(t)
-	r := sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url))
+	r := sharedReplicas(t, 2, etcdSharedYAMLTimeout(c.Endpoints, up.url, timeout))
 	const key = "/orders/p"
 	if st, body := write(t, "PUT", r[0].URL("gateway")+key, "1", "A0"); st != 200 {
 		t.Fatalf("A's first write: %d %s", st, body)
 	}
+	leases := etcdLeases(t, cli) // both replicas' leases
 	arrived := make(chan struct{})
 	var once sync.Once
 	up.hold = func(req *http.Request) {
@@ -185,6 +199,7 @@ func TestEtcdSharedPausedReplica(t *testing.T) {
 	}
 	pr, pw := io.Pipe()
 	aDone := make(chan string, 1)
+	sent := time.Now() // before A's permit starts its forward timeout
 	go func() {
 		req, _ := http.NewRequest("PUT", r[0].URL("gateway")+key, pr)
 		req.ContentLength = -1 // streamed
@@ -212,32 +227,74 @@ func TestEtcdSharedPausedReplica(t *testing.T) {
 			r[0].Signal(syscall.SIGCONT)
 		}
 	}()
-	start := time.Now()
-	deadline := start.Add(45 * time.Second)
-	landThrough(t, r[1].URL("gateway")+key, "2", "B", deadline)
-	t.Logf("B landed %s after replica 1 was paused (lease TTL 2s, forward timeout 4s)", time.Since(start).Round(time.Millisecond))
-	if waited := time.Since(start); waited < 4*time.Second {
-		t.Fatalf("B landed %s after replica 1 paused; its lease (2s) and forward timeout (4s) had not passed", waited)
-	}
-	// The rest of A's body waits in replica 1's socket when it resumes.
+	// The pause lasts until etcd itself has expired replica 1's lease
+	// (replica 2 keeps its own alive): past the TTL by the store's clock,
+	// not by a guess of how long that takes on a loaded machine.
+	gone := waitLeaseGone(t, cli, leases, 30*time.Second)
+	paused := time.Since(sent)
+	t.Logf("etcd expired lease %x %s after A was sent (lease TTL 2s)", gone, paused.Round(time.Millisecond))
+	// The rest of A's body waits in replica 1's socket when it resumes (if
+	// some of it is still on its way then, it is read after the resume and
+	// meets the same check).
 	go func() {
 		pw.Write([]byte("second-half"))
 		pw.Close()
 	}()
 	time.Sleep(200 * time.Millisecond)
+	if paused > timeout-2*time.Second {
+		t.Fatalf("inconclusive: the pause took %s, too close to the %s upstream and forward timeout to prove that the lease's proof alone stops the write", paused, timeout)
+	}
 	r[0].Signal(syscall.SIGCONT)
 	stopped = false
 	select {
 	case a := <-aDone:
 		t.Logf("A after the pause: %s", a)
+		if strings.HasPrefix(a, "200 ") {
+			t.Errorf("A's write answered %s after its replica's lease expired; want it cut", a)
+		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("A not answered after the replica resumed")
 	}
-	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	landThrough(t, r[1].URL("gateway")+key, "2", "B", start.Add(timeout+45*time.Second))
+	t.Logf("B landed %s after A was answered (lost replica's forward timeout %s)", time.Since(start).Round(time.Millisecond), timeout)
 	h := up.rec.HistoryOf(key)
 	sharedCheckHistory(t, h)
 	if got, want := recorder.Summary(h), "PUT A0@1, PUT B@2"; got != want {
-		t.Fatalf("upstream applied %q; want %q (the paused write must not land after the newer one)", got, want)
+		t.Fatalf("upstream applied %q; want %q (the paused write must not land: its lease was not proven)", got, want)
+	}
+}
+
+// etcdLeases returns the IDs of the leases etcd holds.
+func etcdLeases(t *testing.T, cli *clientv3.Client) map[clientv3.LeaseID]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make(map[clientv3.LeaseID]bool)
+	for _, l := range resp.Leases {
+		ids[l.ID] = true
+	}
+	return ids
+}
+
+// waitLeaseGone waits (bounded by within) until etcd no longer holds one
+// of leases, and returns it.
+func waitLeaseGone(t *testing.T, cli *clientv3.Client, leases map[clientv3.LeaseID]bool, within time.Duration) clientv3.LeaseID {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		now := etcdLeases(t, cli)
+		for id := range leases {
+			if !now[id] {
+				return id
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd still holds every lease of %v after %s", leases, within)
+		}
 	}
 }
 
