@@ -286,15 +286,7 @@ func TestSharedManyInFlightFewConns(t *testing.T) {
 		}
 		t.Fatalf("only %d of %d writes reached the upstream", arrivedN.Load(), n)
 	}
-	conn, err := pgx.Connect(context.Background(), pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var conns int
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fg_many'`).Scan(&conns); err != nil {
-		t.Fatal(err)
-	}
+	conns := pgBackends(t, pg.URL, "fg_many")
 	close(release)
 	wg.Wait()
 	close(errs)
