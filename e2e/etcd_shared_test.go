@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,7 +190,6 @@ func TestEtcdSharedPausedReplica(t *testing.T) {
 	if st, body := write(t, "PUT", r[0].URL("gateway")+key, "1", "A0"); st != 200 {
 		t.Fatalf("A's first write: %d %s", st, body)
 	}
-	leases := etcdLeases(t, cli) // both replicas' leases
 	arrived := make(chan struct{})
 	var once sync.Once
 	up.hold = func(req *http.Request) {
@@ -220,6 +220,7 @@ func TestEtcdSharedPausedReplica(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("A's write did not reach the upstream")
 	}
+	lease := markerLease(t, cli, "orders") // replica 1's: A's marker hangs on it
 	r[0].Signal(syscall.SIGSTOP)
 	stopped := true
 	defer func() {
@@ -227,12 +228,12 @@ func TestEtcdSharedPausedReplica(t *testing.T) {
 			r[0].Signal(syscall.SIGCONT)
 		}
 	}()
-	// The pause lasts until etcd itself has expired replica 1's lease
-	// (replica 2 keeps its own alive): past the TTL by the store's clock,
-	// not by a guess of how long that takes on a loaded machine.
-	gone := waitLeaseGone(t, cli, leases, 30*time.Second)
+	// The pause lasts until etcd itself has expired replica 1's lease:
+	// past the TTL by the store's clock, not by a guess of how long that
+	// takes on a loaded machine.
+	waitLeaseGone(t, cli, lease, 30*time.Second)
 	paused := time.Since(sent)
-	t.Logf("etcd expired lease %x %s after A was sent (lease TTL 2s)", gone, paused.Round(time.Millisecond))
+	t.Logf("etcd expired replica 1's lease %x %s after A was sent (lease TTL 2s)", lease, paused.Round(time.Millisecond))
 	// The rest of A's body waits in replica 1's socket when it resumes (if
 	// some of it is still on its way then, it is read after the resume and
 	// meets the same check).
@@ -265,8 +266,9 @@ func TestEtcdSharedPausedReplica(t *testing.T) {
 	}
 }
 
-// etcdLeases returns the IDs of the leases etcd holds.
-func etcdLeases(t *testing.T, cli *clientv3.Client) map[clientv3.LeaseID]bool {
+// markerLease returns the one lease etcd holds with a key attached that
+// contains word (a marker's key names its resource).
+func markerLease(t *testing.T, cli *clientv3.Client, word string) clientv3.LeaseID {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -274,26 +276,35 @@ func etcdLeases(t *testing.T, cli *clientv3.Client) map[clientv3.LeaseID]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := make(map[clientv3.LeaseID]bool)
+	var found []clientv3.LeaseID
 	for _, l := range resp.Leases {
-		ids[l.ID] = true
+		ttl, err := cli.TimeToLive(ctx, l.ID, clientv3.WithAttachedKeys())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return strings.Contains(string(k), word) }) {
+			found = append(found, l.ID)
+		}
 	}
-	return ids
+	if len(found) != 1 {
+		t.Fatalf("leases with a key of %q attached: %x; want one", word, found)
+	}
+	return found[0]
 }
 
-// waitLeaseGone waits (bounded by within) until etcd no longer holds one
-// of leases, and returns it.
-func waitLeaseGone(t *testing.T, cli *clientv3.Client, leases map[clientv3.LeaseID]bool, within time.Duration) clientv3.LeaseID {
+// waitLeaseGone waits (bounded by within) until etcd no longer holds
+// lease.
+func waitLeaseGone(t *testing.T, cli *clientv3.Client, lease clientv3.LeaseID, within time.Duration) {
 	t.Helper()
 	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
-		now := etcdLeases(t, cli)
-		for id := range leases {
-			if !now[id] {
-				return id
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ttl, err := cli.TimeToLive(ctx, lease)
+		cancel()
+		if err == nil && ttl.TTL == -1 {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("etcd still holds every lease of %v after %s", leases, within)
+			t.Fatalf("etcd still holds lease %x after %s (%v)", lease, within, err)
 		}
 	}
 }
