@@ -26,7 +26,7 @@ store:
 fence: {mode: shared}
 coordinator: {enabled: true, listen: $COORDINATOR, default_ttl: 1s}
 admin: {listen: $ADMIN}
-`, pg.URL))
+`, pg.URL+"&application_name=fg_coord_only"))
 	sharedAcquire(t, coord.URL("coordinator"), "/orders/other", "w") // it serves
 	if n := markerSessions(t, pg.URL); n != 1 {
 		t.Fatalf("%d marker sessions registered; want the gateway's 1 (fence.marker_conns default; the coordinator alone opens none)", n)
@@ -35,8 +35,13 @@ admin: {listen: $ADMIN}
 	if st, body := write(t, "PUT", gw.URL("gateway")+key, "1", "a"); st != 200 {
 		t.Fatalf("first write: %d %s", st, body)
 	}
+	if pgBackends(t, pg.URL, "fg_coord_only") == 0 {
+		t.Fatal("no database session of the coordinator-only process (application_name fg_coord_only)")
+	}
 	coord.Kill9()
-	time.Sleep(200 * time.Millisecond) // the database ends its sessions
+	// The database ended its sessions (a marker session of it, as before
+	// the fix, is then found lost and waited out).
+	waitFor(t, func() bool { return pgBackends(t, pg.URL, "fg_coord_only") == 0 })
 	start := time.Now()
 	st, body := write(t, "PUT", gw.URL("gateway")+key, "2", "b")
 	if st != 200 || time.Since(start) > 2*time.Second {
@@ -44,8 +49,20 @@ admin: {listen: $ADMIN}
 	}
 }
 
+// pgBackends counts the database's sessions of application name app.
+func pgBackends(t *testing.T, url, app string) int {
+	t.Helper()
+	return pgCount(t, url, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app)
+}
+
 // markerSessions counts the registered marker sessions not found gone.
 func markerSessions(t *testing.T, url string) int {
+	t.Helper()
+	return pgCount(t, url, `SELECT count(*) FROM fence_session WHERE dead_at IS NULL`)
+}
+
+// pgCount runs a count query on the database at url.
+func pgCount(t *testing.T, url, query string, args ...any) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -55,7 +72,7 @@ func markerSessions(t *testing.T, url string) int {
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM fence_session WHERE dead_at IS NULL`).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, query, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

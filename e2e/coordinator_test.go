@@ -76,7 +76,13 @@ func TestCoordinatorSeed5KillAndDatabaseCrash(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Killed while they run, once they have 10 tokens (a fixed 500ms
+	// gave a loaded machine too few).
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(before) >= 10
+	})
 	p.Kill9()
 	close(stop)
 	wg.Wait()

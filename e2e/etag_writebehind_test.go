@@ -86,8 +86,14 @@ func TestS3PreconditionETagsWrittenBehindKill9(t *testing.T) {
 				t.Fatalf("v3 landed %v after the late write was sent, not before it could arrive (%v): too slow to test", d, latency)
 			}
 			// Wait until the late request has reached S3 and been
-			// answered there, then read the durable state.
+			// answered there, then read the durable state. The control
+			// waits for the late write to land (a loaded machine may
+			// take longer than the 2s margin); the refusal leaves no trace
+			// to wait for.
 			time.Sleep(time.Until(sent.Add(latency + 2*time.Second)))
+			for deadline := time.Now().Add(20 * time.Second); tc.want == "late" && e.objectBody(t, "out") != "late" && time.Now().Before(deadline); {
+				time.Sleep(100 * time.Millisecond)
+			}
 			if got := e.objectBody(t, "out"); got != tc.want {
 				t.Fatalf("object after the late write arrived = %q; want %q", got, tc.want)
 			}

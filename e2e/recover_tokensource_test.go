@@ -63,6 +63,7 @@ func recoverSparesTokenSource(t *testing.T, auto bool) {
 		t.Fatalf("coordinator lease's write before the recovery: %d %s", st, body)
 	}
 	probe := acquire(t, coord, "/reports/probe", "reporter") // issued, never written
+	seen := acquire(t, coord, "/reports/seen", "reporter")   // shows when the replica has the floor
 	c := mustEtcdLock(t, cli, "/orders/stuck", 30)
 	defer c.sess.Close()
 	if st, body := write(t, "PUT", gw+"/orders/stuck", tok(c.token), "c1"); st != 200 {
@@ -97,7 +98,19 @@ func recoverSparesTokenSource(t *testing.T, auto bool) {
 	if floor < 1<<40 {
 		t.Fatalf("token floor %d after the recovery; want above 2^40", floor)
 	}
-	time.Sleep(3 * time.Second) // the replica's store guard reads the floor every second
+	// The replica's store guard reads the floor every second: it has it
+	// once a token of before is refused on a resource kept for that (the
+	// writes before may land there, or meet the store still flagged).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st, body := write(t, "PUT", gw+"/reports/seen", tok(seen), "seen")
+		if st == 409 {
+			wantCode(t, "a coordinator token of before the recovery", st, body, 409, "stale_fencing_token")
+			break
+		}
+		if (st != 200 && st != 503) || time.Now().After(deadline) {
+			t.Fatalf("a coordinator token of before the recovery: %d %s; want 409 within 30s (200 or 503 until the replica reads the floor)", st, body)
+		}
+	}
 
 	// The coordinator's tokens of before are worthless, also on a resource
 	// never written (the floor, not a fence row, refuses it).
