@@ -99,7 +99,7 @@ func fencedGateway(t *testing.T, rec *recorder.Recorder) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := gateway.NewRoute(gateway.RouteOptions{Name: "orders", PathPrefix: "/orders/", Resource: "{path}"}, up2)
+	rt, err := gateway.NewRoute(gateway.RouteOptions{Name: "orders", PathPrefix: "/orders/", Resource: "{path}", ForwardToken: true}, up2)
 	if err != nil {
 		t.Fatal(err)
 	}
