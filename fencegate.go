@@ -313,7 +313,7 @@ func Refusal(err error) (*Error, bool) {
 	case errors.As(err, &sl):
 		return &Error{
 			Code:       CodeFenceUnavailable,
-			Message:    "the database session guarding this write for " + sl.Resource + " was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
+			Message:    "the shared fence's session guarding this write for " + sl.Resource + " (its PostgreSQL connection or etcd lease) was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
 			Resource:   sl.Resource,
 			RetryAfter: time.Second,
 			Err:        sl,

@@ -128,7 +128,7 @@ func TestRefusalOfDomainErrors(t *testing.T) {
 			"the forward exceeded the shared fence's forward timeout (%s) and was cut", 1500*time.Millisecond)},
 		{&SessionLostError{Resource: "/d", Err: lost}, &Error{
 			Code:       CodeFenceUnavailable,
-			Message:    "the database session guarding this write for /d was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
+			Message:    "the shared fence's session guarding this write for /d (its PostgreSQL connection or etcd lease) was lost while it was forwarded; the forward was cut and the upstream may or may not have applied it",
 			Resource:   "/d",
 			RetryAfter: time.Second,
 		}},

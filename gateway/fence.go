@@ -35,7 +35,7 @@ type Write struct {
 	// incomplete request is never applied, so aborting it is safe and
 	// spares the newer writer the wait; answered as stale), or an error
 	// whose fencegate.Refusal the client is answered with (a shared fence
-	// that lost the database session guarding the write, or its forward
+	// that lost the store session guarding the write, or its forward
 	// timeout).
 	Abort func(cause error)
 	// DrainTimeout bounds the wait for older in-flight writes (the route's

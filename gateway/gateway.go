@@ -504,9 +504,17 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		st, _ := g.fence.State(context.WithoutCancel(r.Context()), o.Resource)
 		ref = fencegate.StaleError(o.Resource, o.Token, st.Highest)
 		ref.Message += " (superseded while the request body was being sent; the upstream did not receive it whole)"
+	case liveCut(body) != nil:
+		// The permit stopped holding while the body was sent
+		// (LivePermit): the upstream saw an incomplete request, and the
+		// client, still there, is told the fence's reason.
+		var ok bool
+		if ref, ok = fencegate.Refusal(liveCut(body)); !ok {
+			ref, _ = fencegate.Refusal(&fencegate.SessionLostError{Resource: o.Resource, Err: liveCut(body)})
+		}
 	case causeRefuses:
 		// The fence cut the forward for a reason of its own (a shared
-		// fence lost the database session guarding it, or its forward
+		// fence lost the session guarding it, or its forward
 		// timeout passed); the refusal it stands for is what the client is
 		// told.
 		ref = causeRef
@@ -696,13 +704,28 @@ type sentBody struct {
 	// the route's body limit: the client stopped sending it (went away,
 	// or the forward's own deadline cut the read).
 	failed atomic.Bool
+	// cut is the permit's reason when live stopped the body.
+	cut atomic.Pointer[error]
+}
+
+// liveCut returns why a permit stopped holding while body was sent (nil:
+// it did not).
+func liveCut(body io.ReadCloser) error {
+	if sb, ok := body.(*sentBody); ok {
+		if err := sb.cut.Load(); err != nil {
+			return *err
+		}
+	}
+	return nil
 }
 
 func (b *sentBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 && b.live != nil {
 		if lerr := b.live(); lerr != nil {
-			b.failed.Store(true)
+			// Not failed: the client is still there and is told why
+			// (liveCut), not treated as gone.
+			b.cut.Store(&lerr)
 			return 0, lerr
 		}
 	}
