@@ -179,6 +179,8 @@ type state struct {
 	// bodyLen (-1 unknown).
 	body    io.Reader
 	bodyLen int64
+	// guard: a stamped copy's conditions on the source it read (copyDoc).
+	guard *copyGuard
 }
 
 // forward is one admitted request on its way to the store.
@@ -245,6 +247,9 @@ func (u *Upstream) check(r *http.Request, t *target) *fencegate.Error {
 			return fencegate.InvalidRequest("uploadType=media carries no metadata for the gateway's stamp: use a multipart or resumable upload")
 		}
 	case opMove:
+		if u.stampKey != "" {
+			return errStampedMove()
+		}
 		if u.tracker != nil {
 			return httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest,
 				Message: "moveTo is not supported on a route with precondition: generation"})
@@ -275,7 +280,7 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 	out.URL.Scheme, out.URL.Host = u.endpoint.Scheme, u.endpoint.Host
 	out.URL.RawPath = u.endpoint.Path + f.State.path
 	out.URL.Path, _ = url.PathUnescape(out.URL.RawPath)
-	out.URL.RawQuery = u.query(pr.In.URL.RawQuery, f)
+	out.URL.RawQuery = f.State.guard.query(u.query(pr.In.URL.RawQuery, f))
 	out.Host = ""
 	if f.State.op == opChunk && out.Method == http.MethodPost {
 		// A chunk, as the JSON API documents it (parseUpload).
@@ -301,19 +306,9 @@ func (u *Upstream) query(raw string, f *forward) string {
 	if !cond && !strings.Contains(raw, sessionParam) && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
-	var kept []string
-	if raw != "" {
-		for _, p := range strings.Split(raw, "&") {
-			k, _, _ := strings.Cut(p, "=")
-			if d, err := url.QueryUnescape(k); err == nil {
-				k = d // the name parseQuery and the store read ("fencegate%5Fsession")
-			}
-			if k == sessionParam || (cond && k == "ifGenerationMatch") {
-				continue
-			}
-			kept = append(kept, p)
-		}
-	}
+	kept := keepParams(raw, func(name string) bool {
+		return name != sessionParam && !(cond && name == "ifGenerationMatch")
+	})
 	if cond {
 		g := "0"
 		if f.Version.IfMatch != "" {
