@@ -112,17 +112,19 @@ func digits(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
-// query is the forwarded query of a stamped copy (raw for any other
-// write): the worker's, its conditions on the source's generation and
-// metageneration (held by the source read) replaced by the gateway's.
-func (g *copyGuard) query(raw string) string {
+// rewrite sends a stamped copy (nothing else: g is nil) with its
+// destination resource as JSON (sent even if the worker sent no body),
+// the worker's conditions on the source's generation and metageneration
+// (held by the source read) replaced by the gateway's.
+func (g *copyGuard) rewrite(out *http.Request) {
 	if g == nil {
-		return raw
+		return
 	}
-	kept := keepParams(raw, func(name string) bool {
+	out.Header.Set("Content-Type", "application/json")
+	kept := keepParams(out.URL.RawQuery, func(name string) bool {
 		return name != "ifSourceGenerationMatch" && name != "ifSourceMetagenerationMatch"
 	})
-	return strings.Join(append(kept, "ifSourceGenerationMatch="+g.generation,
+	out.URL.RawQuery = strings.Join(append(kept, "ifSourceGenerationMatch="+g.generation,
 		"ifSourceMetagenerationMatch="+g.metageneration), "&")
 }
 

@@ -28,8 +28,9 @@ type copyStore struct {
 }
 
 type copied struct {
-	query url.Values
-	doc   map[string]any
+	query       url.Values
+	contentType string
+	doc         map[string]any
 }
 
 func (c *copyStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -54,7 +55,7 @@ func (c *copyStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		var doc map[string]any
 		json.Unmarshal(b, &doc)
-		c.copies = append(c.copies, copied{q, doc})
+		c.copies = append(c.copies, copied{q, r.Header.Get("Content-Type"), doc})
 		w.Write([]byte(`{"generation":"77"}`))
 	default:
 		w.WriteHeader(http.StatusNotFound)
@@ -138,8 +139,9 @@ func TestCopyStamped(t *testing.T) {
 				t.Fatalf("the copy's destination resource %v; want %v", got.doc, tc.doc)
 			}
 			if tc.stamp && (got.query.Get("ifSourceGenerationMatch") != "10" || got.query.Get("ifSourceMetagenerationMatch") != "2" ||
-				len(got.query["ifSourceGenerationMatch"]) != 1) {
-				t.Fatalf("the copy's query %v; want the gateway's conditions on generation 10, metageneration 2", got.query)
+				len(got.query["ifSourceGenerationMatch"]) != 1 || got.contentType != "application/json") {
+				t.Fatalf("the copy's query %v, Content-Type %q; want the gateway's conditions on generation 10, metageneration 2, JSON",
+					got.query, got.contentType)
 			}
 		})
 	}

@@ -280,7 +280,7 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 	out.URL.Scheme, out.URL.Host = u.endpoint.Scheme, u.endpoint.Host
 	out.URL.RawPath = u.endpoint.Path + f.State.path
 	out.URL.Path, _ = url.PathUnescape(out.URL.RawPath)
-	out.URL.RawQuery = f.State.guard.query(u.query(pr.In.URL.RawQuery, f))
+	out.URL.RawQuery = u.query(pr.In.URL.RawQuery, f)
 	out.Host = ""
 	if f.State.op == opChunk && out.Method == http.MethodPost {
 		// A chunk, as the JSON API documents it (parseUpload).
@@ -297,6 +297,7 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 			out.TransferEncoding = nil
 		}
 	}
+	f.State.guard.rewrite(out)
 }
 
 // query is the forwarded query string: the worker's, without the session
