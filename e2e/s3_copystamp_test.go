@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -98,18 +96,7 @@ func TestS3CopyObjectStampsCopyToken(t *testing.T) {
 	}
 
 	// The stamps rebuild the destination's fence at 9: token 8 is refused.
-	loseStore(t, p)
-	if out, err := fencegateCmd(t, p, "fence", "rebuild", "-c", p.CfgPath, "--bucket", osBucket); err != nil ||
-		!strings.Contains(out, "scanned 2 stamped object(s)") {
-		t.Fatalf("rebuild: %v\n%s", err, out)
-	}
-	export := filepath.Join(p.Dir, "fences.jsonl")
-	if out, err := fencegateCmd(t, p, "fence", "export", "-c", p.CfgPath, "-o", export); err != nil {
-		t.Fatalf("export: %v\n%s", err, out)
-	}
-	if lines, _ := os.ReadFile(export); !strings.Contains(string(lines), `{"resource":"fenced/dst","highest":9`) {
-		t.Fatalf("rebuilt fences:\n%s\nwant fenced/dst at 9", lines)
-	}
+	rebuildFrom(t, p, "--bucket", osBucket, 2, `{"resource":"fenced/dst","highest":9`)
 	p.Restart()
 	err = copyTo(8, "dst", s3.CopyObjectInput{})
 	osS3.wantStale(t, "token 8 on the copied destination", err)

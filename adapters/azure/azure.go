@@ -194,6 +194,7 @@ type state struct {
 	target
 	leaseID string // the gateway's lease id to send ("" none)
 	stamp   bool
+	copySrc *sourceMeta // a stamped copy's source metadata (copystamp.go)
 }
 
 // forward is one admitted request on its way to the store.
@@ -249,10 +250,16 @@ func vars(container, blob string) map[string]string {
 	return objectstore.Vars("container", container, "blob", blob)
 }
 
-// Prepare decides whether the forward carries the gateway's stamp.
+// Prepare decides whether the forward carries the gateway's stamp, and
+// reads the source of a stamped copy that takes its metadata.
 func (d dialect) Prepare(f *forward) error {
 	if f.Token > 0 && d.stampHeader != "" {
 		f.State.stamp = stamped(f.In.Method, f.State.target)
+		if f.State.stamp && copiesSourceMetadata(f.In, f.State.target) {
+			var err error
+			f.State.copySrc, err = d.readCopySource(f.In.Context(), f.In)
+			return err
+		}
 	}
 	return nil
 }
@@ -310,6 +317,9 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 	}
 	if f.Version != nil {
 		f.Version.Apply(out.Header)
+	}
+	if f.State.copySrc != nil {
+		f.State.copySrc.rewrite(out.Header)
 	}
 	if f.State.stamp {
 		// Set, not merged: a worker's own value would forge the stamp

@@ -177,6 +177,8 @@ type state struct {
 	// bodyLen (-1 unknown).
 	body    io.Reader
 	bodyLen int64
+	// guard: a stamped copy's conditions on the source it read (copyDoc).
+	guard *copyGuard
 }
 
 // forward is one admitted request on its way to the store.
@@ -243,6 +245,9 @@ func (u *Upstream) check(t *target, token int64) *fencegate.Error {
 			return fencegate.InvalidRequest("uploadType=media carries no metadata for the gateway's stamp: use a multipart or resumable upload")
 		}
 	case opMove:
+		if u.stampKey != "" {
+			return errStampedMove()
+		}
 		if u.tracker != nil {
 			return httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest,
 				Message: "moveTo is not supported on a route with precondition: generation"})
@@ -290,6 +295,7 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 			out.TransferEncoding = nil
 		}
 	}
+	f.State.guard.rewrite(out)
 }
 
 // query is the forwarded query string: the worker's, without the session
@@ -299,19 +305,9 @@ func (u *Upstream) query(raw string, f *forward) string {
 	if !cond && !strings.Contains(raw, sessionParam) && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
-	var kept []string
-	if raw != "" {
-		for _, p := range strings.Split(raw, "&") {
-			k, _, _ := strings.Cut(p, "=")
-			if d, err := url.QueryUnescape(k); err == nil {
-				k = d // the name parseQuery and the store read ("fencegate%5Fsession")
-			}
-			if k == sessionParam || (cond && k == "ifGenerationMatch") {
-				continue
-			}
-			kept = append(kept, p)
-		}
-	}
+	kept := keepParams(raw, func(name string) bool {
+		return name != sessionParam && !(cond && name == "ifGenerationMatch")
+	})
 	if cond {
 		g := "0"
 		if f.Version.IfMatch != "" {

@@ -34,10 +34,10 @@ const maxMetadataDoc = 1 << 20
 // With stamping, the token is set as the object's custom metadata
 // StampKey: in the metadata part of a multipart upload, the object
 // resource of a resumable upload's start (the session's object gets it), a
-// compose's destination, a metadata update, and a copy or rewrite that
-// gives the destination's metadata (one without takes the source's, stamp
-// included, as the store copies it). Set, not merged: a worker's own value
-// would forge the stamp `fence rebuild` trusts.
+// compose's destination, a metadata update, and a copy or rewrite (given
+// the source's metadata where its body names none: copyDoc). Set, not
+// merged: a worker's own value would forge the stamp `fence rebuild`
+// trusts.
 func (u *Upstream) body(r *http.Request, f *forward) error {
 	whole := f.Body // the body, if the gateway has it in memory
 	stamp := f.Token > 0 && u.stampKey != ""
@@ -111,9 +111,12 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 		}
 		stamped := stamp && (t.op == opResumable || t.op == opCompose || t.op == opCopy ||
 			t.op == opObject && !t.acl)
-		if len(bytes.TrimSpace(doc)) == 0 && t.op == opCopy {
-			// No metadata given: the copy takes the source's.
-			stamped = false
+		if stamped && t.op == opCopy {
+			// The source's metadata, which the store would copy with its
+			// stamp, is sent as the destination's (copyDoc).
+			if doc, err = u.copyDoc(r, f, doc); err != nil {
+				return err
+			}
 		}
 		if stamped {
 			at := ""

@@ -35,6 +35,8 @@ type target struct {
 	object  string // "" for a bucket-level write
 	bucket2 string // opMove: the destination
 	object2 string
+	// srcBucket, srcObject: an opCopy's source (read for a stamped copy).
+	srcBucket, srcObject string
 	// also names objects another reading of the request writes (opMove:
 	// fake-gcs-server, which has no moveTo, updates the object whose name
 	// is the whole rest of the path). They are fenced too.
@@ -232,7 +234,7 @@ func parseJSONAPI(method string, t target, rest []string) (target, *fencegate.Er
 		if ref := checkName(o[5]); ref != nil {
 			return t, ref
 		}
-		t.op, t.bucket, t.object = opCopy, o[3], o[5]
+		t.op, t.srcBucket, t.srcObject, t.bucket, t.object = opCopy, t.bucket, o[0], o[3], o[5]
 	case n == 4 && o[1] == wMoveTo && o[2] == "o" && method == http.MethodPost:
 		if ref := checkName(o[3]); ref != nil {
 			return t, ref

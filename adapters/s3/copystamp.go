@@ -7,7 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
+
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // copySource is what a stamped CopyObject with the COPY metadata directive
@@ -30,8 +31,9 @@ var contentHeaders = []string{"Cache-Control", "Content-Disposition", "Content-E
 // copySourceConditions are the worker's conditions on a copy's source.
 // The gateway evaluates them against the source it read and then sends
 // its own, on that version's ETag.
-var copySourceConditions = []string{"X-Amz-Copy-Source-If-Match", "X-Amz-Copy-Source-If-None-Match",
-	"X-Amz-Copy-Source-If-Modified-Since", "X-Amz-Copy-Source-If-Unmodified-Since"}
+var copySourceConditions = objectstore.SourceConditions{IfMatch: "X-Amz-Copy-Source-If-Match",
+	IfNoneMatch: "X-Amz-Copy-Source-If-None-Match", IfModifiedSince: "X-Amz-Copy-Source-If-Modified-Since",
+	IfUnmodifiedSince: "X-Amz-Copy-Source-If-Unmodified-Since"}
 
 // copyDirective reads a CopyObject's metadata directive: replace false is
 // COPY (the default). A value that is neither is refused: the store could
@@ -81,66 +83,30 @@ func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*copySour
 		return nil, errNotImplemented("the copy source has metadata S3 does not return: a stamped copy would lose it; copy with x-amz-metadata-directive: REPLACE").refusal()
 	}
 	c := &copySource{header: http.Header{}, etag: resp.Header.Get("ETag")}
-	for k, v := range resp.Header {
-		if strings.HasPrefix(k, "X-Amz-Meta-") {
-			c.header[k] = v
-		}
-	}
+	objectstore.CopyMeta(c.header, resp.Header, "X-Amz-Meta-")
 	for _, k := range contentHeaders {
 		if v, ok := resp.Header[k]; ok {
 			c.header[k] = v
 		}
 	}
-	lastMod, _ := http.ParseTime(resp.Header.Get("Last-Modified"))
-	since := func(name string) (time.Time, bool) {
-		t, err := http.ParseTime(h.Get(name))
-		return t, err == nil
-	}
-	im, hasIM := h["X-Amz-Copy-Source-If-Match"]
-	inm, hasINM := h["X-Amz-Copy-Source-If-None-Match"]
-	failed := hasIM && !etagMatches(im, c.etag) || hasINM && etagMatches(inm, c.etag)
-	if t, ok := since("X-Amz-Copy-Source-If-Unmodified-Since"); ok && !hasIM {
-		failed = failed || lastMod.After(t)
-	}
-	if t, ok := since("X-Amz-Copy-Source-If-Modified-Since"); ok && !hasINM {
-		failed = failed || !lastMod.After(t)
-	}
-	if failed {
+	if !copySourceConditions.Hold(h, c.etag, resp.Header.Get("Last-Modified")) {
 		return nil, (&s3Error{http.StatusPreconditionFailed, "PreconditionFailed", "at least one of the pre-conditions you specified did not hold (x-amz-copy-source-if-*)"}).refusal()
 	}
 	return c, nil
 }
 
-// etagMatches reports whether an entity-tag list (or *) names etag.
-func etagMatches(list []string, etag string) bool {
-	norm := func(e string) string { return strings.Trim(strings.TrimPrefix(strings.TrimSpace(e), "W/"), `"`) }
-	for _, l := range list {
-		for _, e := range strings.Split(l, ",") {
-			if strings.TrimSpace(e) == "*" || norm(e) == norm(etag) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // rewrite turns the outbound copy into a REPLACE copy of the source's
 // metadata, on the source's version (the stamp is set by Rewrite).
 func (c *copySource) rewrite(h http.Header) {
-	for k := range h {
-		if strings.HasPrefix(k, "X-Amz-Meta-") {
-			delete(h, k)
-		}
-	}
 	for _, k := range contentHeaders {
 		h.Del(k)
 	}
-	for _, k := range copySourceConditions {
-		h.Del(k)
-	}
-	for k, v := range c.header {
-		h[k] = v
+	objectstore.ReplaceMeta(h, c.header, "X-Amz-Meta-")
+	for _, k := range contentHeaders {
+		if v, ok := c.header[k]; ok {
+			h[k] = v
+		}
 	}
 	h.Set("X-Amz-Metadata-Directive", "REPLACE")
-	h.Set("X-Amz-Copy-Source-If-Match", c.etag)
+	copySourceConditions.Set(h, c.etag)
 }

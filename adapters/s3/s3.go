@@ -570,7 +570,7 @@ func (d dialect) Answer(f *forward, resp *http.Response) (int, string, error) {
 	// A copy's conditions on its source (the worker's, or the gateway's
 	// on the version it read) may fail too.
 	ambiguous := combineConditions(f.In.Header, f.Version).ambiguous || f.State.copySrc != nil ||
-		f.State.target.op == opCopyObject && hasAny(f.In.Header, copySourceConditions)
+		f.State.target.op == opCopyObject && hasAny(f.In.Header, copySourceConditions.Names())
 	if resp.StatusCode == http.StatusPreconditionFailed && f.Version.Conditional() &&
 		preconditionFailed(f.In.Context(), f.Version, ambiguous,
 			func(ctx context.Context) (string, error) { return d.headETag(ctx, f.State.target) }) {

@@ -1,0 +1,129 @@
+package azure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/objectstore"
+)
+
+// Copy Blob and Copy Blob From URL give the destination the source's
+// metadata when the request names none, and the request's alone when it
+// names some: the gateway's stamp alone would drop the source's metadata
+// (the users'). On a stamping route a copy that names no metadata is sent
+// with the source's, read with the gateway's credentials (Get Blob
+// Properties), and the copy's stamp, on the condition that the source is
+// still the version read (x-ms-source-if-match). Put Blob From URL takes
+// no metadata from its source (only its properties): the stamp is the
+// blob's metadata, as for Put Blob.
+
+// sourceConditions are the worker's conditions on a copy's source,
+// evaluated against the source read and replaced by the gateway's.
+// x-ms-source-if-tags is the store's to evaluate.
+var sourceConditions = objectstore.SourceConditions{IfMatch: "X-Ms-Source-If-Match",
+	IfNoneMatch: "X-Ms-Source-If-None-Match", IfModifiedSince: "X-Ms-Source-If-Modified-Since",
+	IfUnmodifiedSince: "X-Ms-Source-If-Unmodified-Since"}
+
+const metaPrefix = "X-Ms-Meta-"
+
+// sourceMeta is the source's metadata a stamped copy is sent with, and
+// the ETag it was read at.
+type sourceMeta struct {
+	meta http.Header
+	etag string
+}
+
+// copiesSourceMetadata reports whether a copy takes its source's metadata:
+// a Copy Blob or Copy Blob From URL (not Put Blob From URL, which names
+// its blob type) that names none.
+func copiesSourceMetadata(r *http.Request, t target) bool {
+	if t.op != opCopy || r.Header.Get("X-Ms-Blob-Type") != "" {
+		return false
+	}
+	for k := range r.Header {
+		if strings.HasPrefix(k, metaPrefix) {
+			return false
+		}
+	}
+	return true
+}
+
+// readCopySource reads the metadata and ETag of a copy's source with the
+// gateway's credentials, and evaluates the worker's own conditions on the
+// source against them, as the store would.
+func (u *Upstream) readCopySource(ctx context.Context, in *http.Request) (*sourceMeta, error) {
+	src, ok := u.sourceBlob(in, in.Header.Get("X-Ms-Copy-Source"))
+	if !ok {
+		return nil, fencegate.InvalidRequest("a copy on a route with stamp: true that names no metadata takes the source's, " +
+			"which the gateway reads: its x-ms-copy-source must be a blob of this store (on the gateway's address or the store's); " +
+			"or name the destination's metadata (x-ms-meta-*)")
+	}
+	resp, err := u.do(ctx, http.MethodHead, src, nil)
+	if err != nil {
+		return nil, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, &fencegate.Error{Code: fencegate.CodeNotFound, Message: "the copy source does not exist"}
+	case resp.StatusCode == http.StatusForbidden:
+		return nil, &fencegate.Error{Code: fencegate.CodeForbidden,
+			Message: "the gateway may not read the copy source, whose metadata a stamped copy carries"}
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("azure: Get Blob Properties of the copy source: %s", resp.Status)
+	case resp.Header.Get("ETag") == "":
+		return nil, errors.New("azure: Get Blob Properties of the copy source answered no ETag: the copy cannot be made conditional on it")
+	}
+	c := &sourceMeta{meta: http.Header{}, etag: resp.Header.Get("ETag")}
+	objectstore.CopyMeta(c.meta, resp.Header, metaPrefix)
+	if !sourceConditions.Hold(in.Header, c.etag, resp.Header.Get("Last-Modified")) {
+		return nil, &fencegate.Error{Code: fencegate.CodePreconditionFailed,
+			Message: "a condition on the copy source (x-ms-source-if-*) does not hold"}
+	}
+	return c, nil
+}
+
+// sourceBlob is the store's URL of a copy source that names a blob of the
+// store, on the gateway's address or the store's own, with the snapshot or
+// version it names (no other parameter: a SAS is the worker's).
+func (u *Upstream) sourceBlob(in *http.Request, src string) (*url.URL, bool) {
+	s, err := url.Parse(src)
+	if err != nil {
+		return nil, false
+	}
+	p, prefix := s.EscapedPath(), u.endpoint.EscapedPath()
+	switch {
+	case strings.EqualFold(s.Host, in.Host):
+	case strings.EqualFold(s.Host, u.endpoint.Host) && strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/"):
+		p = p[len(strings.TrimSuffix(prefix, "/")):]
+	default:
+		return nil, false
+	}
+	container, blob, slash, err := parsePath(p)
+	if err != nil || slash || container == "" || len(blob) == 0 {
+		return nil, false
+	}
+	out := u.blobURL(container, strings.Join(blob, "/"))
+	q, sq := out.Query(), s.Query()
+	for _, k := range []string{"snapshot", "versionid"} {
+		if v := sq.Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	out.RawQuery = q.Encode()
+	return out, true
+}
+
+// rewrite sends the copy with the source's metadata, on the source's
+// version (the stamp is set by Rewrite).
+func (c *sourceMeta) rewrite(h http.Header) {
+	objectstore.ReplaceMeta(h, c.meta, metaPrefix)
+	sourceConditions.Set(h, c.etag)
+}
