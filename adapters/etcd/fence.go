@@ -21,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/clock"
+	"github.com/fencegate/fencegate/sharedfence"
 )
 
 // SharedFence is the fence of several gateway replicas over one etcd
@@ -131,9 +132,6 @@ const (
 	maxOps = 120
 	// lingerMarks: a lingering Txn goes out once this many writes share it.
 	lingerMarks = 16
-	// recoveryPoll: a drain waiting for a dead replica's forward timeout
-	// looks again this often.
-	recoveryPoll = 200 * time.Millisecond
 )
 
 var (
@@ -420,10 +418,9 @@ func (f *SharedFence) drain(ctx context.Context, w gateway.Write, raised *client
 			}
 			if bound > 0 {
 				f.hold(w.Resource, bound)
-				if left := time.Until(deadline); left < bound {
-					return fencegate.Draining(w.Resource, w.Token, drain, fmt.Errorf("a replica that may have held writes in flight lost its etcd lease; waiting %s for its forward timeout", bound.Round(time.Millisecond)))
-				}
-				if err := clock.Sleep(ctx, min(bound, recoveryPoll)); err != nil {
+				// No grace: a dead key is not deleted when its replica
+				// comes back (with a new lease), it expires.
+				if err := sharedfence.Pause(ctx, w, bound, deadline, drain, 0); err != nil {
 					return err
 				}
 				continue
@@ -539,7 +536,7 @@ func (f *SharedFence) deadBound(ctx context.Context) (time.Duration, error) {
 			bound = max(bound, time.Duration(ttl.TTL)*time.Second)
 		} else if ttl.TTL == 0 || ttl.TTL == -1 && kv.Lease != 0 {
 			// Expiring now: look again shortly.
-			bound = max(bound, recoveryPoll)
+			bound = max(bound, sharedfence.RecoveryPoll)
 		}
 	}
 	return bound, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/clock"
+	"github.com/fencegate/fencegate/sharedfence"
 )
 
 // session is one lease of this replica and the markers attached to it.
@@ -398,7 +399,8 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[st
 			continue
 		}
 		if !o.s.lost && o.m.exists && o.m.rec.Highest == e.token && o.m.rec.Ready {
-			p := &permit{f: f, s: o.s, e: e, resource: e.resource, abort: o.w.Abort, bodySent: o.w.BodySent, start: o.start}
+			p := &permit{f: f, s: o.s, e: e, Flight: sharedfence.Flight{
+				Resource: e.resource, Abort: o.w.Abort, BodySent: o.w.BodySent, Start: o.start}}
 			e.flights[p] = struct{}{}
 			o.m.permit = p
 			permits = append(permits, p)
@@ -408,15 +410,10 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[st
 	}
 	f.mu.Unlock()
 	for _, p := range permits {
-		if p.abort != nil {
-			// The forward must end within the forward timeout counted from
-			// before the marker was read: a drain that finds this replica
-			// gone waits that long (docs/design.md §4).
-			abort, timeout := p.abort, f.forwardTimeout
-			p.timer = time.AfterFunc(timeout-time.Since(p.start), func() {
-				abort(&fencegate.ForwardTimeoutError{Timeout: timeout})
-			})
-		}
+		// The forward must end within the forward timeout counted from
+		// before the marker was read: a drain that finds this replica gone
+		// waits that long (docs/design.md §4).
+		p.Arm(f.forwardTimeout)
 	}
 	for _, o := range ops {
 		if o.done != nil {
@@ -590,15 +587,12 @@ func (f *SharedFence) olderDeleted(s *session, idle []*entry, applied, failed bo
 
 // permit is a write in flight: it holds its entry's marker.
 type permit struct {
-	f        *SharedFence
-	s        *session
-	e        *entry
-	resource string
-	abort    func(cause error)
-	bodySent func() bool
-	start    time.Time
-	timer    *time.Timer
-	once     sync.Once
+	f *SharedFence
+	s *session
+	e *entry
+	// Flight bounds the write's forward from before its marker Txn.
+	sharedfence.Flight
+	once sync.Once
 }
 
 var _ gateway.LivePermit = (*permit)(nil)
@@ -607,22 +601,17 @@ var _ gateway.LivePermit = (*permit)(nil)
 // lease is proven alive and within the forward timeout since its marker
 // was read. Memory only.
 func (p *permit) Live() error {
-	switch {
-	case p.s.gone.Load() || !p.s.proven():
-		return &fencegate.SessionLostError{Resource: p.resource, Err: errors.New("the replica cannot prove its etcd lease alive")}
-	case time.Since(p.start) > p.f.forwardTimeout:
-		return &fencegate.ForwardTimeoutError{Timeout: p.f.forwardTimeout}
+	if p.s.gone.Load() || !p.s.proven() {
+		return &fencegate.SessionLostError{Resource: p.Resource, Err: errors.New("the replica cannot prove its etcd lease alive")}
 	}
-	return nil
+	return p.Flight.Live(p.f.forwardTimeout)
 }
 
 // Release implements gateway.Permit. It does no I/O: the marker lingers,
 // or its delete goes out with the next marker Txn.
 func (p *permit) Release() {
 	p.once.Do(func() {
-		if p.timer != nil {
-			p.timer.Stop()
-		}
+		p.Stop()
 		f := p.f
 		f.mu.Lock()
 		delete(p.e.flights, p)
@@ -654,16 +643,14 @@ func (f *SharedFence) lose(s *session, err error) {
 	for _, e := range s.entries {
 		for p := range e.flights {
 			s.lostLeft++
-			if p.abort != nil {
-				aborts = append(aborts, p)
-			}
+			aborts = append(aborts, p)
 		}
 	}
 	n := s.lostLeft
 	f.mu.Unlock()
 	f.log.Warn("etcd shared fence: the replica's lease is lost; aborting its writes in flight", "lease", lease16(s.lease), "writes", n, "err", err)
 	for _, p := range aborts {
-		p.abort(&fencegate.SessionLostError{Resource: p.resource, Err: fmt.Errorf("the replica's etcd lease: %w", err)})
+		p.Lost(fmt.Errorf("the replica's etcd lease: %w", err))
 	}
 	// Let the lease go at once if it still exists: its markers vanish and
 	// drains elsewhere start the forward-timeout wait now, not at expiry.

@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/resource"
+	"github.com/fencegate/fencegate/sharedfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -127,16 +128,6 @@ ON CONFLICT (resource) DO UPDATE SET below = EXCLUDED.below, ready = false
    AND NOT EXISTS (SELECT 1 FROM fence_session WHERE dead_at + forward_timeout > clock_timestamp())`
 )
 
-// scopeRow is what a marker's read (markerScopeReadSQL) read of one key.
-type scopeRow struct {
-	exists     bool // the key has a fence row
-	highest    int64
-	ready      bool
-	below      int64
-	belowReady bool
-	known      bool
-}
-
 // AdmitTree implements gateway.TreeFence: w on its own key (ScopeKey or
 // ScopeTree) and ScopeMember on each collection in above (keys above
 // w.Resource). The permit holds w's own marker only.
@@ -172,15 +163,15 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 		}
 		rows := sp.rows
 		sp.rows = nil
-		acts, ref := decideScope(w, above, rows)
+		acts, ref := sharedfence.Decide(w, above, rows)
 		if ref != nil {
 			p.Release()
-			if own := rows[w.Resource]; w.Scope == gateway.ScopeTree && w.Token < own.below {
+			if own := rows[w.Resource]; w.Scope == gateway.ScopeTree && w.Token < own.Below {
 				// Close this replica's marker of the key to writers of
 				// the token: they are refused on their reads anyway, and
 				// a member's wait on the key must not starve.
 				key := lockKey(w.Resource)
-				f.lane(key).superseded(key, own.below)
+				f.lane(key).superseded(key, own.Below)
 			}
 			return nil, ref
 		}
@@ -191,13 +182,13 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 		// collection's drain waits for its members' markers, this one's
 		// among them.
 		p.Release()
-		var below []scopeAction
+		var below []sharedfence.Action
 		for _, a := range acts {
-			if !a.tree {
+			if !a.Tree {
 				below = append(below, a)
 				continue
 			}
-			st, err := f.treeDrain(ctx, w, a.key, a.token, false, time.Until(deadline))
+			st, err := f.treeDrain(ctx, w, a.Key, a.Token, false, time.Until(deadline))
 			if err != nil {
 				return nil, err
 			}
@@ -218,56 +209,6 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 			return nil, draining(w, drain, nil)
 		}
 	}
-}
-
-// scopeAction is a wait a write needs before it is decided again.
-type scopeAction struct {
-	key   string
-	token int64
-	tree  bool // treeDrain of key at token; else belowDrain (raise: first raise below to token)
-	raise bool
-}
-
-// decideScope decides w on the rows read with its marker held: a refusal,
-// the waits it needs first, or neither (admitted).
-func decideScope(w gateway.Write, above []string, rows map[string]scopeRow) ([]scopeAction, error) {
-	var acts []scopeAction
-	if w.Scope == gateway.ScopeTree {
-		own := rows[w.Resource]
-		if w.Token < own.below {
-			ref := fencegate.StaleError(w.Resource, w.Token, own.below)
-			ref.Message += " (for a key below it)"
-			return nil, ref
-		}
-		if !own.known {
-			// Member rows written before this key was checked as a
-			// collection: read them (and wait for their writes) once.
-			acts = append(acts, scopeAction{key: w.Resource, token: w.Token, tree: true})
-		}
-	}
-	for _, a := range above {
-		r := rows[a]
-		switch {
-		case r.highest == 0:
-			// No fence row: the collection has no write of its own to
-			// refuse this one or to wait for, and its first one reads
-			// the members' rows (treeAdvanceSQL, treeDrain), this one's
-			// among them (committed before its marker).
-		case w.Token < r.highest:
-			ref := fencegate.StaleError(a, w.Token, r.highest)
-			ref.Message += " (a collection above the key written)"
-			return nil, ref
-		case w.Token == r.highest:
-			if !r.ready {
-				acts = append(acts, scopeAction{key: a, token: w.Token, tree: true})
-			}
-		case w.Token > r.below:
-			acts = append(acts, scopeAction{key: a, token: w.Token, raise: true})
-		case !r.belowReady:
-			acts = append(acts, scopeAction{key: a, token: r.below})
-		}
-	}
-	return acts, nil
 }
 
 // treeDrain is the advance (if advance) and drain of a collection write:
@@ -397,41 +338,41 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 // with raise) to their tokens, in one transaction committed with a WAL
 // flush, then waits for each collection's own writes in flight (locks in
 // key order) and records the levels ready.
-func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []scopeAction, drain time.Duration) (drainState, error) {
-	return f.onDrainConn(ctx, w, acts[0].key, drain, func(ctx context.Context, conn *pgxpool.Conn) (drainState, error) {
-		return f.runScope(ctx, conn, w, acts[0].key, queueBelowDrain(acts, drain), drainState{Highest: w.Token}, drain)
+func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []sharedfence.Action, drain time.Duration) (drainState, error) {
+	return f.onDrainConn(ctx, w, acts[0].Key, drain, func(ctx context.Context, conn *pgxpool.Conn) (drainState, error) {
+		return f.runScope(ctx, conn, w, acts[0].Key, queueBelowDrain(acts, drain), drainState{Highest: w.Token}, drain)
 	})
 }
 
-func queueBelowDrain(acts []scopeAction, drain time.Duration) *pgx.Batch {
+func queueBelowDrain(acts []sharedfence.Action, drain time.Duration) *pgx.Batch {
 	b := &pgx.Batch{}
 	for i, a := range acts {
-		if !a.raise {
+		if !a.Raise {
 			continue
 		}
-		if i == 0 || !slices.ContainsFunc(acts[:i], func(a scopeAction) bool { return a.raise }) {
+		if i == 0 || !slices.ContainsFunc(acts[:i], func(a sharedfence.Action) bool { return a.Raise }) {
 			b.Queue("BEGIN")
 			b.Queue(durableSQL)
 		}
-		b.Queue(belowRaiseSQL, a.key, a.token)
+		b.Queue(belowRaiseSQL, a.Key, a.Token)
 	}
-	if slices.ContainsFunc(acts, func(a scopeAction) bool { return a.raise }) {
+	if slices.ContainsFunc(acts, func(a sharedfence.Action) bool { return a.Raise }) {
 		b.Queue("COMMIT")
 	}
 	b.Queue("BEGIN")
 	for _, a := range acts {
-		b.Queue(scopeNotifySQL, []int64{lockKey(a.key)}, a.token)
+		b.Queue(scopeNotifySQL, []int64{lockKey(a.Key)}, a.Token)
 	}
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
 	for _, a := range acts {
-		b.Queue(scopeLockSQL, lockKey(a.key))
+		b.Queue(scopeLockSQL, lockKey(a.Key))
 	}
 	b.Queue(sessionNoticeSQL)
 	b.Queue(scopeBoundSQL)
 	for _, a := range acts {
-		b.Queue(belowReadySQL, a.key, a.token)
+		b.Queue(belowReadySQL, a.Key, a.Token)
 	}
 	b.Queue("COMMIT")
 	return b
