@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/clock"
+	"github.com/fencegate/fencegate/resource"
 	"github.com/fencegate/fencegate/sharedfence"
 )
 
@@ -60,6 +61,9 @@ type entry struct {
 	// unsure: the Txn that put the marker failed; it may not exist.
 	unsure bool
 	closed bool // the fence moved past token: no write joins any more
+	// noLinger: a collection above the key was raised, and its drain
+	// waits for this marker whatever its token: it is not kept idle.
+	noLinger bool
 	// watchGen is the fence watch's generation at the entry's last read;
 	// idleSince is when its last write ended.
 	watchGen  int64
@@ -75,10 +79,14 @@ const (
 )
 
 type op struct {
-	kind  opKind
-	e     *entry
-	put   bool
-	w     gateway.Write
+	kind opKind
+	e    *entry
+	put  bool
+	w    gateway.Write
+	// scope: the keys whose fence and below records the Txn also reads
+	// for this write (a hierarchical write's own key and the collections
+	// above it, AdmitTree); none for a key alone.
+	scope []string
 	start time.Time
 	done  chan struct{}
 	s     *session
@@ -95,11 +103,15 @@ type marked struct {
 	exists bool
 	rec    record
 	rev    int64 // the record's mod revision
+	// rows: the records of the op's scope, read in the Txn that read the
+	// write's own record, with its marker held (AdmitTree).
+	rows map[string]sharedfence.Row
 }
 
 // mark puts (or joins) this replica's marker of w.Resource at w.Token and
-// reads the record, in the next marker Txn.
-func (f *SharedFence) mark(ctx context.Context, w gateway.Write) (marked, error) {
+// reads the record, in the next marker Txn, with the fence and below
+// records of scope (at the same revision: after the marker was put).
+func (f *SharedFence) mark(ctx context.Context, w gateway.Write, scope []string) (marked, error) {
 	s, err := f.session(ctx, w.Resource)
 	if err != nil {
 		return marked{}, err
@@ -122,7 +134,7 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write) (marked, error)
 		return f.closedState(ctx, w)
 	}
 	e.count++
-	o := &op{kind: opMark, e: e, w: w, start: time.Now(), done: make(chan struct{}), s: s}
+	o := &op{kind: opMark, e: e, w: w, scope: scope, start: time.Now(), done: make(chan struct{}), s: s}
 	if (!e.held || e.deleteSent || e.unsure) && !e.putting {
 		// No marker, or its delete is in flight: put it (again). Marker
 		// Txns go out one after the other, so the put lands after the
@@ -261,7 +273,8 @@ func (f *SharedFence) take() []*op {
 	defer f.mu.Unlock()
 	var ops []*op
 	n := 0
-	reads := make(map[string]bool)
+	reads := make(map[string]bool)  // fence records read
+	belows := make(map[string]bool) // below records read
 	i := 0
 	for ; i < len(f.queue); i++ {
 		o := f.queue[i]
@@ -280,13 +293,26 @@ func (f *SharedFence) take() []*op {
 			if !reads[o.e.resource] {
 				cost++
 			}
+			for _, k := range o.scope {
+				if !reads[k] && k != o.e.resource {
+					cost++
+				}
+				if !belows[k] {
+					cost++
+				}
+			}
 		}
-		if n+cost > maxOps {
+		if n+cost > maxOps && len(ops) > 0 {
+			// (An op alone above the cap goes out alone: etcd refuses it,
+			// and its write is refused, rather than wait for ever.)
 			break
 		}
 		n += cost
 		if o.kind == opMark {
 			reads[o.e.resource] = true
+			for _, k := range o.scope {
+				reads[k], belows[k] = true, true
+			}
 		} else {
 			o.e.deleting, o.e.deleteSent = false, true
 		}
@@ -312,13 +338,14 @@ func (f *SharedFence) send(ops []*op) {
 		}
 	}
 	if len(stale) > 0 {
-		f.finish(stale, nil, nil, errLeaseLost)
+		f.finish(stale, nil, nil, nil, errLeaseLost)
 	}
 	if len(cur) == 0 {
 		return
 	}
 	var then []clientv3.Op
-	reads := make(map[string]int) // resource -> index of its read in then
+	reads := make(map[string]int)  // resource -> index of its record's read in then
+	belows := make(map[string]int) // resource -> index of its below level's read
 	for _, o := range cur {
 		switch {
 		case o.kind == opDelete:
@@ -335,17 +362,28 @@ func (f *SharedFence) send(ops []*op) {
 			reads[o.e.resource] = len(then)
 			then = append(then, clientv3.OpGet(f.fenceKey(o.e.resource)))
 		}
+		for _, k := range o.scope {
+			if _, ok := reads[k]; !ok {
+				reads[k] = len(then)
+				then = append(then, clientv3.OpGet(f.fenceKey(k)))
+			}
+			if _, ok := belows[k]; !ok {
+				belows[k] = len(then)
+				then = append(then, clientv3.OpGet(f.belowKey(k)))
+			}
+		}
 	}
 	resp, err := f.markerTxn(then)
-	f.finish(cur, resp, reads, err)
+	f.finish(cur, resp, reads, belows, err)
 	if isLeaseGone(err) {
 		f.lose(s, err)
 	}
 }
 
 // finish hands the ops of one marker Txn their results: resp (with the
-// index of each resource's read in reads), or err.
-func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[string]int, err error) {
+// index of each resource's record read in reads, and of its below level
+// in belows), or err.
+func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, belows map[string]int, err error) {
 	gen := f.watchGen.Load()
 	f.mu.Lock()
 	var permits []*permit
@@ -386,6 +424,15 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[st
 				continue
 			}
 			o.m.exists, o.m.rec, o.m.rev = true, rec, kvs[0].ModRevision
+		}
+		if len(o.scope) > 0 {
+			rows, derr := f.scopeRows(o.scope, resp, reads, belows)
+			if derr != nil {
+				o.err = fencegate.Unavailable(e.resource, derr)
+				f.release(e, o.s)
+				continue
+			}
+			o.m.rows = rows
 		}
 		e.watchGen = gen
 		if o.m.exists && o.m.rec.Highest > e.token {
@@ -479,7 +526,7 @@ func (f *SharedFence) release(e *entry, s *session) {
 		delete(s.entries, e.key)
 		return
 	}
-	if e.closed || e.watchGen%2 == 0 || e.watchGen != f.watchGen.Load() {
+	if e.closed || e.noLinger || e.watchGen%2 == 0 || e.watchGen != f.watchGen.Load() {
 		f.queueDelete(e, s)
 	}
 }
@@ -523,6 +570,28 @@ func (f *SharedFence) superseded(resource string, highest int64) {
 	for k, e := range s.entries {
 		if strings.HasPrefix(k, dir) && e.token < highest {
 			e.closed = true
+			if e.count == 0 && e.held {
+				f.queueDelete(e, s)
+			}
+		}
+	}
+}
+
+// letGoBelow lets go this replica's markers of the keys below coll as
+// soon as no write holds them (at once if none does): a collection's
+// drain waits for them whatever their token (docs/design.md §4). Liveness
+// only: an idle marker is deleted within markerIdle anyway.
+func (f *SharedFence) letGoBelow(coll string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return
+	}
+	members := resource.MemberPrefix(coll)
+	for _, e := range s.entries {
+		if strings.HasPrefix(e.resource, members) {
+			e.noLinger = true
 			if e.count == 0 && e.held {
 				f.queueDelete(e, s)
 			}
@@ -813,7 +882,13 @@ func (f *SharedFence) runWatch() {
 				if err != nil {
 					continue
 				}
-				f.superseded(strings.TrimPrefix(string(ev.Kv.Key), dir), rec.Highest)
+				res := strings.TrimPrefix(string(ev.Kv.Key), dir)
+				f.superseded(res, rec.Highest)
+				if !rec.Ready || ev.IsCreate() {
+					// Raised (or new): its drain, if it is a collection's,
+					// waits for every marker below it.
+					f.letGoBelow(res)
+				}
 			}
 		}
 		cancel()

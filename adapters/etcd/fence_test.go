@@ -334,21 +334,26 @@ func TestSharedFenceRequestsPerWrite(t *testing.T) {
 func TestFenceContract(t *testing.T) {
 	fencetest.Run(t, fencetest.Options{Replicas: true}, func(t *testing.T) fencetest.Open {
 		c := newCluster(t)
-		return func(t *testing.T) (gateway.Fence, func()) {
-			st, err := OpenStore(StoreOptions{Client: ClientOptions{Endpoints: c.Endpoints}, Prefix: c.prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := NewSharedFence(st, SharedFenceOptions{LeaseTTL: 2 * time.Second, ForwardTimeout: 2 * time.Second})
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := f.Ready(ctx); err != nil {
-				t.Fatal(err)
-			}
-			var once sync.Once
-			return f, func() { once.Do(func() { f.Close(); st.Close() }) }
-		}
+		return c.open(c.prefix, SharedFenceOptions{LeaseTTL: 2 * time.Second, ForwardTimeout: 2 * time.Second})
 	})
+}
+
+// open is the fencetest.Open of replicas on c under prefix.
+func (c *testCluster) open(prefix string, opts SharedFenceOptions) fencetest.Open {
+	return func(t *testing.T) (gateway.Fence, func()) {
+		st, err := OpenStore(StoreOptions{Client: ClientOptions{Endpoints: c.Endpoints}, Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := NewSharedFence(st, opts)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := f.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		return f, func() { once.Do(func() { f.Close(); st.Close() }) }
+	}
 }
 
 // The export/import contract of `fencegate fence export` and `import`
@@ -505,4 +510,17 @@ func TestSharedFenceRequestsPerAdvance(t *testing.T) {
 	if per > 4.2 {
 		t.Fatalf("%.2f etcd requests per advance; want at most 4", per)
 	}
+}
+
+// TestTreeContract runs the hierarchical-keys suite of every shared fence
+// (internal/fencetest.RunTree) on etcd, as two replicas (each its own
+// client and lease) on one three-member cluster, each subtest under a
+// prefix of its own, as adapters/postgres runs it on PostgreSQL.
+func TestTreeContract(t *testing.T) {
+	c := newCluster(t)
+	n := 0
+	fencetest.RunTree(t, func(t *testing.T) fencetest.Open {
+		n++
+		return c.open(fmt.Sprintf("/tree%d", n), SharedFenceOptions{LeaseTTL: 2 * time.Second, DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
+	})
 }

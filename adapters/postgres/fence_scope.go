@@ -29,10 +29,6 @@ import (
 
 var _ gateway.TreeFence = (*SharedFence)(nil)
 
-// errMemberAlone refuses a ScopeMember admission made on its own: the
-// shared fence decides it with the member's marker held (AdmitTree).
-var errMemberAlone = errors.New("a write below a collection is admitted together with its own key (gateway.TreeFence)")
-
 const (
 	// markerScopeReadSQL is markerReadSQL for a marker pipeline that
 	// carries hierarchical writes: for every key ($1: the pipeline's
@@ -130,7 +126,8 @@ ON CONFLICT (resource) DO UPDATE SET below = EXCLUDED.below, ready = false
 
 // AdmitTree implements gateway.TreeFence: w on its own key (ScopeKey or
 // ScopeTree) and ScopeMember on each collection in above (keys above
-// w.Resource). The permit holds w's own marker only.
+// w.Resource), by the shared rules (sharedfence.AdmitTree). The permit
+// holds w's own marker only.
 func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []string) (gateway.Permit, error) {
 	drain := w.DrainTimeout
 	if drain <= 0 {
@@ -139,76 +136,51 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 	if err := f.admissible(ctx, w); err != nil {
 		return nil, err
 	}
-	if w.Scope == gateway.ScopeMember {
-		return nil, fencegate.Unavailable(w.Resource, errMemberAlone)
+	p, err := sharedfence.AdmitTree(ctx, tree{f}, w, above, time.Now().Add(drain), drain)
+	if ref := fencegate.AsError(err); ref != nil && ref.Code == fencegate.CodeStaleToken &&
+		w.Scope == gateway.ScopeTree && ref.Resource == w.Resource {
+		// Close this replica's marker of the key to writers of the token:
+		// they are refused on their reads anyway, and a member's wait on
+		// the key must not starve.
+		key := lockKey(w.Resource)
+		f.lane(key).superseded(key, ref.Highest)
 	}
-	deadline := time.Now().Add(drain)
-	if w.Scope == gateway.ScopeKey && len(above) == 0 {
-		// A key of no hierarchy: its own marker decides it, as Admit does
-		// (no read of the rows around it: there are none to read).
-		return f.admitKey(ctx, w, nil, deadline, drain)
+	return p, err
+}
+
+// tree is the PostgreSQL side of sharedfence.AdmitTree.
+type tree struct{ f *SharedFence }
+
+func (t tree) AdmitKey(ctx context.Context, w gateway.Write, scope []string, deadline time.Time, drain time.Duration) (gateway.Permit, map[string]sharedfence.Row, error) {
+	p, err := t.f.admitKey(ctx, w, scope, deadline, drain)
+	if err != nil || scope == nil {
+		return p, nil, err
 	}
-	keys := append([]string{w.Resource}, above...)
-	for {
-		p, err := f.admitKey(ctx, w, keys, deadline, drain)
-		if err != nil {
-			return nil, err
-		}
-		// The rows of keys, read by the statement that read w's own row
-		// with its marker held (markerScopeReadSQL).
-		sp, ok := p.(*sharedPermit)
-		if !ok || sp.rows == nil {
-			p.Release()
-			return nil, fencegate.Unavailable(w.Resource, errors.New("the marker's read returned no rows of the collections above the key"))
-		}
-		rows := sp.rows
-		sp.rows = nil
-		acts, ref := sharedfence.Decide(w, above, rows)
-		if ref != nil {
-			p.Release()
-			if own := rows[w.Resource]; w.Scope == gateway.ScopeTree && w.Token < own.Below {
-				// Close this replica's marker of the key to writers of
-				// the token: they are refused on their reads anyway, and
-				// a member's wait on the key must not starve.
-				key := lockKey(w.Resource)
-				f.lane(key).superseded(key, own.Below)
-			}
-			return nil, ref
-		}
-		if len(acts) == 0 {
-			return p, nil
-		}
-		// Every wait below is made with no marker of this write held: a
-		// collection's drain waits for its members' markers, this one's
-		// among them.
-		p.Release()
-		var below []sharedfence.Action
-		for _, a := range acts {
-			if !a.Tree {
-				below = append(below, a)
-				continue
-			}
-			st, err := f.treeDrain(ctx, w, a.Key, a.Token, false, time.Until(deadline))
-			if err != nil {
-				return nil, err
-			}
-			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
-				return nil, err
-			}
-		}
-		if len(below) > 0 {
-			st, err := f.belowDrain(ctx, w, below, time.Until(deadline))
-			if err != nil {
-				return nil, err
-			}
-			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
-				return nil, err
-			}
-		}
-		if time.Until(deadline) <= 0 {
-			return nil, draining(w, drain, nil)
-		}
+	// The rows of scope, read by the statement that read w's own row
+	// with its marker held (markerScopeReadSQL).
+	sp, ok := p.(*sharedPermit)
+	if !ok {
+		return p, nil, nil
 	}
+	rows := sp.rows
+	sp.rows = nil
+	return p, rows, nil
+}
+
+func (t tree) TreeDrain(ctx context.Context, w gateway.Write, coll string, token int64, deadline time.Time, drain time.Duration) error {
+	st, err := t.f.treeDrain(ctx, w, coll, token, false, time.Until(deadline))
+	if err != nil {
+		return err
+	}
+	return t.f.pause(ctx, w, st.bound, deadline, drain)
+}
+
+func (t tree) BelowDrain(ctx context.Context, w gateway.Write, acts []sharedfence.Action, deadline time.Time, drain time.Duration) error {
+	st, err := t.f.belowDrain(ctx, w, acts, time.Until(deadline))
+	if err != nil {
+		return err
+	}
+	return t.f.pause(ctx, w, st.bound, deadline, drain)
 }
 
 // treeDrain is the advance (if advance) and drain of a collection write:

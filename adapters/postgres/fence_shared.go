@@ -396,7 +396,7 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 		return f.AdmitTree(ctx, w, nil)
 	case gateway.ScopeMember:
 		// Decided only with the member's own marker held (AdmitTree).
-		return nil, fencegate.Unavailable(w.Resource, errMemberAlone)
+		return nil, fencegate.Unavailable(w.Resource, sharedfence.ErrMemberAlone)
 	}
 	return f.admitKey(ctx, w, nil, time.Now().Add(drain), drain)
 }
