@@ -582,15 +582,21 @@ func (f *SharedFence) superseded(resource string, highest int64) {
 // drain waits for them whatever their token (docs/design.md §4). Liveness
 // only: an idle marker is deleted within markerIdle anyway.
 func (f *SharedFence) letGoBelow(coll string) {
+	members := resource.MemberPrefix(coll)
+	f.letGo(func(res string) bool { return strings.HasPrefix(res, members) })
+}
+
+// letGo lets go, as letGoBelow, this replica's markers of the keys that
+// match.
+func (f *SharedFence) letGo(match func(resource string) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.sess
 	if s == nil {
 		return
 	}
-	members := resource.MemberPrefix(coll)
 	for _, e := range s.entries {
-		if strings.HasPrefix(e.resource, members) {
+		if match(e.resource) {
 			e.noLinger = true
 			if e.count == 0 && e.held {
 				f.queueDelete(e, s)

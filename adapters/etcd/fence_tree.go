@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -207,6 +208,9 @@ func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll strin
 			return err
 		}
 	}
+	// This replica's idle markers below coll (the write's own among them,
+	// on a tree key) go now; the other replicas' when they see coll raised.
+	f.letGoBelow(coll)
 	fkey, bkey := f.fenceKey(coll), f.belowKey(coll)
 	prefix := resource.MemberPrefix(coll)
 	mdir := f.prefix + "/m/" + prefix // the markers of every key below coll
@@ -316,6 +320,12 @@ func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []sh
 			}
 		}
 	}
+	// This replica's idle markers of the collections go now; the other
+	// replicas' within markerIdle (a raise of a below level is not
+	// announced: liveness only).
+	f.letGo(func(res string) bool {
+		return slices.ContainsFunc(acts, func(a sharedfence.Action) bool { return a.Key == res })
+	})
 	var since int64
 	for {
 		if time.Until(deadline) <= 0 {

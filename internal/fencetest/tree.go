@@ -28,6 +28,7 @@ func RunTree(t *testing.T, newState func(t *testing.T) Open) {
 	t.Run("Drain", func(t *testing.T) { testTreeDrain(t, newState(t)) })
 	t.Run("ScanRaiseWaits", func(t *testing.T) { testScanRaiseWaits(t, newState(t)) })
 	t.Run("BucketScopes", func(t *testing.T) { testBucketScopes(t, newState(t)) })
+	t.Run("TreeKeyOwnMarker", func(t *testing.T) { testTreeKeyOwnMarker(t, newState(t)) })
 	t.Run("Randomized", func(t *testing.T) { testTreeRandomized(t, newState(t)) })
 }
 
@@ -241,6 +242,30 @@ func testBucketScopes(t *testing.T, open Open) {
 	}
 	if _, err := fs[0].(gateway.Fence).Admit(ctx, gateway.Write{Resource: "b", Token: 13, Scope: gateway.ScopeMember}); Code(err) != fencegate.CodeFenceUnavailable {
 		t.Fatalf("ScopeMember alone: %v; want fence_unavailable", err)
+	}
+}
+
+// testTreeKeyOwnMarker: the first tree write of a {path} route's tree key
+// (K/, whose members' prefix is its own key) reads its own record, lets its
+// marker go and scans the members: the scan waits for every marker below
+// K/, its own among them, which must not linger idle for the scan to wait
+// out (a second or more: markerIdle). Liveness, on three keys, the fastest
+// counted: a loaded machine slows each, not all three past the bound.
+func testTreeKeyOwnMarker(t *testing.T, open Open) {
+	f := treeFences(t, open, 1)[0]
+	fastest := time.Hour
+	for i := range 3 {
+		start := time.Now()
+		w := gateway.Write{Resource: fmt.Sprintf("/own%d/", i), Token: 5, Scope: gateway.ScopeTree}
+		p, err := f.AdmitTree(context.Background(), w, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+		fastest = min(fastest, time.Since(start))
+	}
+	if fastest > 900*time.Millisecond {
+		t.Fatalf("the first write of a tree key took %s at the fastest: it waited for its own idle marker", fastest)
 	}
 }
 
