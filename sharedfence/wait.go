@@ -37,3 +37,13 @@ func Pause(ctx context.Context, w gateway.Write, d time.Duration, deadline time.
 	}
 	return clock.Sleep(ctx, min(d, RecoveryPoll, max(left, time.Millisecond)))
 }
+
+// DrainDeadline returns w's drain timeout (its route's, or def) and when it
+// runs out, counted from now: every wait of w's admission shares it.
+func DrainDeadline(w gateway.Write, def time.Duration) (time.Time, time.Duration) {
+	drain := w.DrainTimeout
+	if drain <= 0 {
+		drain = def
+	}
+	return time.Now().Add(drain), drain
+}

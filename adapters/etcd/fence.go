@@ -275,7 +275,7 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 	if err := f.admissible(w); err != nil {
 		return nil, err
 	}
-	deadline, drain := f.drainDeadline(w)
+	deadline, drain := sharedfence.DrainDeadline(w, f.drainTimeout)
 	p, _, err := f.admitKey(ctx, w, nil, deadline, drain)
 	return p, err
 }
@@ -289,15 +289,6 @@ func (f *SharedFence) admissible(w gateway.Write) error {
 		return fencegate.Unavailable(w.Resource, errNoMarkers)
 	}
 	return nil
-}
-
-// drainDeadline returns when w's drain timeout runs out, and that timeout.
-func (f *SharedFence) drainDeadline(w gateway.Write) (time.Time, time.Duration) {
-	drain := w.DrainTimeout
-	if drain <= 0 {
-		drain = f.drainTimeout
-	}
-	return time.Now().Add(drain), drain
 }
 
 // admitKey admits w on its own key; a ScopeTree write's advance and drain

@@ -101,7 +101,7 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 	if err := f.admissible(w); err != nil {
 		return nil, err
 	}
-	deadline, drain := f.drainDeadline(w)
+	deadline, drain := sharedfence.DrainDeadline(w, f.drainTimeout)
 	return sharedfence.AdmitTree(ctx, tree{f}, w, above, deadline, drain)
 }
 

@@ -129,14 +129,11 @@ ON CONFLICT (resource) DO UPDATE SET below = EXCLUDED.below, ready = false
 // w.Resource), by the shared rules (sharedfence.AdmitTree). The permit
 // holds w's own marker only.
 func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []string) (gateway.Permit, error) {
-	drain := w.DrainTimeout
-	if drain <= 0 {
-		drain = f.drainTimeout
-	}
 	if err := f.admissible(ctx, w); err != nil {
 		return nil, err
 	}
-	p, err := sharedfence.AdmitTree(ctx, tree{f}, w, above, time.Now().Add(drain), drain)
+	deadline, drain := sharedfence.DrainDeadline(w, f.drainTimeout)
+	p, err := sharedfence.AdmitTree(ctx, tree{f}, w, above, deadline, drain)
 	if ref := fencegate.AsError(err); ref != nil && ref.Code == fencegate.CodeStaleToken &&
 		w.Scope == gateway.ScopeTree && ref.Resource == w.Resource {
 		// Close this replica's marker of the key to writers of the token:

@@ -384,10 +384,6 @@ func lockKey(resource string) int64 {
 
 // Admit implements gateway.Fence.
 func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permit, error) {
-	drain := w.DrainTimeout
-	if drain <= 0 {
-		drain = f.drainTimeout
-	}
 	if err := f.admissible(ctx, w); err != nil {
 		return nil, err
 	}
@@ -398,7 +394,8 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 		// Decided only with the member's own marker held (AdmitTree).
 		return nil, fencegate.Unavailable(w.Resource, sharedfence.ErrMemberAlone)
 	}
-	return f.admitKey(ctx, w, nil, time.Now().Add(drain), drain)
+	deadline, drain := sharedfence.DrainDeadline(w, f.drainTimeout)
+	return f.admitKey(ctx, w, nil, deadline, drain)
 }
 
 // admissible refuses every write while the fence cannot decide any.
