@@ -864,14 +864,20 @@ func (f *SharedFence) keepAlive(s *session) bool {
 	}
 }
 
-// runWatch follows every fence record and closes this replica's markers
-// of tokens a record was raised past.
+// runWatch follows every fence record and below level: it closes this
+// replica's markers of tokens a record was raised past, and lets go the
+// idle markers a drain waits for whatever their token (those below a
+// raised or new record: a collection's tree drain; those of a collection
+// whose below level was raised: a member's below drain).
 func (f *SharedFence) runWatch() {
-	dir := f.prefix + "/f/"
+	fdir, bdir := f.prefix+"/f/", f.prefix+"/b/"
 	for {
 		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
 		f.requests.Add(1)
-		wch := f.client.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
+		// One watch over [P/b/, P/f/…]: the below levels, the dead keys
+		// (ignored) and the records.
+		wch := f.client.Watch(ctx, bdir, clientv3.WithRange(clientv3.GetPrefixRangeEnd(fdir)),
+			clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
 		up := false
 		for resp := range wch {
 			if resp.Err() != nil || resp.Canceled {
@@ -884,17 +890,7 @@ func (f *SharedFence) runWatch() {
 				f.watchGen.Add(1)
 			}
 			for _, ev := range resp.Events {
-				rec, err := decode(ev.Kv)
-				if err != nil {
-					continue
-				}
-				res := strings.TrimPrefix(string(ev.Kv.Key), dir)
-				f.superseded(res, rec.Highest)
-				if !rec.Ready || ev.IsCreate() {
-					// Raised (or new): its drain, if it is a collection's,
-					// waits for every marker below it.
-					f.letGoBelow(res)
-				}
+				f.watched(ev, fdir, bdir)
 			}
 		}
 		cancel()
@@ -907,6 +903,34 @@ func (f *SharedFence) runWatch() {
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// watched handles one put the watch saw.
+func (f *SharedFence) watched(ev *clientv3.Event, fdir, bdir string) {
+	key := string(ev.Kv.Key)
+	switch {
+	case strings.HasPrefix(key, fdir):
+		rec, err := decode(ev.Kv)
+		if err != nil {
+			return
+		}
+		res := strings.TrimPrefix(key, fdir)
+		f.superseded(res, rec.Highest)
+		if !rec.Ready || ev.IsCreate() {
+			// Raised (or new): its drain, if it is a collection's, waits
+			// for every marker below it.
+			f.letGoBelow(res)
+		}
+	case strings.HasPrefix(key, bdir):
+		l, _, err := decodeLevel(ev.Kv)
+		if err != nil || l.Ready {
+			return
+		}
+		// Raised by a member write, which waits for every marker of the
+		// collection's own key.
+		coll := strings.TrimPrefix(key, bdir)
+		f.letGo(func(res string) bool { return res == coll })
 	}
 }
 

@@ -54,16 +54,25 @@ type level struct {
 
 func (f *Store) belowKey(resource string) string { return f.prefix + "/b/" + resource }
 
-// decodeLevel reads a below key's value; none: 0, ready, not known.
-func decodeLevel(kvs []*mvccpb.KeyValue) (level, int64, error) {
-	if len(kvs) == 0 {
+// decodeLevel reads a below key's value, and its mod revision; none (nil):
+// 0, ready, not known.
+func decodeLevel(kv *mvccpb.KeyValue) (level, int64, error) {
+	if kv == nil {
 		return level{Ready: true}, 0, nil
 	}
 	var l level
-	if err := json.Unmarshal(kvs[0].Value, &l); err != nil {
-		return l, 0, fmt.Errorf("below level %q: %w", kvs[0].Key, err)
+	if err := json.Unmarshal(kv.Value, &l); err != nil {
+		return l, 0, fmt.Errorf("below level %q: %w", kv.Key, err)
 	}
-	return l, kvs[0].ModRevision, nil
+	return l, kv.ModRevision, nil
+}
+
+// first is the first of kvs, nil if none.
+func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0]
 }
 
 func (l level) encode() string {
@@ -83,7 +92,7 @@ func (f *SharedFence) scopeRows(scope []string, resp *clientv3.TxnResponse, read
 			}
 			r.Exists, r.Highest, r.Ready = true, rec.Highest, rec.Ready
 		}
-		l, _, err := decodeLevel(resp.Responses[belows[k]].GetResponseRange().Kvs)
+		l, _, err := decodeLevel(first(resp.Responses[belows[k]].GetResponseRange().Kvs))
 		if err != nil {
 			return nil, err
 		}
@@ -102,7 +111,16 @@ func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []st
 		return nil, err
 	}
 	deadline, drain := sharedfence.DrainDeadline(w, f.drainTimeout)
-	return sharedfence.AdmitTree(ctx, tree{f}, w, above, deadline, drain)
+	p, err := sharedfence.AdmitTree(ctx, tree{f}, w, above, deadline, drain)
+	if ref := fencegate.AsError(err); ref != nil && ref.Code == fencegate.CodeStaleToken &&
+		w.Scope == gateway.ScopeTree && ref.Resource == w.Resource {
+		// Close this replica's marker of the key to writers of the token
+		// (refused for a key below it): they are refused on their reads
+		// anyway, and a member's wait on the key must not starve on
+		// writers that keep joining the marker.
+		f.superseded(w.Resource, ref.Highest)
+	}
+	return p, err
 }
 
 // tree is the etcd side of sharedfence.AdmitTree.
@@ -151,7 +169,7 @@ func (f *SharedFence) treeAdvance(ctx context.Context, w gateway.Write, coll str
 			}
 			exists, frev = true, kvs[0].ModRevision
 		}
-		lvl, brev, err := decodeLevel(resp.Responses[1].GetResponseRange().Kvs)
+		lvl, brev, err := decodeLevel(first(resp.Responses[1].GetResponseRange().Kvs))
 		if err != nil {
 			return false, fencegate.Unavailable(coll, err)
 		}
@@ -250,7 +268,7 @@ func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll strin
 		}
 		// The scan: every member write whose record it misses reads
 		// coll's level after its own advance, and raises it itself.
-		lvl, brev, err := decodeLevel(rs[1].GetResponseRange().Kvs)
+		lvl, brev, err := decodeLevel(first(rs[1].GetResponseRange().Kvs))
 		if err != nil {
 			return fencegate.Unavailable(coll, err)
 		}
@@ -367,7 +385,7 @@ func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []sh
 		}
 		for i, a := range acts {
 			kvs := rs[2*i].GetResponseRange().Kvs
-			lvl, brev, err := decodeLevel(kvs)
+			lvl, brev, err := decodeLevel(first(kvs))
 			if err != nil {
 				return fencegate.Unavailable(a.Key, err)
 			}
@@ -393,7 +411,7 @@ func (f *SharedFence) raiseBelow(ctx context.Context, coll string, token int64) 
 		if err != nil {
 			return fencegate.Unavailable(coll, fmt.Errorf("raise the level below to %d: %w", token, err))
 		}
-		lvl, brev, err := decodeLevel(resp.Responses[0].GetResponseRange().Kvs)
+		lvl, brev, err := decodeLevel(first(resp.Responses[0].GetResponseRange().Kvs))
 		if err != nil {
 			return fencegate.Unavailable(coll, err)
 		}
