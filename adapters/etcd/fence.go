@@ -58,6 +58,10 @@ import (
 //     alive: the lease is renewed by hand, and proven until the time
 //     measured before the renewal that succeeded plus the TTL granted.
 //
+// Hierarchical keys (gateway.TreeFence) follow the shared rules
+// (sharedfence.AdmitTree) with a below level per collection, P/b/C
+// (fence_tree.go).
+//
 // Markers of finished writes linger (markerIdle) so a repeated token costs
 // no request of its own; marker puts, deletes and record reads of
 // concurrent writes go out in one Txn (markerLinger). Every replica
