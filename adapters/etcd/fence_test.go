@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/resource"
 )
 
 func TestMain(m *testing.M) { testenv.RunMain(m) }
@@ -284,11 +285,35 @@ func TestSharedFenceAbortsWhenLeaseUnproven(t *testing.T) {
 // Repeated tokens from many concurrent writers cost at most 0.25 etcd
 // requests per write.
 func TestSharedFenceRequestsPerWrite(t *testing.T) {
+	requestsPerWrite(t, func(f *SharedFence) (gateway.Permit, error) { return admit(f, "/hot", 3) })
+}
+
+// TestSharedTreeRequestsPerWrite is TestSharedFenceRequestsPerWrite on a
+// hierarchical key two levels below written collections: the marker Txn
+// reads their records and below levels too, so a repeated token costs as
+// little as on a key alone.
+func TestSharedTreeRequestsPerWrite(t *testing.T) {
+	requestsPerWrite(t, func(f *SharedFence) (gateway.Permit, error) {
+		return f.AdmitTree(context.Background(), gateway.Write{Resource: "/dav/c/hot", Token: 3}, []string{"/dav", "/dav/c"})
+	}, "/dav", "/dav/c")
+}
+
+// requestsPerWrite writes with admit (a repeated token) from 64 writers
+// through two replicas, after the collections colls were written with the
+// same token, and checks the etcd requests per write.
+func requestsPerWrite(t *testing.T, admit func(f *SharedFence) (gateway.Permit, error), colls ...string) {
 	c := newCluster(t)
 	a := c.replica(t, SharedFenceOptions{})
 	b := c.replica(t, SharedFenceOptions{})
+	for _, coll := range colls {
+		p, err := a.AdmitTree(context.Background(), gateway.Write{Resource: coll, Token: 3, Scope: gateway.ScopeTree}, resource.Parents(coll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+	}
 	for _, f := range []*SharedFence{a, b} {
-		p, err := admit(f, "/hot", 3)
+		p, err := admit(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +330,7 @@ func TestSharedFenceRequestsPerWrite(t *testing.T) {
 		}
 		wg.Go(func() {
 			for range each {
-				p, err := admit(f, "/hot", 3)
+				p, err := admit(f)
 				if err != nil {
 					failed.Add(1)
 					continue
