@@ -45,24 +45,6 @@ func (s *Server) newEtcdFence(cfg *config.Config, st *etcd.Store, verify func(co
 	return sf
 }
 
-// errEtcdTree: the etcd shared fence decides each key on its own fence.
-var errEtcdTree = errors.New("store.etcd does not implement hierarchical keys yet: set hierarchical: false on the route (safe only where no request changes the keys below the one it names), or use store.postgres")
-
-// checkEtcdRoutes refuses routes the etcd shared fence cannot fence: a
-// hierarchical route admits a write on the keys around its own
-// (gateway.Scope), which that fence does not implement yet.
-func checkEtcdRoutes(cfg *config.Config, routes []*gateway.Route) error {
-	if cfg.Store.Etcd == nil {
-		return nil
-	}
-	for i, rt := range routes {
-		if rt.Hierarchical() {
-			return fmt.Errorf("gateway.routes[%d] (%s): %w", i, cfg.Gateway.Routes[i].Name, errEtcdTree)
-		}
-	}
-	return nil
-}
-
 // etcdReset is `fence reset` on store.etcd. No coordinator runs on etcd,
 // so no record says which tokens were issued for a resource: the lock
 // service its tokens come from is asked instead. Every route that may

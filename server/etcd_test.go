@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,10 +9,11 @@ import (
 	"github.com/fencegate/fencegate/config"
 )
 
-// The etcd shared fence decides each key alone: a hierarchical route
-// (the default for a {path} key) is refused when routes are built (start,
-// reload, validate), one declared hierarchical: false is built.
-func TestEtcdRefusesHierarchicalRoutes(t *testing.T) {
+// The etcd shared fence implements hierarchical keys (gateway.TreeFence):
+// a hierarchical route (the default for a {path} key) is built on it when
+// routes are built (start, reload, validate), as one declared
+// hierarchical: false is.
+func TestEtcdBuildsHierarchicalRoutes(t *testing.T) {
 	const base = `
 gateway:
   listen: 127.0.0.1:0
@@ -29,16 +29,20 @@ fence: {mode: shared}
 `
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tt := range []struct {
-		extra string
-		ok    bool
-	}{{"", false}, {"      hierarchical: true", false}, {"      hierarchical: false", true}} {
+		extra        string
+		hierarchical bool
+	}{{"", true}, {"      hierarchical: true", true}, {"      hierarchical: false", false}} {
 		cfg, err := config.Parse("etcd.yaml", []byte(strings.Replace(base, "%s", tt.extra, 1)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = BuildRoutes(cfg, log)
-		if tt.ok != (err == nil) || err != nil && !errors.Is(err, errEtcdTree) {
-			t.Errorf("%q: BuildRoutes: %v; want ok=%v", tt.extra, err, tt.ok)
+		routes, err := BuildRoutes(cfg, log)
+		if err != nil {
+			t.Errorf("%q: BuildRoutes: %v", tt.extra, err)
+			continue
+		}
+		if got := routes[0].Hierarchical(); got != tt.hierarchical {
+			t.Errorf("%q: hierarchical %v; want %v", tt.extra, got, tt.hierarchical)
 		}
 	}
 }

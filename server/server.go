@@ -268,9 +268,6 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 		}
 		routes = append(routes, rt)
 	}
-	if err := checkEtcdRoutes(cfg, routes); err != nil { // etcd.go
-		return nil, err
-	}
 	return routes, nil
 }
 

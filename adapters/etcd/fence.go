@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,6 +22,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/clock"
+	"github.com/fencegate/fencegate/sharedfence"
 )
 
 // SharedFence is the fence of several gateway replicas over one etcd
@@ -55,6 +57,10 @@ import (
 //     (fencegate.SessionLostError) as soon as it cannot prove its lease
 //     alive: the lease is renewed by hand, and proven until the time
 //     measured before the renewal that succeeded plus the TTL granted.
+//
+// Hierarchical keys (gateway.TreeFence) follow the shared rules
+// (sharedfence.AdmitTree) with a below level per collection, P/b/C
+// (fence_tree.go).
 //
 // Markers of finished writes linger (markerIdle) so a repeated token costs
 // no request of its own; marker puts, deletes and record reads of
@@ -131,15 +137,11 @@ const (
 	maxOps = 120
 	// lingerMarks: a lingering Txn goes out once this many writes share it.
 	lingerMarks = 16
-	// recoveryPoll: a drain waiting for a dead replica's forward timeout
-	// looks again this often.
-	recoveryPoll = 200 * time.Millisecond
 )
 
 var (
 	errClosed    = errors.New("the shared fence is closed")
 	errNoMarkers = errors.New("this process runs no gateway (no marker lease)")
-	errScope     = errors.New("store.etcd does not implement hierarchical keys yet (set hierarchical: false on the route)")
 	errNUL       = errors.New("a resource key with a NUL byte cannot be fenced on store.etcd")
 )
 
@@ -264,43 +266,66 @@ type registration struct {
 	ForwardTimeout int64  `json:"forward_timeout_ms"`
 }
 
-// Admit implements gateway.Fence.
+// Admit implements gateway.Fence. A ScopeTree write is AdmitTree's with
+// no key above it; a ScopeMember admission is decided only with the
+// member's own marker held (AdmitTree), never alone.
 func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permit, error) {
-	if w.Scope != gateway.ScopeKey {
-		return nil, fencegate.Unavailable(w.Resource, errScope)
+	switch w.Scope {
+	case gateway.ScopeTree:
+		return f.AdmitTree(ctx, w, nil)
+	case gateway.ScopeMember:
+		return nil, fencegate.Unavailable(w.Resource, sharedfence.ErrMemberAlone)
 	}
+	if err := f.admissible(w); err != nil {
+		return nil, err
+	}
+	deadline, drain := sharedfence.DrainDeadline(w, f.drainTimeout)
+	p, _, err := f.admitKey(ctx, w, nil, deadline, drain)
+	return p, err
+}
+
+// admissible refuses the writes this fence cannot decide at all.
+func (f *SharedFence) admissible(w gateway.Write) error {
 	if strings.Contains(w.Resource, "\x00") {
-		return nil, fencegate.Unavailable(w.Resource, errNUL)
+		return fencegate.Unavailable(w.Resource, errNUL)
 	}
 	if f.noMarkers {
-		return nil, fencegate.Unavailable(w.Resource, errNoMarkers)
+		return fencegate.Unavailable(w.Resource, errNoMarkers)
 	}
-	drain := w.DrainTimeout
-	if drain <= 0 {
-		drain = f.drainTimeout
-	}
-	deadline := time.Now().Add(drain)
+	return nil
+}
+
+// admitKey admits w on its own key; a ScopeTree write's advance and drain
+// also wait for its members (treeDrain). The marker's Txn also reads the
+// records of scope, returned with the permit (AdmitTree decides on them).
+func (f *SharedFence) admitKey(ctx context.Context, w gateway.Write, scope []string, deadline time.Time, drain time.Duration) (gateway.Permit, map[string]sharedfence.Row, error) {
 	verified := w.Verified
 	for {
-		m, err := f.mark(ctx, w)
+		m, err := f.mark(ctx, w, scope)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		switch {
 		case m.retry:
 			if time.Now().After(deadline) {
-				return nil, fencegate.Draining(w.Resource, w.Token, drain, nil)
+				return nil, nil, sharedfence.Draining(w, drain, nil)
 			}
 		case m.permit != nil:
-			return m.permit, nil
+			return m.permit, m.rows, nil
 		case m.exists && w.Token < m.rec.Highest:
-			return nil, fencegate.StaleError(w.Resource, w.Token, m.rec.Highest)
+			return nil, nil, fencegate.StaleError(w.Resource, w.Token, m.rec.Highest)
 		case !m.exists || w.Token > m.rec.Highest:
 			if f.verify != nil && !verified {
 				if err := f.checkIssued(ctx, w.Resource, w.Token); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				verified = true
+			}
+			if w.Scope == gateway.ScopeTree {
+				if err := f.treeDrain(ctx, w, w.Resource, w.Token, true, deadline, drain); err != nil {
+					return nil, nil, err
+				}
+				continue
 			}
 			// This replica's idle markers of older tokens are deleted, and
 			// the drain's first read made, in the raise's Txn.
@@ -312,7 +337,7 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 			rec, raised, err := f.raise(ctx, w.Resource, w.Token, w.Owner, m.exists, m.rev, append(extra, f.drainReads(w)...)...)
 			f.olderDeleted(s, idle, err == nil && raised != nil, err != nil)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if raised != nil {
 				f.superseded(w.Resource, w.Token)
@@ -322,20 +347,25 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 				continue // raced with another raise, or a new record: decide again
 			}
 			if err := f.drain(ctx, w, raised, deadline, drain); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case !m.rec.Ready:
-			if err := f.drain(ctx, w, nil, deadline, drain); err != nil {
-				return nil, err
+			if w.Scope == gateway.ScopeTree {
+				err = f.treeDrain(ctx, w, w.Resource, w.Token, false, deadline, drain)
+			} else {
+				err = f.drain(ctx, w, nil, deadline, drain)
+			}
+			if err != nil {
+				return nil, nil, err
 			}
 		default:
 			// Ready at this token but the marker could not be used (its
 			// lease was lost meanwhile): try again shortly.
 			if time.Now().After(deadline) {
-				return nil, fencegate.Draining(w.Resource, w.Token, drain, nil)
+				return nil, nil, sharedfence.Draining(w, drain, nil)
 			}
 			if err := clock.Sleep(ctx, 5*time.Millisecond); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
@@ -357,9 +387,8 @@ func (f *SharedFence) drain(ctx context.Context, w gateway.Write, raised *client
 	dir := f.markerDir(w.Resource)
 	older := dir + pad(w.Token) // markers of tokens below w.Token sort before it
 	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return fencegate.Draining(w.Resource, w.Token, drain, nil)
+		if time.Until(deadline) <= 0 {
+			return sharedfence.Draining(w, drain, nil)
 		}
 		resp := raised // the raise's Txn read first: its Responses[1:]
 		first := 1
@@ -388,74 +417,109 @@ func (f *SharedFence) drain(ctx context.Context, w gateway.Write, raised *client
 			return nil
 		}
 		if markers := rs[1].GetResponseRange().Kvs; len(markers) > 0 {
-			if err := f.waitGone(ctx, dir, older, resp.Header.Revision, deadline); err != nil {
-				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-					return fencegate.Draining(w.Resource, w.Token, drain, nil)
-				}
-				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: watch markers: %w", err))
+			if err := f.awaitGone(ctx, w, dir, older, resp.Header.Revision, deadline, drain); err != nil {
+				return err
 			}
 			continue
 		}
-		alive := make(map[string]bool)
-		for _, kv := range rs[3].GetResponseRange().Kvs {
-			alive[strings.TrimPrefix(string(kv.Key), f.prefix+"/a/")] = true
-		}
-		dead := len(rs[4].GetResponseRange().Kvs) > 0
-		for _, kv := range rs[2].GetResponseRange().Kvs {
-			id := strings.TrimPrefix(string(kv.Key), f.prefix+"/r/")
-			if alive[id] {
-				continue
-			}
-			// Registered, its lease gone: it may have died holding
-			// markers whose writes are still on their way.
-			if err := f.notice(ctx, id, kv); err != nil {
-				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
-			}
-			dead = true
-		}
-		if dead {
-			bound, err := f.deadBound(ctx)
-			if err != nil {
-				return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
-			}
-			if bound > 0 {
-				f.hold(w.Resource, bound)
-				if left := time.Until(deadline); left < bound {
-					return fencegate.Draining(w.Resource, w.Token, drain, fmt.Errorf("a replica that may have held writes in flight lost its etcd lease; waiting %s for its forward timeout", bound.Round(time.Millisecond)))
-				}
-				if err := clock.Sleep(ctx, min(bound, recoveryPoll)); err != nil {
-					return err
-				}
-				continue
-			}
-		}
-		rec.Ready = true
-		rec.Updated = time.Now().UnixMilli()
-		rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
-		f.requests.Add(1)
-		_, err = f.client.Txn(rctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", fk[0].ModRevision)).
-			Then(clientv3.OpPut(key, rec.encode())).Commit()
-		cancel()
+		waited, err := f.waitDead(ctx, w, rs[2:5], deadline, drain)
 		if err != nil {
-			return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: set ready: %w", err))
+			return err
+		}
+		if waited {
+			continue
+		}
+		if err := f.setReady(ctx, key, rec, fk[0].ModRevision); err != nil {
+			return fencegate.Unavailable(w.Resource, err)
 		}
 		return nil // decided again by the caller, whichever way the compare went
 	}
 }
 
+// setReady records rec (at key, read at modRev) ready, unless it changed
+// since: the caller decides again, whichever way the compare went.
+func (f *SharedFence) setReady(ctx context.Context, key string, rec record, modRev int64) error {
+	rec.Ready = true
+	rec.Updated = time.Now().UnixMilli()
+	if _, err := f.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", modRev)},
+		clientv3.OpPut(key, rec.encode())); err != nil {
+		return fmt.Errorf("drain: set ready: %w", err)
+	}
+	return nil
+}
+
 // drainReads are the reads of one drain round, in one Txn: w's record, the
 // markers of older tokens on it, and the replicas' registrations,
-// liveness and dead keys.
+// liveness and dead keys (replicaReads).
 func (f *SharedFence) drainReads(w gateway.Write) []clientv3.Op {
 	dir := f.markerDir(w.Resource)
-	return []clientv3.Op{
+	return append([]clientv3.Op{
 		clientv3.OpGet(f.fenceKey(w.Resource)),
 		clientv3.OpGet(dir, clientv3.WithRange(dir+pad(w.Token)), clientv3.WithKeysOnly()),
+	}, f.replicaReads()...)
+}
+
+// replicaReads read the replicas' registrations, liveness and dead keys,
+// for waitDead.
+func (f *SharedFence) replicaReads() []clientv3.Op {
+	return []clientv3.Op{
 		clientv3.OpGet(f.prefix+"/r/", clientv3.WithPrefix()),
 		clientv3.OpGet(f.prefix+"/a/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(f.prefix+"/d/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	}
+}
+
+// waitDead decides, on the answers of one drain round's replicaReads (rs),
+// whether a replica that lost its lease may still have writes in flight:
+// it records each one it finds (notice) and, while any dead key lives,
+// pauses a poll at a time and reports waited (the caller reads again), or
+// refuses w with fence_draining if the wait does not fit before deadline.
+func (f *SharedFence) waitDead(ctx context.Context, w gateway.Write, rs []*etcdserverpb.ResponseOp, deadline time.Time, drain time.Duration) (waited bool, err error) {
+	alive := make(map[string]bool)
+	for _, kv := range rs[1].GetResponseRange().Kvs {
+		alive[strings.TrimPrefix(string(kv.Key), f.prefix+"/a/")] = true
+	}
+	dead := len(rs[2].GetResponseRange().Kvs) > 0
+	for _, kv := range rs[0].GetResponseRange().Kvs {
+		id := strings.TrimPrefix(string(kv.Key), f.prefix+"/r/")
+		if alive[id] {
+			continue
+		}
+		// Registered, its lease gone: it may have died holding
+		// markers whose writes are still on their way.
+		if err := f.notice(ctx, id, kv); err != nil {
+			return false, fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
+		}
+		dead = true
+	}
+	if !dead {
+		return false, nil
+	}
+	bound, err := f.deadBound(ctx)
+	if err != nil {
+		return false, fencegate.Unavailable(w.Resource, fmt.Errorf("drain: %w", err))
+	}
+	if bound <= 0 {
+		return false, nil
+	}
+	f.hold(w.Resource, bound)
+	// No grace: a dead key is not deleted when its replica comes back
+	// (with a new lease), it expires.
+	if err := sharedfence.Pause(ctx, w, bound, deadline, drain, 0); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// awaitGone is waitGone for w's drain: past deadline, fence_draining.
+func (f *SharedFence) awaitGone(ctx context.Context, w gateway.Write, dir, end string, rev int64, deadline time.Time, drain time.Duration) error {
+	if err := f.waitGone(ctx, dir, end, rev, deadline); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return sharedfence.Draining(w, drain, nil)
+		}
+		return fencegate.Unavailable(w.Resource, fmt.Errorf("drain: watch markers: %w", err))
+	}
+	return nil
 }
 
 // waitGone waits until a marker in [dir, end) is deleted after revision
@@ -539,7 +603,7 @@ func (f *SharedFence) deadBound(ctx context.Context) (time.Duration, error) {
 			bound = max(bound, time.Duration(ttl.TTL)*time.Second)
 		} else if ttl.TTL == 0 || ttl.TTL == -1 && kv.Lease != 0 {
 			// Expiring now: look again shortly.
-			bound = max(bound, recoveryPoll)
+			bound = max(bound, sharedfence.RecoveryPoll)
 		}
 	}
 	return bound, nil

@@ -16,6 +16,8 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/clock"
+	"github.com/fencegate/fencegate/resource"
+	"github.com/fencegate/fencegate/sharedfence"
 )
 
 // session is one lease of this replica and the markers attached to it.
@@ -59,6 +61,9 @@ type entry struct {
 	// unsure: the Txn that put the marker failed; it may not exist.
 	unsure bool
 	closed bool // the fence moved past token: no write joins any more
+	// noLinger: a collection above the key was raised, and its drain
+	// waits for this marker whatever its token: it is not kept idle.
+	noLinger bool
 	// watchGen is the fence watch's generation at the entry's last read;
 	// idleSince is when its last write ended.
 	watchGen  int64
@@ -74,10 +79,14 @@ const (
 )
 
 type op struct {
-	kind  opKind
-	e     *entry
-	put   bool
-	w     gateway.Write
+	kind opKind
+	e    *entry
+	put  bool
+	w    gateway.Write
+	// scope: the keys whose fence and below records the Txn also reads
+	// for this write (a hierarchical write's own key and the collections
+	// above it, AdmitTree); none for a key alone.
+	scope []string
 	start time.Time
 	done  chan struct{}
 	s     *session
@@ -94,11 +103,15 @@ type marked struct {
 	exists bool
 	rec    record
 	rev    int64 // the record's mod revision
+	// rows: the records of the op's scope, read in the Txn that read the
+	// write's own record, with its marker held (AdmitTree).
+	rows map[string]sharedfence.Row
 }
 
 // mark puts (or joins) this replica's marker of w.Resource at w.Token and
-// reads the record, in the next marker Txn.
-func (f *SharedFence) mark(ctx context.Context, w gateway.Write) (marked, error) {
+// reads the record, in the next marker Txn, with the fence and below
+// records of scope (at the same revision: after the marker was put).
+func (f *SharedFence) mark(ctx context.Context, w gateway.Write, scope []string) (marked, error) {
 	s, err := f.session(ctx, w.Resource)
 	if err != nil {
 		return marked{}, err
@@ -121,7 +134,7 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write) (marked, error)
 		return f.closedState(ctx, w)
 	}
 	e.count++
-	o := &op{kind: opMark, e: e, w: w, start: time.Now(), done: make(chan struct{}), s: s}
+	o := &op{kind: opMark, e: e, w: w, scope: scope, start: time.Now(), done: make(chan struct{}), s: s}
 	if (!e.held || e.deleteSent || e.unsure) && !e.putting {
 		// No marker, or its delete is in flight: put it (again). Marker
 		// Txns go out one after the other, so the put lands after the
@@ -260,7 +273,8 @@ func (f *SharedFence) take() []*op {
 	defer f.mu.Unlock()
 	var ops []*op
 	n := 0
-	reads := make(map[string]bool)
+	reads := make(map[string]bool)  // fence records read
+	belows := make(map[string]bool) // below records read
 	i := 0
 	for ; i < len(f.queue); i++ {
 		o := f.queue[i]
@@ -279,13 +293,26 @@ func (f *SharedFence) take() []*op {
 			if !reads[o.e.resource] {
 				cost++
 			}
+			for _, k := range o.scope {
+				if !reads[k] && k != o.e.resource {
+					cost++
+				}
+				if !belows[k] {
+					cost++
+				}
+			}
 		}
-		if n+cost > maxOps {
+		if n+cost > maxOps && len(ops) > 0 {
+			// (An op alone above the cap goes out alone: etcd refuses it,
+			// and its write is refused, rather than wait for ever.)
 			break
 		}
 		n += cost
 		if o.kind == opMark {
 			reads[o.e.resource] = true
+			for _, k := range o.scope {
+				reads[k], belows[k] = true, true
+			}
 		} else {
 			o.e.deleting, o.e.deleteSent = false, true
 		}
@@ -311,13 +338,14 @@ func (f *SharedFence) send(ops []*op) {
 		}
 	}
 	if len(stale) > 0 {
-		f.finish(stale, nil, nil, errLeaseLost)
+		f.finish(stale, nil, nil, nil, errLeaseLost)
 	}
 	if len(cur) == 0 {
 		return
 	}
 	var then []clientv3.Op
-	reads := make(map[string]int) // resource -> index of its read in then
+	reads := make(map[string]int)  // resource -> index of its record's read in then
+	belows := make(map[string]int) // resource -> index of its below level's read
 	for _, o := range cur {
 		switch {
 		case o.kind == opDelete:
@@ -334,17 +362,28 @@ func (f *SharedFence) send(ops []*op) {
 			reads[o.e.resource] = len(then)
 			then = append(then, clientv3.OpGet(f.fenceKey(o.e.resource)))
 		}
+		for _, k := range o.scope {
+			if _, ok := reads[k]; !ok {
+				reads[k] = len(then)
+				then = append(then, clientv3.OpGet(f.fenceKey(k)))
+			}
+			if _, ok := belows[k]; !ok {
+				belows[k] = len(then)
+				then = append(then, clientv3.OpGet(f.belowKey(k)))
+			}
+		}
 	}
 	resp, err := f.markerTxn(then)
-	f.finish(cur, resp, reads, err)
+	f.finish(cur, resp, reads, belows, err)
 	if isLeaseGone(err) {
 		f.lose(s, err)
 	}
 }
 
 // finish hands the ops of one marker Txn their results: resp (with the
-// index of each resource's read in reads), or err.
-func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[string]int, err error) {
+// index of each resource's record read in reads, and of its below level
+// in belows), or err.
+func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, belows map[string]int, err error) {
 	gen := f.watchGen.Load()
 	f.mu.Lock()
 	var permits []*permit
@@ -386,6 +425,15 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[st
 			}
 			o.m.exists, o.m.rec, o.m.rev = true, rec, kvs[0].ModRevision
 		}
+		if len(o.scope) > 0 {
+			rows, derr := f.scopeRows(o.scope, resp, reads, belows)
+			if derr != nil {
+				o.err = fencegate.Unavailable(e.resource, derr)
+				f.release(e, o.s)
+				continue
+			}
+			o.m.rows = rows
+		}
 		e.watchGen = gen
 		if o.m.exists && o.m.rec.Highest > e.token {
 			e.closed = true
@@ -398,7 +446,8 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[st
 			continue
 		}
 		if !o.s.lost && o.m.exists && o.m.rec.Highest == e.token && o.m.rec.Ready {
-			p := &permit{f: f, s: o.s, e: e, resource: e.resource, abort: o.w.Abort, bodySent: o.w.BodySent, start: o.start}
+			p := &permit{f: f, s: o.s, e: e, Flight: sharedfence.Flight{
+				Resource: e.resource, Abort: o.w.Abort, BodySent: o.w.BodySent, Start: o.start}}
 			e.flights[p] = struct{}{}
 			o.m.permit = p
 			permits = append(permits, p)
@@ -408,15 +457,10 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads map[st
 	}
 	f.mu.Unlock()
 	for _, p := range permits {
-		if p.abort != nil {
-			// The forward must end within the forward timeout counted from
-			// before the marker was read: a drain that finds this replica
-			// gone waits that long (docs/design.md §4).
-			abort, timeout := p.abort, f.forwardTimeout
-			p.timer = time.AfterFunc(timeout-time.Since(p.start), func() {
-				abort(&fencegate.ForwardTimeoutError{Timeout: timeout})
-			})
-		}
+		// The forward must end within the forward timeout counted from
+		// before the marker was read: a drain that finds this replica gone
+		// waits that long (docs/design.md §4).
+		p.Arm(f.forwardTimeout)
 	}
 	for _, o := range ops {
 		if o.done != nil {
@@ -482,7 +526,7 @@ func (f *SharedFence) release(e *entry, s *session) {
 		delete(s.entries, e.key)
 		return
 	}
-	if e.closed || e.watchGen%2 == 0 || e.watchGen != f.watchGen.Load() {
+	if e.closed || e.noLinger || e.watchGen%2 == 0 || e.watchGen != f.watchGen.Load() {
 		f.queueDelete(e, s)
 	}
 }
@@ -526,6 +570,34 @@ func (f *SharedFence) superseded(resource string, highest int64) {
 	for k, e := range s.entries {
 		if strings.HasPrefix(k, dir) && e.token < highest {
 			e.closed = true
+			if e.count == 0 && e.held {
+				f.queueDelete(e, s)
+			}
+		}
+	}
+}
+
+// letGoBelow lets go this replica's markers of the keys below coll as
+// soon as no write holds them (at once if none does): a collection's
+// drain waits for them whatever their token (docs/design.md §4). Liveness
+// only: an idle marker is deleted within markerIdle anyway.
+func (f *SharedFence) letGoBelow(coll string) {
+	members := resource.MemberPrefix(coll)
+	f.letGo(func(res string) bool { return strings.HasPrefix(res, members) })
+}
+
+// letGo lets go, as letGoBelow, this replica's markers of the keys that
+// match.
+func (f *SharedFence) letGo(match func(resource string) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return
+	}
+	for _, e := range s.entries {
+		if match(e.resource) {
+			e.noLinger = true
 			if e.count == 0 && e.held {
 				f.queueDelete(e, s)
 			}
@@ -590,15 +662,12 @@ func (f *SharedFence) olderDeleted(s *session, idle []*entry, applied, failed bo
 
 // permit is a write in flight: it holds its entry's marker.
 type permit struct {
-	f        *SharedFence
-	s        *session
-	e        *entry
-	resource string
-	abort    func(cause error)
-	bodySent func() bool
-	start    time.Time
-	timer    *time.Timer
-	once     sync.Once
+	f *SharedFence
+	s *session
+	e *entry
+	// Flight bounds the write's forward from before its marker Txn.
+	sharedfence.Flight
+	once sync.Once
 }
 
 var _ gateway.LivePermit = (*permit)(nil)
@@ -607,22 +676,17 @@ var _ gateway.LivePermit = (*permit)(nil)
 // lease is proven alive and within the forward timeout since its marker
 // was read. Memory only.
 func (p *permit) Live() error {
-	switch {
-	case p.s.gone.Load() || !p.s.proven():
-		return &fencegate.SessionLostError{Resource: p.resource, Err: errors.New("the replica cannot prove its etcd lease alive")}
-	case time.Since(p.start) > p.f.forwardTimeout:
-		return &fencegate.ForwardTimeoutError{Timeout: p.f.forwardTimeout}
+	if p.s.gone.Load() || !p.s.proven() {
+		return &fencegate.SessionLostError{Resource: p.Resource, Err: errors.New("the replica cannot prove its etcd lease alive")}
 	}
-	return nil
+	return p.Flight.Live(p.f.forwardTimeout)
 }
 
 // Release implements gateway.Permit. It does no I/O: the marker lingers,
 // or its delete goes out with the next marker Txn.
 func (p *permit) Release() {
 	p.once.Do(func() {
-		if p.timer != nil {
-			p.timer.Stop()
-		}
+		p.Stop()
 		f := p.f
 		f.mu.Lock()
 		delete(p.e.flights, p)
@@ -654,16 +718,14 @@ func (f *SharedFence) lose(s *session, err error) {
 	for _, e := range s.entries {
 		for p := range e.flights {
 			s.lostLeft++
-			if p.abort != nil {
-				aborts = append(aborts, p)
-			}
+			aborts = append(aborts, p)
 		}
 	}
 	n := s.lostLeft
 	f.mu.Unlock()
 	f.log.Warn("etcd shared fence: the replica's lease is lost; aborting its writes in flight", "lease", lease16(s.lease), "writes", n, "err", err)
 	for _, p := range aborts {
-		p.abort(&fencegate.SessionLostError{Resource: p.resource, Err: fmt.Errorf("the replica's etcd lease: %w", err)})
+		p.Lost(fmt.Errorf("the replica's etcd lease: %w", err))
 	}
 	// Let the lease go at once if it still exists: its markers vanish and
 	// drains elsewhere start the forward-timeout wait now, not at expiry.
@@ -802,14 +864,20 @@ func (f *SharedFence) keepAlive(s *session) bool {
 	}
 }
 
-// runWatch follows every fence record and closes this replica's markers
-// of tokens a record was raised past.
+// runWatch follows every fence record and below level: it closes this
+// replica's markers of tokens a record was raised past, and lets go the
+// idle markers a drain waits for whatever their token (those below a
+// raised or new record: a collection's tree drain; those of a collection
+// whose below level was raised: a member's below drain).
 func (f *SharedFence) runWatch() {
-	dir := f.prefix + "/f/"
+	fdir, bdir := f.prefix+"/f/", f.prefix+"/b/"
 	for {
 		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
 		f.requests.Add(1)
-		wch := f.client.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
+		// One watch over [P/b/, P/f/…]: the below levels, the dead keys
+		// (ignored) and the records.
+		wch := f.client.Watch(ctx, bdir, clientv3.WithRange(clientv3.GetPrefixRangeEnd(fdir)),
+			clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
 		up := false
 		for resp := range wch {
 			if resp.Err() != nil || resp.Canceled {
@@ -822,11 +890,7 @@ func (f *SharedFence) runWatch() {
 				f.watchGen.Add(1)
 			}
 			for _, ev := range resp.Events {
-				rec, err := decode(ev.Kv)
-				if err != nil {
-					continue
-				}
-				f.superseded(strings.TrimPrefix(string(ev.Kv.Key), dir), rec.Highest)
+				f.watched(ev, fdir, bdir)
 			}
 		}
 		cancel()
@@ -839,6 +903,34 @@ func (f *SharedFence) runWatch() {
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// watched handles one put the watch saw.
+func (f *SharedFence) watched(ev *clientv3.Event, fdir, bdir string) {
+	key := string(ev.Kv.Key)
+	switch {
+	case strings.HasPrefix(key, fdir):
+		rec, err := decode(ev.Kv)
+		if err != nil {
+			return
+		}
+		res := strings.TrimPrefix(key, fdir)
+		f.superseded(res, rec.Highest)
+		if !rec.Ready || ev.IsCreate() {
+			// Raised (or new): its drain, if it is a collection's, waits
+			// for every marker below it.
+			f.letGoBelow(res)
+		}
+	case strings.HasPrefix(key, bdir):
+		l, _, err := decodeLevel(ev.Kv)
+		if err != nil || l.Ready {
+			return
+		}
+		// Raised by a member write, which waits for every marker of the
+		// collection's own key.
+		coll := strings.TrimPrefix(key, bdir)
+		f.letGo(func(res string) bool { return res == coll })
 	}
 }
 

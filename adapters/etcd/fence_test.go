@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/resource"
 )
 
 func TestMain(m *testing.M) { testenv.RunMain(m) }
@@ -284,11 +285,35 @@ func TestSharedFenceAbortsWhenLeaseUnproven(t *testing.T) {
 // Repeated tokens from many concurrent writers cost at most 0.25 etcd
 // requests per write.
 func TestSharedFenceRequestsPerWrite(t *testing.T) {
+	requestsPerWrite(t, func(f *SharedFence) (gateway.Permit, error) { return admit(f, "/hot", 3) })
+}
+
+// TestSharedTreeRequestsPerWrite is TestSharedFenceRequestsPerWrite on a
+// hierarchical key two levels below written collections: the marker Txn
+// reads their records and below levels too, so a repeated token costs as
+// little as on a key alone.
+func TestSharedTreeRequestsPerWrite(t *testing.T) {
+	requestsPerWrite(t, func(f *SharedFence) (gateway.Permit, error) {
+		return f.AdmitTree(context.Background(), gateway.Write{Resource: "/dav/c/hot", Token: 3}, []string{"/dav", "/dav/c"})
+	}, "/dav", "/dav/c")
+}
+
+// requestsPerWrite writes with admit (a repeated token) from 64 writers
+// through two replicas, after the collections colls were written with the
+// same token, and checks the etcd requests per write.
+func requestsPerWrite(t *testing.T, admit func(f *SharedFence) (gateway.Permit, error), colls ...string) {
 	c := newCluster(t)
 	a := c.replica(t, SharedFenceOptions{})
 	b := c.replica(t, SharedFenceOptions{})
+	for _, coll := range colls {
+		p, err := a.AdmitTree(context.Background(), gateway.Write{Resource: coll, Token: 3, Scope: gateway.ScopeTree}, resource.Parents(coll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+	}
 	for _, f := range []*SharedFence{a, b} {
-		p, err := admit(f, "/hot", 3)
+		p, err := admit(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +330,7 @@ func TestSharedFenceRequestsPerWrite(t *testing.T) {
 		}
 		wg.Go(func() {
 			for range each {
-				p, err := admit(f, "/hot", 3)
+				p, err := admit(f)
 				if err != nil {
 					failed.Add(1)
 					continue
@@ -334,21 +359,26 @@ func TestSharedFenceRequestsPerWrite(t *testing.T) {
 func TestFenceContract(t *testing.T) {
 	fencetest.Run(t, fencetest.Options{Replicas: true}, func(t *testing.T) fencetest.Open {
 		c := newCluster(t)
-		return func(t *testing.T) (gateway.Fence, func()) {
-			st, err := OpenStore(StoreOptions{Client: ClientOptions{Endpoints: c.Endpoints}, Prefix: c.prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := NewSharedFence(st, SharedFenceOptions{LeaseTTL: 2 * time.Second, ForwardTimeout: 2 * time.Second})
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := f.Ready(ctx); err != nil {
-				t.Fatal(err)
-			}
-			var once sync.Once
-			return f, func() { once.Do(func() { f.Close(); st.Close() }) }
-		}
+		return c.open(c.prefix, SharedFenceOptions{LeaseTTL: 2 * time.Second, ForwardTimeout: 2 * time.Second})
 	})
+}
+
+// open is the fencetest.Open of replicas on c under prefix.
+func (c *testCluster) open(prefix string, opts SharedFenceOptions) fencetest.Open {
+	return func(t *testing.T) (gateway.Fence, func()) {
+		st, err := OpenStore(StoreOptions{Client: ClientOptions{Endpoints: c.Endpoints}, Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := NewSharedFence(st, opts)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := f.Ready(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		return f, func() { once.Do(func() { f.Close(); st.Close() }) }
+	}
 }
 
 // The export/import contract of `fencegate fence export` and `import`
@@ -505,4 +535,17 @@ func TestSharedFenceRequestsPerAdvance(t *testing.T) {
 	if per > 4.2 {
 		t.Fatalf("%.2f etcd requests per advance; want at most 4", per)
 	}
+}
+
+// TestTreeContract runs the hierarchical-keys suite of every shared fence
+// (internal/fencetest.RunTree) on etcd, as two replicas (each its own
+// client and lease) on one three-member cluster, each subtest under a
+// prefix of its own, as adapters/postgres runs it on PostgreSQL.
+func TestTreeContract(t *testing.T) {
+	c := newCluster(t)
+	n := 0
+	fencetest.RunTree(t, func(t *testing.T) fencetest.Open {
+		n++
+		return c.open(fmt.Sprintf("/tree%d", n), SharedFenceOptions{LeaseTTL: 2 * time.Second, DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
+	})
 }

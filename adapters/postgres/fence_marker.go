@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/sharedfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -124,7 +125,7 @@ type marked struct {
 	gone    <-chan struct{} // wait for this session's older marker to end
 	// rows: the rows of the op's scope, read with the fence row (shared by
 	// the pipeline's writes: read only).
-	rows map[string]scopeRow
+	rows map[string]sharedfence.Row
 }
 
 // session returns the live session, waiting up to acquireTimeout for one.
@@ -734,7 +735,7 @@ func (s *session) send(ops []*op) error {
 			return fail(fmt.Errorf("marker try-lock answered %d of %d keys", len(granted), len(locks)))
 		}
 	}
-	read := make(map[string]scopeRow, len(resources))
+	read := make(map[string]sharedfence.Row, len(resources))
 	if len(resources) > 0 {
 		rows, err := br.Query()
 		if err != nil {
@@ -742,11 +743,11 @@ func (s *session) send(ops []*op) error {
 		}
 		for rows.Next() {
 			var r string
-			v := scopeRow{exists: true}
+			v := sharedfence.Row{Exists: true}
 			if scoped {
-				err = rows.Scan(&r, &v.exists, &v.highest, &v.ready, &v.below, &v.belowReady, &v.known)
+				err = rows.Scan(&r, &v.Exists, &v.Highest, &v.Ready, &v.Below, &v.BelowReady, &v.Known)
 			} else {
-				err = rows.Scan(&r, &v.highest, &v.ready)
+				err = rows.Scan(&r, &v.Highest, &v.Ready)
 			}
 			if err != nil {
 				rows.Close()
@@ -769,7 +770,7 @@ func (s *session) send(ops []*op) error {
 				o.locked = granted[o.key]
 			}
 			v := read[o.resource]
-			o.m.exists, o.m.highest, o.m.ready = v.exists, v.highest, v.ready
+			o.m.exists, o.m.highest, o.m.ready = v.Exists, v.Highest, v.Ready
 			if len(o.scope) > 0 {
 				o.m.rows = read
 			}
@@ -804,18 +805,13 @@ func (s *session) apply(ops []*op) {
 		// this replica (docs/design.md §4).
 		e.listenGen = o.listenGen
 		if e.held && !s.lost && o.m.exists && o.m.highest == e.token && o.m.ready {
-			p := &sharedPermit{s: s, e: e, resource: o.resource, token: e.token, abort: o.w.Abort,
-				bodySent: o.w.BodySent, start: o.start, rows: o.m.rows}
+			p := &sharedPermit{s: s, e: e, token: e.token, rows: o.m.rows, Flight: sharedfence.Flight{
+				Resource: o.resource, Abort: o.w.Abort, BodySent: o.w.BodySent, Start: o.start}}
 			e.flights[p] = struct{}{}
-			if o.w.Abort != nil {
-				// The forward must end within the forward timeout counted
-				// from before the marker was read: a drain that finds this
-				// session gone waits that long (docs/design.md §4).
-				abort, timeout := o.w.Abort, f.forwardTimeout
-				p.timer = time.AfterFunc(timeout-time.Since(o.start), func() {
-					abort(&fencegate.ForwardTimeoutError{Timeout: timeout})
-				})
-			}
+			// The forward must end within the forward timeout counted from
+			// before the marker was read: a drain that finds this session
+			// gone waits that long (docs/design.md §4).
+			p.Arm(f.forwardTimeout)
 			o.m.permit = p
 			continue
 		}
@@ -852,16 +848,12 @@ func (s *session) lose(err error, ops []*op) {
 		e.end() // writers waiting for it go to the next session
 		for p := range e.flights {
 			n++
-			if p.abort != nil {
-				aborts = append(aborts, p)
-			}
+			aborts = append(aborts, p)
 			// A write whose request went out whole may be applied by the
 			// upstream whatever becomes of its connection: aborting it does
 			// not end it before its forward bound (recovery_shared.go).
-			if p.abort == nil || p.bodySent == nil || p.bodySent() {
-				if end := p.start.Add(f.forwardTimeout); end.After(s.lostUntil) {
-					s.lostUntil = end
-				}
+			if end := p.MayLandUntil(f.forwardTimeout); end.After(s.lostUntil) {
+				s.lostUntil = end
 			}
 		}
 	}
@@ -880,7 +872,7 @@ func (s *session) lose(err error, ops []*op) {
 	}
 	f.log.Warn("marker session to the database lost; aborting its writes in flight", "session", s.id, "writes", n, "err", err)
 	for _, p := range aborts {
-		p.abort(&fencegate.SessionLostError{Resource: p.resource, Err: err})
+		p.Lost(err)
 	}
 	for _, o := range ops {
 		if o.done != nil {
@@ -914,30 +906,23 @@ func (s *session) close(idle bool) {
 
 // sharedPermit is a write in flight: it holds its entry's marker.
 type sharedPermit struct {
-	s        *session
-	e        *entry
-	resource string
-	token    int64
-	abort    func(cause error)
-	// bodySent is the write's gateway.Write.BodySent (nil: sent whole);
-	// start is when its marker read was queued, from which its forward
-	// is bounded by the forward timeout.
-	bodySent func() bool
-	start    time.Time
+	s     *session
+	e     *entry
+	token int64
 	// rows are the rows of the write's scope its marker's read returned
 	// (marked.rows), which AdmitTree decides it on and then drops.
-	rows  map[string]scopeRow
-	timer *time.Timer
-	once  sync.Once
+	rows map[string]sharedfence.Row
+	// Flight bounds the write's forward from when its marker read was
+	// queued.
+	sharedfence.Flight
+	once sync.Once
 }
 
 // Release implements gateway.Permit. It does no I/O: the last writer's
 // unlock goes out with the session's next pipeline.
 func (p *sharedPermit) Release() {
 	p.once.Do(func() {
-		if p.timer != nil {
-			p.timer.Stop()
-		}
+		p.Stop()
 		l := p.s.l
 		l.mu.Lock()
 		delete(p.e.flights, p)

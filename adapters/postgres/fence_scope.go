@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/resource"
+	"github.com/fencegate/fencegate/sharedfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,10 +28,6 @@ import (
 // for every member's marker (treeDrain).
 
 var _ gateway.TreeFence = (*SharedFence)(nil)
-
-// errMemberAlone refuses a ScopeMember admission made on its own: the
-// shared fence decides it with the member's marker held (AdmitTree).
-var errMemberAlone = errors.New("a write below a collection is admitted together with its own key (gateway.TreeFence)")
 
 const (
 	// markerScopeReadSQL is markerReadSQL for a marker pipeline that
@@ -127,147 +124,60 @@ ON CONFLICT (resource) DO UPDATE SET below = EXCLUDED.below, ready = false
    AND NOT EXISTS (SELECT 1 FROM fence_session WHERE dead_at + forward_timeout > clock_timestamp())`
 )
 
-// scopeRow is what a marker's read (markerScopeReadSQL) read of one key.
-type scopeRow struct {
-	exists     bool // the key has a fence row
-	highest    int64
-	ready      bool
-	below      int64
-	belowReady bool
-	known      bool
-}
-
 // AdmitTree implements gateway.TreeFence: w on its own key (ScopeKey or
 // ScopeTree) and ScopeMember on each collection in above (keys above
-// w.Resource). The permit holds w's own marker only.
+// w.Resource), by the shared rules (sharedfence.AdmitTree). The permit
+// holds w's own marker only.
 func (f *SharedFence) AdmitTree(ctx context.Context, w gateway.Write, above []string) (gateway.Permit, error) {
-	drain := w.DrainTimeout
-	if drain <= 0 {
-		drain = f.drainTimeout
-	}
 	if err := f.admissible(ctx, w); err != nil {
 		return nil, err
 	}
-	if w.Scope == gateway.ScopeMember {
-		return nil, fencegate.Unavailable(w.Resource, errMemberAlone)
+	deadline, drain := sharedfence.DrainDeadline(w, f.drainTimeout)
+	p, err := sharedfence.AdmitTree(ctx, tree{f}, w, above, deadline, drain)
+	if ref := fencegate.AsError(err); ref != nil && ref.Code == fencegate.CodeStaleToken &&
+		w.Scope == gateway.ScopeTree && ref.Resource == w.Resource {
+		// Close this replica's marker of the key to writers of the token:
+		// they are refused on their reads anyway, and a member's wait on
+		// the key must not starve.
+		key := lockKey(w.Resource)
+		f.lane(key).superseded(key, ref.Highest)
 	}
-	deadline := time.Now().Add(drain)
-	if w.Scope == gateway.ScopeKey && len(above) == 0 {
-		// A key of no hierarchy: its own marker decides it, as Admit does
-		// (no read of the rows around it: there are none to read).
-		return f.admitKey(ctx, w, nil, deadline, drain)
-	}
-	keys := append([]string{w.Resource}, above...)
-	for {
-		p, err := f.admitKey(ctx, w, keys, deadline, drain)
-		if err != nil {
-			return nil, err
-		}
-		// The rows of keys, read by the statement that read w's own row
-		// with its marker held (markerScopeReadSQL).
-		sp, ok := p.(*sharedPermit)
-		if !ok || sp.rows == nil {
-			p.Release()
-			return nil, fencegate.Unavailable(w.Resource, errors.New("the marker's read returned no rows of the collections above the key"))
-		}
-		rows := sp.rows
-		sp.rows = nil
-		acts, ref := decideScope(w, above, rows)
-		if ref != nil {
-			p.Release()
-			if own := rows[w.Resource]; w.Scope == gateway.ScopeTree && w.Token < own.below {
-				// Close this replica's marker of the key to writers of
-				// the token: they are refused on their reads anyway, and
-				// a member's wait on the key must not starve.
-				key := lockKey(w.Resource)
-				f.lane(key).superseded(key, own.below)
-			}
-			return nil, ref
-		}
-		if len(acts) == 0 {
-			return p, nil
-		}
-		// Every wait below is made with no marker of this write held: a
-		// collection's drain waits for its members' markers, this one's
-		// among them.
-		p.Release()
-		var below []scopeAction
-		for _, a := range acts {
-			if !a.tree {
-				below = append(below, a)
-				continue
-			}
-			st, err := f.treeDrain(ctx, w, a.key, a.token, false, time.Until(deadline))
-			if err != nil {
-				return nil, err
-			}
-			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
-				return nil, err
-			}
-		}
-		if len(below) > 0 {
-			st, err := f.belowDrain(ctx, w, below, time.Until(deadline))
-			if err != nil {
-				return nil, err
-			}
-			if err := f.pause(ctx, w, st.bound, deadline, drain); err != nil {
-				return nil, err
-			}
-		}
-		if time.Until(deadline) <= 0 {
-			return nil, draining(w, drain, nil)
-		}
-	}
+	return p, err
 }
 
-// scopeAction is a wait a write needs before it is decided again.
-type scopeAction struct {
-	key   string
-	token int64
-	tree  bool // treeDrain of key at token; else belowDrain (raise: first raise below to token)
-	raise bool
+// tree is the PostgreSQL side of sharedfence.AdmitTree.
+type tree struct{ f *SharedFence }
+
+func (t tree) AdmitKey(ctx context.Context, w gateway.Write, scope []string, deadline time.Time, drain time.Duration) (gateway.Permit, map[string]sharedfence.Row, error) {
+	p, err := t.f.admitKey(ctx, w, scope, deadline, drain)
+	if err != nil || scope == nil {
+		return p, nil, err
+	}
+	// The rows of scope, read by the statement that read w's own row
+	// with its marker held (markerScopeReadSQL).
+	sp, ok := p.(*sharedPermit)
+	if !ok {
+		return p, nil, nil
+	}
+	rows := sp.rows
+	sp.rows = nil
+	return p, rows, nil
 }
 
-// decideScope decides w on the rows read with its marker held: a refusal,
-// the waits it needs first, or neither (admitted).
-func decideScope(w gateway.Write, above []string, rows map[string]scopeRow) ([]scopeAction, error) {
-	var acts []scopeAction
-	if w.Scope == gateway.ScopeTree {
-		own := rows[w.Resource]
-		if w.Token < own.below {
-			ref := fencegate.StaleError(w.Resource, w.Token, own.below)
-			ref.Message += " (for a key below it)"
-			return nil, ref
-		}
-		if !own.known {
-			// Member rows written before this key was checked as a
-			// collection: read them (and wait for their writes) once.
-			acts = append(acts, scopeAction{key: w.Resource, token: w.Token, tree: true})
-		}
+func (t tree) TreeDrain(ctx context.Context, w gateway.Write, coll string, token int64, deadline time.Time, drain time.Duration) error {
+	st, err := t.f.treeDrain(ctx, w, coll, token, false, time.Until(deadline))
+	if err != nil {
+		return err
 	}
-	for _, a := range above {
-		r := rows[a]
-		switch {
-		case r.highest == 0:
-			// No fence row: the collection has no write of its own to
-			// refuse this one or to wait for, and its first one reads
-			// the members' rows (treeAdvanceSQL, treeDrain), this one's
-			// among them (committed before its marker).
-		case w.Token < r.highest:
-			ref := fencegate.StaleError(a, w.Token, r.highest)
-			ref.Message += " (a collection above the key written)"
-			return nil, ref
-		case w.Token == r.highest:
-			if !r.ready {
-				acts = append(acts, scopeAction{key: a, token: w.Token, tree: true})
-			}
-		case w.Token > r.below:
-			acts = append(acts, scopeAction{key: a, token: w.Token, raise: true})
-		case !r.belowReady:
-			acts = append(acts, scopeAction{key: a, token: r.below})
-		}
+	return t.f.pause(ctx, w, st.bound, deadline, drain)
+}
+
+func (t tree) BelowDrain(ctx context.Context, w gateway.Write, acts []sharedfence.Action, deadline time.Time, drain time.Duration) error {
+	st, err := t.f.belowDrain(ctx, w, acts, time.Until(deadline))
+	if err != nil {
+		return err
 	}
-	return acts, nil
+	return t.f.pause(ctx, w, st.bound, deadline, drain)
 }
 
 // treeDrain is the advance (if advance) and drain of a collection write:
@@ -397,41 +307,41 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 // with raise) to their tokens, in one transaction committed with a WAL
 // flush, then waits for each collection's own writes in flight (locks in
 // key order) and records the levels ready.
-func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []scopeAction, drain time.Duration) (drainState, error) {
-	return f.onDrainConn(ctx, w, acts[0].key, drain, func(ctx context.Context, conn *pgxpool.Conn) (drainState, error) {
-		return f.runScope(ctx, conn, w, acts[0].key, queueBelowDrain(acts, drain), drainState{Highest: w.Token}, drain)
+func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []sharedfence.Action, drain time.Duration) (drainState, error) {
+	return f.onDrainConn(ctx, w, acts[0].Key, drain, func(ctx context.Context, conn *pgxpool.Conn) (drainState, error) {
+		return f.runScope(ctx, conn, w, acts[0].Key, queueBelowDrain(acts, drain), drainState{Highest: w.Token}, drain)
 	})
 }
 
-func queueBelowDrain(acts []scopeAction, drain time.Duration) *pgx.Batch {
+func queueBelowDrain(acts []sharedfence.Action, drain time.Duration) *pgx.Batch {
 	b := &pgx.Batch{}
 	for i, a := range acts {
-		if !a.raise {
+		if !a.Raise {
 			continue
 		}
-		if i == 0 || !slices.ContainsFunc(acts[:i], func(a scopeAction) bool { return a.raise }) {
+		if i == 0 || !slices.ContainsFunc(acts[:i], func(a sharedfence.Action) bool { return a.Raise }) {
 			b.Queue("BEGIN")
 			b.Queue(durableSQL)
 		}
-		b.Queue(belowRaiseSQL, a.key, a.token)
+		b.Queue(belowRaiseSQL, a.Key, a.Token)
 	}
-	if slices.ContainsFunc(acts, func(a scopeAction) bool { return a.raise }) {
+	if slices.ContainsFunc(acts, func(a sharedfence.Action) bool { return a.Raise }) {
 		b.Queue("COMMIT")
 	}
 	b.Queue("BEGIN")
 	for _, a := range acts {
-		b.Queue(scopeNotifySQL, []int64{lockKey(a.key)}, a.token)
+		b.Queue(scopeNotifySQL, []int64{lockKey(a.Key)}, a.Token)
 	}
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(drainSettingsSQL, ms(max(drain, time.Millisecond)), ms(drain+time.Second))
 	for _, a := range acts {
-		b.Queue(scopeLockSQL, lockKey(a.key))
+		b.Queue(scopeLockSQL, lockKey(a.Key))
 	}
 	b.Queue(sessionNoticeSQL)
 	b.Queue(scopeBoundSQL)
 	for _, a := range acts {
-		b.Queue(belowReadySQL, a.key, a.token)
+		b.Queue(belowReadySQL, a.Key, a.Token)
 	}
 	b.Queue("COMMIT")
 	return b

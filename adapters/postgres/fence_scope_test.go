@@ -5,17 +5,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/resource"
 )
@@ -34,126 +33,50 @@ func refusalCode(err error) string {
 	return ""
 }
 
-// TestSharedHierarchicalFence: across two replicas, a collection write is
-// refused after a newer member write (also one written before the key was
-// ever checked as a collection: the scan), a member write after a newer
-// collection write, at any depth; siblings of other owners and the
-// collection's own token stay free.
-func TestSharedHierarchicalFence(t *testing.T) {
-	fs, st := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
-	r1, r2 := fs[0], fs[1]
-	p, err := admitTree(r1, "/dav/coll/m", 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release()
-	p, err = admitTree(r2, "/dav/coll/other", 3)
-	if err != nil {
-		t.Fatalf("sibling with an older token: %v", err)
-	}
-	p.Release()
-	for _, key := range []string{"/dav/coll", "/dav"} {
-		if _, err := admitTree(r2, key, 3); refusalCode(err) != fencegate.CodeStaleToken {
-			t.Fatalf("collection %s with token 3 after member 9 on the other replica: %v; want stale", key, err)
+// TestTreeContract runs the hierarchical-keys suite of every shared fence
+// (internal/fencetest.RunTree) over PostgreSQL, as two replicas.
+func TestTreeContract(t *testing.T) {
+	fencetest.RunTree(t, func(t *testing.T) fencetest.Open {
+		url := testenv.Postgres(t).URL
+		return func(t *testing.T) (gateway.Fence, func()) {
+			st := openFenceStore(t, url, Options{MaxConns: 16})
+			f := NewSharedFence(st, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := f.Ready(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var once sync.Once
+			return f, func() { once.Do(func() { f.Close() }) }
 		}
-		if _, err := admitTree(r2, key, 8); refusalCode(err) != fencegate.CodeStaleToken {
-			t.Fatalf("collection %s with token 8 after member 9: %v; want stale", key, err)
-		}
-	}
-
-	// A member row written with no hierarchy (another route, or before
-	// the upgrade): the collection's first write reads it.
-	if _, err := st.AdvanceFence(context.Background(), "/old/c/m", 9, "w"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admitTree(r2, "/old/c", 3); refusalCode(err) != fencegate.CodeStaleToken {
-		t.Fatalf("collection with token 3 above a member row at 9 written without hierarchy: %v; want stale", err)
-	}
-
-	p, err = admitTree(r1, "/dav/coll", 10)
-	if err != nil {
-		t.Fatalf("collection with token 10: %v", err)
-	}
-	p.Release()
-	if _, err := admitTree(r2, "/dav/coll/m", 9); refusalCode(err) != fencegate.CodeStaleToken {
-		t.Fatalf("member with token 9 after collection 10: %v; want stale", err)
-	}
-	if _, err := admitTree(r2, "/dav/coll/new/deep", 9); refusalCode(err) != fencegate.CodeStaleToken {
-		t.Fatalf("new deep member with token 9 after collection 10: %v; want stale", err)
-	}
-	// Above the collection, an older sibling tree stays free.
-	p, err = admitTree(r2, "/dav/else", 4)
-	if err != nil {
-		t.Fatalf("sibling tree with token 4: %v", err)
-	}
-	p.Release()
-	p, err = admitTree(r2, "/dav/coll/m", 10)
-	if err != nil {
-		t.Fatalf("member with the collection's token: %v", err)
-	}
-	p.Release()
-	// A member written with a newer token on one replica: the
-	// collection's token, accepted before, is now stale on the other
-	// (no advance, no scan: the below level refuses it).
-	p, err = admitTree(r1, "/dav/coll/m", 11)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release()
-	if _, err := admitTree(r2, "/dav/coll", 10); refusalCode(err) != fencegate.CodeStaleToken {
-		t.Fatalf("collection with its own token 10 after member 11: %v; want stale", err)
-	}
-	// The repeated token on a hierarchical key: one round trip (the
-	// marker's pipeline reads the rows around it), no scan, no wait.
-	rt := r2.WaitedRoundTrips()
-	p, err = admitTree(r2, "/dav/coll/m", 11)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release()
-	if got := r2.WaitedRoundTrips() - rt; got != 1 {
-		t.Fatalf("a repeated token's hierarchical write waited for %d round trips; want 1", got)
-	}
+	})
 }
 
-// TestSharedHierarchicalDrain proves I2 across levels and replicas: a
-// newer collection write waits for an older member write in flight on the
-// other replica, and a newer member write for an older collection write.
-func TestSharedHierarchicalDrain(t *testing.T) {
-	// Generous: the machine may be loaded; the refusal below has its own.
-	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
-	r1, r2 := fs[0], fs[1]
-	member, err := admitTree(r1, "/c/m", 5)
+// TestSharedTreeRepeatedTokenRoundTrips: a repeated token on a
+// hierarchical key costs one round trip (the marker's pipeline reads the
+// rows around it), no scan, no wait.
+func TestSharedTreeRepeatedTokenRoundTrips(t *testing.T) {
+	fs, _ := replicas(t, 1, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
+	f := fs[0]
+	for _, w := range []struct {
+		key string
+		tok int64
+	}{{"/dav/coll", 10}, {"/dav/coll/m", 11}} {
+		p, err := admitTree(f, w.key, w.tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+	}
+	rt := f.WaitedRoundTrips()
+	p, err := admitTree(f, "/dav/coll/m", 11)
 	if err != nil {
 		t.Fatal(err)
 	}
-	short := gateway.Write{Resource: "/c", Token: 6, Scope: gateway.ScopeTree, DrainTimeout: 300 * time.Millisecond}
-	if _, err := r2.AdmitTree(context.Background(), short, resource.Parents("/c")); refusalCode(err) != fencegate.CodeFenceDraining {
-		t.Fatalf("collection 6 while member 5 in flight on the other replica: %v; want fence_draining", err)
+	p.Release()
+	if got := f.WaitedRoundTrips() - rt; got != 1 {
+		t.Fatalf("a repeated token's hierarchical write waited for %d round trips; want 1", got)
 	}
-	member.Release()
-	coll, err := admitTree(r2, "/c", 7)
-	if err != nil {
-		t.Fatalf("collection 7 after the member landed: %v", err)
-	}
-	if _, err := admitTree(r1, "/c/m", 6); refusalCode(err) != fencegate.CodeStaleToken {
-		t.Fatalf("member 6 after collection 7: %v; want stale", err)
-	}
-	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r1, "/c/m", 8) }, coll, "member 8 while collection 7 is in flight")
-
-	// A newer collection write waits for a slow member write in flight.
-	member, err = admitTree(r1, "/c/deep/m", 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r2, "/c", 10) }, member, "collection 10 while member 9 is in flight")
-
-	// And for an older write of the collection itself.
-	coll, err = admitTree(r2, "/c", 11)
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r1, "/c", 12) }, coll, "collection 12 while collection 11 is in flight")
 }
 
 // TestSharedKeyWithoutTree: the gateway hands every write of a route
@@ -183,186 +106,6 @@ func TestSharedKeyWithoutTree(t *testing.T) {
 	if err := admit(6); refusalCode(err) != fencegate.CodeStaleToken {
 		t.Fatalf("token 6 after 7: %v; want stale", err)
 	}
-}
-
-// TestSharedScanRaiseWaits: a collection's scan that raises its below
-// level (here the scan of a collection write refused because a member
-// advanced past it) leaves the level not ready. A member write between
-// the collection's token and the new level must still wait for the
-// collection's own write in flight, which that scan did not wait for.
-func TestSharedScanRaiseWaits(t *testing.T) {
-	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
-	r1, r2 := fs[0], fs[1]
-	for _, w := range []struct {
-		key string
-		tok int64
-	}{{"/s/m", 50}, {"/s", 58}} {
-		p, err := admitTree(r1, w.key, w.tok)
-		if err != nil {
-			t.Fatalf("%s@%d: %v", w.key, w.tok, err)
-		}
-		p.Release()
-	}
-	// The member's own row advances first, as a member write's own-key
-	// admission does before it reads the collections above it.
-	p, err := r2.Admit(context.Background(), gateway.Write{Resource: "/s/m", Token: 60})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release()
-	coll, err := admitTree(r1, "/s", 58)
-	if err != nil {
-		t.Fatalf("collection write with its own token: %v", err)
-	}
-	// Scans the members (60) and raises the below level of /s to 60.
-	if _, err := admitTree(r2, "/s", 59); refusalCode(err) != fencegate.CodeStaleToken {
-		t.Fatalf("collection 59 after member 60: %v; want stale", err)
-	}
-	awaitAdmitted(t, func() (gateway.Permit, error) { return admitTree(r2, "/s/m", 60) }, coll, "member 60 while collection 58 is in flight")
-}
-
-// awaitAdmitted starts admit, checks that it is not admitted while held is
-// in flight, releases held, and checks that it is admitted then.
-func awaitAdmitted(t *testing.T, admit func() (gateway.Permit, error), held gateway.Permit, what string) {
-	t.Helper()
-	type result struct {
-		p   gateway.Permit
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		p, err := admit()
-		done <- result{p, err}
-	}()
-	select {
-	case r := <-done:
-		if r.p != nil {
-			r.p.Release()
-		}
-		t.Fatalf("%s: decided before it landed (%v)", what, r.err)
-	case <-time.After(150 * time.Millisecond):
-	}
-	held.Release()
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("%s, after it landed: %v", what, r.err)
-	}
-	r.p.Release()
-}
-
-// TestSharedBucketScopes: an S3 route's scopes (an object write ScopeKey on
-// its key and ScopeMember on the bucket's, a bucket write ScopeTree on the
-// bucket's) across replicas; a ScopeMember admission alone is refused.
-func TestSharedBucketScopes(t *testing.T) {
-	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
-	ctx := context.Background()
-	object := func(f *SharedFence, key string, tok int64) error {
-		p, err := f.AdmitTree(ctx, gateway.Write{Resource: "b/" + key, Token: tok}, []string{"b"})
-		if err == nil {
-			p.Release()
-		}
-		return err
-	}
-	bucket := func(f *SharedFence, tok int64) error {
-		p, err := f.Admit(ctx, gateway.Write{Resource: "b", Token: tok, Scope: gateway.ScopeTree})
-		if err == nil {
-			p.Release()
-		}
-		return err
-	}
-	if err := object(fs[0], "k", 9); err != nil {
-		t.Fatal(err)
-	}
-	if err := bucket(fs[1], 8); refusalCode(err) != fencegate.CodeStaleToken {
-		t.Fatalf("bucket write 8 after object write 9: %v; want stale", err)
-	}
-	if err := bucket(fs[1], 12); err != nil {
-		t.Fatalf("bucket write 12: %v", err)
-	}
-	if err := object(fs[0], "other", 11); refusalCode(err) != fencegate.CodeStaleToken {
-		t.Fatalf("object write 11 after bucket write 12: %v; want stale", err)
-	}
-	if err := object(fs[0], "k", 12); err != nil {
-		t.Fatalf("object write with the bucket's token: %v", err)
-	}
-	if _, err := fs[0].Admit(ctx, gateway.Write{Resource: "b", Token: 13, Scope: gateway.ScopeMember}); refusalCode(err) != fencegate.CodeFenceUnavailable {
-		t.Fatalf("ScopeMember alone: %v; want fence_unavailable", err)
-	}
-}
-
-// TestSharedHierarchicalRandom: writes of random keys of one small tree
-// and random tokens, through two replicas, some held in flight a while.
-// Checked at each admission: no write is admitted while an older write of
-// a key above or below it (or its own) is in flight (I2), nor after a
-// newer write of its own key or of a key above it, or, for a collection
-// write, of a key below it (I1).
-func TestSharedHierarchicalRandom(t *testing.T) {
-	fs, _ := replicas(t, 2, SharedFenceOptions{DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
-	keys := []string{"/t", "/t/a", "/t/b", "/t/a/x", "/t/a/y"}
-	related := func(a, b string) bool {
-		return a == b || strings.HasPrefix(b, a+"/") || strings.HasPrefix(a, b+"/")
-	}
-	type flying struct {
-		key string
-		tok int64
-	}
-	var (
-		mu       sync.Mutex
-		inflight = map[*flying]bool{}
-		accepted = map[string]int64{}
-		base     atomic.Int64
-		admitted atomic.Int64
-	)
-	base.Store(10)
-	deadline := time.Now().Add(20 * time.Second)
-	var wg sync.WaitGroup
-	for w := range 8 {
-		f := fs[w%2]
-		wg.Go(func() {
-			rnd := rand.New(rand.NewPCG(uint64(w), 7))
-			for i := 0; i < 40 && time.Now().Before(deadline); i++ {
-				if rnd.IntN(4) == 0 {
-					base.Add(1)
-				}
-				key := keys[rnd.IntN(len(keys))]
-				tok := base.Load() + int64(rnd.IntN(3)) - 1
-				p, err := admitTree(f, key, tok)
-				if err != nil {
-					if c := refusalCode(err); c != fencegate.CodeStaleToken && c != fencegate.CodeFenceDraining {
-						t.Errorf("%s@%d: %v", key, tok, err)
-					}
-					continue
-				}
-				admitted.Add(1)
-				fl := &flying{key, tok}
-				mu.Lock()
-				for o := range inflight {
-					if related(o.key, key) && o.tok < tok {
-						t.Errorf("%s@%d admitted while %s@%d is in flight", key, tok, o.key, o.tok)
-					}
-				}
-				for k, h := range accepted {
-					above := strings.HasPrefix(key, k+"/")
-					if (k == key || above || strings.HasPrefix(k, key+"/")) && h > tok {
-						t.Errorf("%s@%d admitted after %s@%d", key, tok, k, h)
-					}
-				}
-				accepted[key] = max(accepted[key], tok)
-				inflight[fl] = true
-				mu.Unlock()
-				time.Sleep(time.Duration(rnd.IntN(10000)) * time.Microsecond)
-				mu.Lock()
-				delete(inflight, fl)
-				mu.Unlock()
-				p.Release()
-			}
-		})
-	}
-	wg.Wait()
-	if admitted.Load() < 40 {
-		t.Fatalf("only %d writes admitted", admitted.Load())
-	}
-	t.Logf("%d writes admitted", admitted.Load())
 }
 
 // TestSharedResetLowersBelow: `fencegate fence reset` of a member fenced

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
-	"github.com/fencegate/fencegate/internal/clock"
+	"github.com/fencegate/fencegate/sharedfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -384,10 +384,6 @@ func lockKey(resource string) int64 {
 
 // Admit implements gateway.Fence.
 func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permit, error) {
-	drain := w.DrainTimeout
-	if drain <= 0 {
-		drain = f.drainTimeout
-	}
 	if err := f.admissible(ctx, w); err != nil {
 		return nil, err
 	}
@@ -396,9 +392,10 @@ func (f *SharedFence) Admit(ctx context.Context, w gateway.Write) (gateway.Permi
 		return f.AdmitTree(ctx, w, nil)
 	case gateway.ScopeMember:
 		// Decided only with the member's own marker held (AdmitTree).
-		return nil, fencegate.Unavailable(w.Resource, errMemberAlone)
+		return nil, fencegate.Unavailable(w.Resource, sharedfence.ErrMemberAlone)
 	}
-	return f.admitKey(ctx, w, nil, time.Now().Add(drain), drain)
+	deadline, drain := sharedfence.DrainDeadline(w, f.drainTimeout)
+	return f.admitKey(ctx, w, nil, deadline, drain)
 }
 
 // admissible refuses every write while the fence cannot decide any.
@@ -540,26 +537,16 @@ func (f *SharedFence) sleep(ctx context.Context, w gateway.Write, ch <-chan stru
 	}
 }
 
-// pause waits for a gone marker session's forward timeout d, a poll at a
-// time (recoveryPoll): the caller drains again after each, and the bound
-// is gone as soon as the session's replica came back and found its writes
-// ended (recovery_shared.go). A bound that does not fit before deadline
-// refuses the write with fence_draining once recoveryGrace has passed
-// since the write began (deadline - drain) without the replica coming
-// back.
+// pause waits out a gone marker session's forward timeout d, or a
+// backoff (sharedfence.Pause): the bound is gone as soon as the session's
+// replica came back and found its writes ended (recovery_shared.go), so a
+// bound that does not fit keeps being polled for recoveryGrace.
 func (f *SharedFence) pause(ctx context.Context, w gateway.Write, d time.Duration, deadline time.Time, drain time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	left := time.Until(deadline)
-	if left < d && (time.Since(deadline.Add(-drain)) >= recoveryGrace || left <= 0) {
-		return draining(w, drain, fmt.Errorf("a marker session that may have held writes in flight was lost; waiting %s for its forward timeout", d.Round(time.Millisecond)))
-	}
-	return clock.Sleep(ctx, min(d, recoveryPoll, max(left, time.Millisecond)))
+	return sharedfence.Pause(ctx, w, d, deadline, drain, recoveryGrace)
 }
 
 func draining(w gateway.Write, drain time.Duration, err error) error {
-	return fencegate.Draining(w.Resource, w.Token, drain, err)
+	return sharedfence.Draining(w, drain, err)
 }
 
 // drainState is what an advance or drain round trip found.

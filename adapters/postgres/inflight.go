@@ -22,7 +22,7 @@ func (f *SharedFence) InFlight(resource string) int {
 	n := 0
 	for p := range e.flights {
 		// Two resources may share a lock key (a 64-bit hash).
-		if p.resource == resource {
+		if p.Resource == resource {
 			n++
 		}
 	}

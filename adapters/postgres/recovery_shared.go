@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/sharedfence"
 )
 
 // Recovery of a shared replica after a lost marker session (docs/design.md
@@ -34,10 +35,6 @@ const sessionForgetSQL = `DELETE FROM fence_session WHERE id = ANY($1::int[])`
 // that comes back (after a database restart or a failover, every one
 // does) deletes its lost sessions' rows within about this long.
 const recoveryGrace = 3 * time.Second
-
-// recoveryPoll is how often a write waiting for a dead session's bound
-// drains again, to see whether its replica came back.
-const recoveryPoll = 200 * time.Millisecond
 
 // forgetter deletes the rows of lost sessions whose writes have ended.
 type forgetter struct {
@@ -93,7 +90,7 @@ func (f *SharedFence) runForget() {
 			select {
 			case <-f.closing:
 				return
-			case <-time.After(recoveryPoll):
+			case <-time.After(sharedfence.RecoveryPoll):
 			}
 		}
 	}
