@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // LowerFence lowers resource's fence record to `to`, not ready, for `fence
@@ -61,7 +62,7 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 		tr, terr := f.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision),
 				clientv3.Compare(clientv3.CreateRevision(above), "=", 0).WithRange(end)).
-			Then(clientv3.OpPut(key, rec.encode())).
+			Then(append([]clientv3.Op{clientv3.OpPut(key, rec.encode())}, f.forgetLevels(resource)...)...).
 			Else(clientv3.OpGet(key), clientv3.OpGet(above, clientv3.WithRange(end), clientv3.WithCountOnly())).Commit()
 		if terr != nil {
 			return fencegate.FenceState{}, fencegate.Unavailable(resource, fmt.Errorf("reset fence to %d: %w", to, terr))
@@ -79,4 +80,22 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 		// The record changed meanwhile: decide on the new one.
 		resp = (*clientv3.GetResponse)(tr.Responses[0].GetResponseRange())
 	}
+}
+
+// forgetLevels deletes, in a reset's Txn, the below levels of the
+// collections above res (and of their tree keys): the level a lowered
+// member raised would otherwise keep refusing the collections' owners for
+// a token that no longer counts. A level that is gone is "not known": the
+// collection's next write compares every member record again
+// (fence_tree.go), as after an import, so no token the records still hold
+// is forgotten. PostgreSQL recomputes its levels instead (resetBelow).
+func (f *Store) forgetLevels(res string) []clientv3.Op {
+	var ops []clientv3.Op
+	for _, p := range resource.Parents(res) {
+		ops = append(ops, clientv3.OpDelete(f.belowKey(p)))
+		if tk := gateway.TreeKey(p); tk != p {
+			ops = append(ops, clientv3.OpDelete(f.belowKey(tk)))
+		}
+	}
+	return ops
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/resource"
 )
 
 // LowerFence (fence reset on etcd), checked against the record in etcd:
@@ -129,5 +130,57 @@ func TestLowerFenceDrainsOlder(t *testing.T) {
 	}
 	if r := c.stored(t, res); r.Highest != 5 || !r.Ready {
 		t.Fatalf("etcd record after the drain: %+v; want highest 5 ready", r)
+	}
+}
+
+// A reset of a member fenced with a mistaken token also forgets the below
+// level it raised on the collections above, so the collections' owners are
+// not refused for a token that no longer counts, while the other members'
+// records still count (as TestSharedResetLowersBelow on PostgreSQL).
+func TestLowerFenceForgetsBelow(t *testing.T) {
+	c := &testCluster{EtcdCluster: testenv.Etcd(t, 1), prefix: "/fg"}
+	a := c.replica(t, SharedFenceOptions{MarkerIdle: 50 * time.Millisecond})
+	ctx := context.Background()
+	tree := func(key string, tok int64) error {
+		p, err := a.AdmitTree(ctx, gateway.Write{Resource: key, Token: tok, Scope: gateway.ScopeTree}, resource.Parents(key))
+		if err == nil {
+			p.Release()
+		}
+		return err
+	}
+	for _, key := range []string{"/r", "/r/c"} {
+		if err := tree(key, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for key, tok := range map[string]int64{"/r/c/m": 100, "/r/c/n": 7} {
+		if err := tree(key, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tree("/r/c", 8); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("collection 8 below member 100: %v; want stale", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := a.LowerFence(ctx, "/r/c/m", 5, "op")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, gateway.ErrWritesInFlight) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := tree("/r/c", 6); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("collection 6 below member /r/c/n at 7 after the reset: %v; want stale", err)
+	}
+	for _, key := range []string{"/r/c", "/r"} {
+		if err := tree(key, 8); err != nil {
+			t.Fatalf("collection %s with 8 after the member's reset to 5: %v", key, err)
+		}
+	}
+	if r := c.stored(t, "/r"); r.Highest != 8 {
+		t.Fatalf("etcd record of /r: %+v; want 8", r)
 	}
 }
