@@ -23,5 +23,5 @@ count=${2:-1}
 stores=${STORES:-embedded}
 stamp() { echo "# $(date -u +%FT%TZ) $(git describe --always --dirty 2>/dev/null || echo '?') load:$(cut -d' ' -f1-3 /proc/loadavg)"; }
 stamp
-go test ./bench/crash -run '^$' -bench "^BenchmarkCrashRecovery\$/^($stores)\$" -benchtime "${rounds}x" -count "$count" -timeout 30m
+go test ./bench/crash -v -run '^$' -bench "^BenchmarkCrashRecovery\$/^($stores)\$" -benchtime "${rounds}x" -count "$count" -timeout 30m
 stamp
