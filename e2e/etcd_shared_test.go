@@ -328,10 +328,16 @@ func TestEtcdSharedLinearizable(t *testing.T) {
 			// election is etcd's time (seconds on a loaded machine).
 			elected := electedAfter(t, cli, c.Endpoints, leader, was)
 			t.Logf("a new leader was elected %s after the kill", elected.Sub(at).Round(time.Millisecond))
+			restarted := make(chan struct{})
 			go func() {
+				defer close(restarted)
 				time.Sleep(3 * time.Second)
 				c.Restart(leader)
 			}()
+			// Before the cluster's own cleanup (registered earlier, run
+			// later): a member stopped while it starts again is not a
+			// member that did not come back.
+			t.Cleanup(func() { <-restarted })
 			return elected, -1
 		})
 	})
