@@ -10,11 +10,9 @@ import (
 	"github.com/fencegate/fencegate/config"
 )
 
-// The etcd shared fence decides each key alone: a hierarchical route
-// (the default for a {path} key) is refused when routes are built (start,
-// reload, validate), one declared hierarchical: false is built.
-func TestEtcdRefusesHierarchicalRoutes(t *testing.T) {
-	const base = `
+// etcdOrdersYAML is a config of one route on store.etcd; %s is the
+// route's further lines.
+const etcdOrdersYAML = `
 gateway:
   listen: 127.0.0.1:0
   routes:
@@ -27,12 +25,17 @@ store:
   etcd: {endpoints: ["http://127.0.0.1:2379"]}
 fence: {mode: shared}
 `
+
+// The etcd shared fence decides each key alone: a hierarchical route
+// (the default for a {path} key) is refused when routes are built (start,
+// reload, validate), one declared hierarchical: false is built.
+func TestEtcdRefusesHierarchicalRoutes(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tt := range []struct {
 		extra string
 		ok    bool
 	}{{"", false}, {"      hierarchical: true", false}, {"      hierarchical: false", true}} {
-		cfg, err := config.Parse("etcd.yaml", []byte(strings.Replace(base, "%s", tt.extra, 1)))
+		cfg, err := config.Parse("etcd.yaml", []byte(strings.Replace(etcdOrdersYAML, "%s", tt.extra, 1)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,15 @@ import (
 // (verified, or drained). Not ready: the first write of `to` drains the
 // markers below it, as after an advance. A fence at or below `to` (or none)
 // is left as it is.
-func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error) {
+//
+// vouch, if not nil, is asked after each read of a record to be lowered,
+// before the Txn that lowers it (an error refuses the reset): `to` is
+// vouched for while the record read is current. Asked before the read
+// only, the holder of `to` could have released the lock, and a later
+// holder written (advancing the fence above it) in between: the reset
+// would then lower the fence below a token accepted, and the released
+// holder's late write would land after the newer one's.
+func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner string, vouch func(context.Context) error) (fencegate.FenceState, error) {
 	if to <= 0 {
 		return fencegate.FenceState{}, fencegate.ErrResetNotPositive
 	}
@@ -55,6 +63,11 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 		}
 		if cur.Highest <= to {
 			return cur.state(resource), nil
+		}
+		if vouch != nil {
+			if err := vouch(ctx); err != nil {
+				return fencegate.FenceState{}, err
+			}
 		}
 		rec := record{Highest: to, Owner: owner, ETag: cur.ETag, Updated: time.Now().UnixMilli()}
 		f.requests.Add(1)

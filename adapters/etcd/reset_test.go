@@ -31,7 +31,7 @@ func TestLowerFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.LowerFence(ctx, res, 5, "op"); !errors.Is(err, gateway.ErrWritesInFlight) || code(err) != fencegate.CodeFenceDraining {
+	if _, err := a.LowerFence(ctx, res, 5, "op", nil); !errors.Is(err, gateway.ErrWritesInFlight) || code(err) != fencegate.CodeFenceDraining {
 		t.Fatalf("reset under a write of 900 in flight: %v; want writes in flight", err)
 	}
 	if r := c.stored(t, res); r.Highest != 900 {
@@ -40,7 +40,7 @@ func TestLowerFence(t *testing.T) {
 	p900.Release()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st, err := a.LowerFence(ctx, res, 5, "op")
+		st, err := a.LowerFence(ctx, res, 5, "op", nil)
 		if err == nil {
 			if st.Highest != 5 || st.Ready {
 				t.Fatalf("reset answered %+v; want highest 5 not ready", st)
@@ -67,16 +67,16 @@ func TestLowerFence(t *testing.T) {
 	}
 
 	// Nothing to lower: a fence at or below the value, or none.
-	if st, err := a.LowerFence(ctx, res, 7, "op"); err != nil || st.Highest != 5 {
+	if st, err := a.LowerFence(ctx, res, 7, "op", nil); err != nil || st.Highest != 5 {
 		t.Fatalf("reset to 7 of a fence at 5: %+v, %v; want 5 kept", st, err)
 	}
-	if _, err := a.LowerFence(ctx, "/none", 7, "op"); err != nil {
+	if _, err := a.LowerFence(ctx, "/none", 7, "op", nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := c.stored(t, "/none"); r.Highest != 0 {
 		t.Fatalf("a reset created a record: %+v", r)
 	}
-	if _, err := a.LowerFence(ctx, res, 0, "op"); !errors.Is(err, fencegate.ErrResetNotPositive) {
+	if _, err := a.LowerFence(ctx, res, 0, "op", nil); !errors.Is(err, fencegate.ErrResetNotPositive) {
 		t.Fatalf("reset to 0: %v", err)
 	}
 }
@@ -98,7 +98,7 @@ func TestLowerFenceDrainsOlder(t *testing.T) {
 	if _, err := b.AdvanceFence(ctx, res, 900, "op"); err != nil { // the mistake, by hand
 		t.Fatal(err)
 	}
-	if _, err := b.LowerFence(ctx, res, 5, "op"); err != nil {
+	if _, err := b.LowerFence(ctx, res, 5, "op", nil); err != nil {
 		t.Fatalf("reset with only an older write in flight: %v", err)
 	}
 	var released atomic.Bool
