@@ -131,3 +131,49 @@ func TestLowerFenceDrainsOlder(t *testing.T) {
 		t.Fatalf("etcd record after the drain: %+v; want highest 5 ready", r)
 	}
 }
+
+// A reset lowers the ETag record's token with the fence: left at the
+// mistaken token's, it would refuse the record of every write of the new
+// value (a record is never replaced by an older token's), and each second
+// write of the holder would be made conditional on a version its first
+// write replaced (precondition_failed). The ETag key in etcd is read back.
+func TestLowerFenceLowersETagRecord(t *testing.T) {
+	c := &testCluster{EtcdCluster: testenv.Etcd(t, 1), prefix: "/fg"}
+	a := c.replica(t, SharedFenceOptions{})
+	ctx := context.Background()
+	const res = "/orders/9"
+	if _, err := a.AdvanceFence(ctx, res, 900, "op"); err != nil { // the mistake
+		t.Fatal(err)
+	}
+	if err := a.RecordETag(ctx, res, 900, `"e900"`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LowerFence(ctx, res, 5, "op", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.storedETag(t, res); r.Token != 5 || r.ETag != `"e900"` {
+		t.Fatalf("ETag record after the reset to 5: %+v; want the version last written, token 5", r)
+	}
+	p, err := admit(a, res, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.RecordETag(ctx, res, 5, `"e5"`)
+	p.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.storedETag(t, res); r.Token != 5 || r.ETag != `"e5"` {
+		t.Fatalf("ETag record after a write of 5: %+v; want its ETag", r)
+	}
+	// A record at or below the new value is left as it is.
+	if _, err := a.AdvanceFence(ctx, res, 50, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LowerFence(ctx, res, 7, "op", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.storedETag(t, res); r.Token != 5 || r.ETag != `"e5"` {
+		t.Fatalf("ETag record of 5 after a reset to 7: %+v; want it kept", r)
+	}
+}
