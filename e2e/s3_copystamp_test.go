@@ -15,6 +15,17 @@ import (
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
+// startS3Stamping starts VersityGW with osBucket and a gateway whose route
+// stamps writes.
+func startS3Stamping(t *testing.T) (*testenv.S3Server, *Proc) {
+	srv := testenv.Versity(t)
+	srv.CreateBucket(t, osBucket)
+	route := strings.Replace(s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s"),
+		"        timeout: 30s\n", "        timeout: 30s\n        stamp: true\n", 1)
+	p := startFencegate(t, s3GatewayYAMLStore(s3BoltStore, route))
+	return srv, p
+}
+
 // A CopyObject with the default COPY metadata directive carries the copy
 // request's token, not the source's: S3 copies the source's metadata,
 // stamp included, so the gateway sends the copy as REPLACE with the
@@ -22,11 +33,7 @@ import (
 // destination fenced at 9 rebuilt (`fence rebuild`) from the source's
 // stamp 5, and a holder of token 8 could write it again.
 func TestS3CopyObjectStampsCopyToken(t *testing.T) {
-	srv := testenv.Versity(t)
-	srv.CreateBucket(t, osBucket)
-	route := strings.Replace(s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s"),
-		"        timeout: 30s\n", "        timeout: 30s\n        stamp: true\n", 1)
-	p := startFencegate(t, s3GatewayYAMLStore(s3BoltStore, route))
+	srv, p := startS3Stamping(t)
 	ctx := context.Background()
 	worker := func(token int64) *s3.Client {
 		return s3Worker(p.URL("gateway"), s3WorkerKey, s3WorkerSecret, awsfence.Fixed(token))
@@ -103,5 +110,51 @@ func TestS3CopyObjectStampsCopyToken(t *testing.T) {
 	if h := head("dst"); aws.ToString(h.ETag) != aws.ToString(dst.ETag) ||
 		lowerKeys(h.Metadata, func(v string) string { return v })["fencing-token"] != "9" {
 		t.Fatalf("destination changed by token 8: %+v", h)
+	}
+}
+
+// A stamped COPY-directive CopyObject sent as REPLACE keeps S3's meaning
+// of x-amz-website-redirect-location, which neither directive copies
+// from the source: the destination gets the copy request's own value, or
+// none. Before, the gateway dropped the worker's value and sent the
+// source's. The store's own copy, made directly, is the oracle.
+func TestS3CopyStampRedirectAsTheStore(t *testing.T) {
+	srv, p := startS3Stamping(t)
+	ctx := context.Background()
+	worker := s3Worker(p.URL("gateway"), s3WorkerKey, s3WorkerSecret, awsfence.Fixed(9))
+	direct := s3Worker(srv.Endpoint, srv.AccessKey, srv.SecretKey, awsfence.Fixed(0))
+	b := aws.String(osBucket)
+	if _, err := worker.PutObject(ctx, &s3.PutObjectInput{Bucket: b, Key: aws.String("src"), Body: strings.NewReader("page"),
+		WebsiteRedirectLocation: aws.String("/src-page")}); err != nil {
+		t.Fatal(err)
+	}
+	redirect := func(key string) string {
+		t.Helper()
+		h, err := direct.HeadObject(ctx, &s3.HeadObjectInput{Bucket: b, Key: aws.String(key)})
+		if err != nil {
+			t.Fatalf("direct HeadObject %s: %v", key, err)
+		}
+		return aws.ToString(h.WebsiteRedirectLocation)
+	}
+	if got := redirect("src"); got != "/src-page" {
+		t.Fatalf("the source's redirect: %q; the store keeps none, the test cannot tell", got)
+	}
+	for _, own := range []string{"", "/dst-page"} {
+		in := func(key string) *s3.CopyObjectInput {
+			c := &s3.CopyObjectInput{Bucket: b, Key: aws.String(key), CopySource: aws.String(osBucket + "/src")}
+			if own != "" {
+				c.WebsiteRedirectLocation = aws.String(own)
+			}
+			return c
+		}
+		if _, err := direct.CopyObject(ctx, in("oracle")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := worker.CopyObject(ctx, in("dst")); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := redirect("dst"), redirect("oracle"); got != want {
+			t.Errorf("copy with redirect %q: the destination's is %q; the store's own copy has %q", own, got, want)
+		}
 	}
 }

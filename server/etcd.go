@@ -68,17 +68,27 @@ func (s *Server) etcdReset(st *etcd.Store) func(context.Context, string, int64, 
 		if err != nil {
 			return fencegate.FenceState{}, err
 		}
-		for _, o := range srcs {
-			err := o.src.VerifyToken(ctx, resource, to)
-			if _, ok := fencegate.Refusal(err); ok && !errors.As(err, new(*fencegate.TokenSourceUnavailableError)) {
-				return fencegate.FenceState{}, &fencegate.Error{Code: fencegate.CodeTokenOutOfRange, Resource: resource, Token: to,
-					Message: fmt.Sprintf("on store.etcd a fence is reset only to the token of the resource's current lock holder, and %s does not vouch for %d: %s", o.kind, to, err)}
+		vouch := func(ctx context.Context) error {
+			for _, o := range srcs {
+				err := o.src.VerifyToken(ctx, resource, to)
+				if _, ok := fencegate.Refusal(err); ok && !errors.As(err, new(*fencegate.TokenSourceUnavailableError)) {
+					return &fencegate.Error{Code: fencegate.CodeTokenOutOfRange, Resource: resource, Token: to,
+						Message: fmt.Sprintf("on store.etcd a fence is reset only to the token of the resource's current lock holder, and %s does not vouch for %d: %s", o.kind, to, err)}
+				}
+				if err != nil {
+					return err
+				}
 			}
-			if err != nil {
-				return fencegate.FenceState{}, err
-			}
+			return nil
 		}
-		return st.LowerFence(ctx, resource, to, owner)
+		if err := vouch(ctx); err != nil {
+			return fencegate.FenceState{}, err
+		}
+		// Asked again by LowerFence between its read of the record and the
+		// lowering: the holder vouched for may have released the lock
+		// since (the reset's process paused), and a newer one written
+		// above the fence.
+		return st.LowerFence(ctx, resource, to, owner, vouch)
 	}
 }
 

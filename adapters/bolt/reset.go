@@ -52,7 +52,17 @@ func (s *Store) ResetFence(ctx context.Context, resource string, to int64, owner
 		if r.Highest <= to {
 			return nil
 		}
-		r = fenceRecord{Highest: to, Owner: owner, ETag: r.ETag, ETagToken: r.ETagToken, UpdatedAt: time.Now().UTC()}
+		// The ETag's token is lowered with the fence (the version it
+		// names kept): an ETag is never recorded over a newer token's, so
+		// one left at the mistaken token would refuse every record of the
+		// new value's writes. The cache's entry (which a write-back puts
+		// in the file later) is lowered in the same transaction.
+		r = fenceRecord{Highest: to, Owner: owner, ETag: r.ETag, ETagToken: min(r.ETagToken, to), UpdatedAt: time.Now().UTC()}
+		s.etags.mu.Lock()
+		if e, ok := s.etags.m[resource]; ok {
+			e.token = min(e.token, to)
+		}
+		s.etags.mu.Unlock()
 		return putFence(tx, s.known, resource, r)
 	})
 	if err != nil {

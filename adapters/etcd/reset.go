@@ -20,8 +20,9 @@ import (
 // the resource's tokens come from first (server/etcd.go: `to` must be its
 // current lock holder's token).
 //
-// One Txn, with two compares: the record is the one read (its mod
-// revision), and no in-flight marker of a token above `to` exists. Such a
+// One Txn, with three compares: the record and the ETag record (whose
+// token is lowered to `to` with it) are the ones read (their mod
+// revisions), and no in-flight marker of a token above `to` exists. Such a
 // marker is a write admitted under the old, higher fence, which the drain
 // of `to` would not wait for (it waits for the markers below its token):
 // then the reset is refused, retry (gateway.ErrWritesInFlight, answered
@@ -30,7 +31,15 @@ import (
 // (verified, or drained). Not ready: the first write of `to` drains the
 // markers below it, as after an advance. A fence at or below `to` (or none)
 // is left as it is.
-func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner string) (fencegate.FenceState, error) {
+//
+// vouch, if not nil, is asked after each read of a record to be lowered,
+// before the Txn that lowers it (an error refuses the reset): `to` is
+// vouched for while the record read is current. Asked before the read
+// only, the holder of `to` could have released the lock, and a later
+// holder written (advancing the fence above it) in between: the reset
+// would then lower the fence below a token accepted, and the released
+// holder's late write would land after the newer one's.
+func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner string, vouch func(context.Context) error) (fencegate.FenceState, error) {
 	if to <= 0 {
 		return fencegate.FenceState{}, fencegate.ErrResetNotPositive
 	}
@@ -41,8 +50,13 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 	defer cancel()
 	key := f.fenceKey(resource)
 	above, end := f.markerDir(resource)+pad(to+1), clientv3.GetPrefixRangeEnd(f.markerDir(resource))
+	ekey := f.etagKey(resource)
 	f.requests.Add(1)
-	resp, err := f.client.Get(ctx, key)
+	var resp, eresp *clientv3.GetResponse
+	tr, err := f.client.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(ekey)).Commit()
+	if err == nil {
+		resp, eresp = rangeOf(tr, 0), rangeOf(tr, 1)
+	}
 	for {
 		if err != nil {
 			return fencegate.FenceState{}, fencegate.Unavailable(resource, fmt.Errorf("reset fence to %d: %w", to, err))
@@ -57,13 +71,34 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 		if cur.Highest <= to {
 			return cur.state(resource), nil
 		}
+		if vouch != nil {
+			if err := vouch(ctx); err != nil {
+				return fencegate.FenceState{}, err
+			}
+		}
 		rec := record{Highest: to, Owner: owner, ETag: cur.ETag, Updated: time.Now().UnixMilli()}
+		ops := []clientv3.Op{clientv3.OpPut(key, rec.encode())}
+		erev := int64(0)
+		if len(eresp.Kvs) > 0 {
+			// The ETag record's token is lowered too (the version it names
+			// kept): a record is never replaced by an older token's, so
+			// one left at the mistaken token would refuse every record of
+			// the new value's writes.
+			e, err := decodeETag(eresp.Kvs[0])
+			if err != nil {
+				return fencegate.FenceState{}, fencegate.Unavailable(resource, err)
+			}
+			if erev = eresp.Kvs[0].ModRevision; e.Token > to {
+				ops = append(ops, clientv3.OpPut(ekey, etagRecord{ETag: e.ETag, Token: to}.encode()))
+			}
+		}
 		f.requests.Add(1)
 		tr, terr := f.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision),
+				clientv3.Compare(clientv3.ModRevision(ekey), "=", erev),
 				clientv3.Compare(clientv3.CreateRevision(above), "=", 0).WithRange(end)).
-			Then(append([]clientv3.Op{clientv3.OpPut(key, rec.encode())}, f.forgetLevels(resource)...)...).
-			Else(clientv3.OpGet(key), clientv3.OpGet(above, clientv3.WithRange(end), clientv3.WithCountOnly())).Commit()
+			Then(append(ops, f.forgetLevels(resource)...)...).
+			Else(clientv3.OpGet(key), clientv3.OpGet(above, clientv3.WithRange(end), clientv3.WithCountOnly()), clientv3.OpGet(ekey)).Commit()
 		if terr != nil {
 			return fencegate.FenceState{}, fencegate.Unavailable(resource, fmt.Errorf("reset fence to %d: %w", to, terr))
 		}
@@ -77,8 +112,8 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 				Resource: resource, RetryAfter: time.Second, Err: gateway.ErrWritesInFlight,
 			}
 		}
-		// The record changed meanwhile: decide on the new one.
-		resp = (*clientv3.GetResponse)(tr.Responses[0].GetResponseRange())
+		// A record changed meanwhile: decide on the new ones.
+		resp, eresp = rangeOf(tr, 0), rangeOf(tr, 2)
 	}
 }
 
@@ -98,4 +133,9 @@ func (f *Store) forgetLevels(res string) []clientv3.Op {
 		}
 	}
 	return ops
+}
+
+// rangeOf is the answer of a Txn's i-th operation, a Get.
+func rangeOf(tr *clientv3.TxnResponse, i int) *clientv3.GetResponse {
+	return (*clientv3.GetResponse)(tr.Responses[i].GetResponseRange())
 }

@@ -32,7 +32,7 @@ func TestLowerFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.LowerFence(ctx, res, 5, "op"); !errors.Is(err, gateway.ErrWritesInFlight) || code(err) != fencegate.CodeFenceDraining {
+	if _, err := a.LowerFence(ctx, res, 5, "op", nil); !errors.Is(err, gateway.ErrWritesInFlight) || code(err) != fencegate.CodeFenceDraining {
 		t.Fatalf("reset under a write of 900 in flight: %v; want writes in flight", err)
 	}
 	if r := c.stored(t, res); r.Highest != 900 {
@@ -41,7 +41,7 @@ func TestLowerFence(t *testing.T) {
 	p900.Release()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st, err := a.LowerFence(ctx, res, 5, "op")
+		st, err := a.LowerFence(ctx, res, 5, "op", nil)
 		if err == nil {
 			if st.Highest != 5 || st.Ready {
 				t.Fatalf("reset answered %+v; want highest 5 not ready", st)
@@ -68,16 +68,16 @@ func TestLowerFence(t *testing.T) {
 	}
 
 	// Nothing to lower: a fence at or below the value, or none.
-	if st, err := a.LowerFence(ctx, res, 7, "op"); err != nil || st.Highest != 5 {
+	if st, err := a.LowerFence(ctx, res, 7, "op", nil); err != nil || st.Highest != 5 {
 		t.Fatalf("reset to 7 of a fence at 5: %+v, %v; want 5 kept", st, err)
 	}
-	if _, err := a.LowerFence(ctx, "/none", 7, "op"); err != nil {
+	if _, err := a.LowerFence(ctx, "/none", 7, "op", nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := c.stored(t, "/none"); r.Highest != 0 {
 		t.Fatalf("a reset created a record: %+v", r)
 	}
-	if _, err := a.LowerFence(ctx, res, 0, "op"); !errors.Is(err, fencegate.ErrResetNotPositive) {
+	if _, err := a.LowerFence(ctx, res, 0, "op", nil); !errors.Is(err, fencegate.ErrResetNotPositive) {
 		t.Fatalf("reset to 0: %v", err)
 	}
 }
@@ -99,7 +99,7 @@ func TestLowerFenceDrainsOlder(t *testing.T) {
 	if _, err := b.AdvanceFence(ctx, res, 900, "op"); err != nil { // the mistake, by hand
 		t.Fatal(err)
 	}
-	if _, err := b.LowerFence(ctx, res, 5, "op"); err != nil {
+	if _, err := b.LowerFence(ctx, res, 5, "op", nil); err != nil {
 		t.Fatalf("reset with only an older write in flight: %v", err)
 	}
 	var released atomic.Bool
@@ -163,7 +163,7 @@ func TestLowerFenceForgetsBelow(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := a.LowerFence(ctx, "/r/c/m", 5, "op")
+		_, err := a.LowerFence(ctx, "/r/c/m", 5, "op", nil)
 		if err == nil {
 			break
 		}
@@ -182,5 +182,51 @@ func TestLowerFenceForgetsBelow(t *testing.T) {
 	}
 	if r := c.stored(t, "/r"); r.Highest != 8 {
 		t.Fatalf("etcd record of /r: %+v; want 8", r)
+	}
+}
+
+// A reset lowers the ETag record's token with the fence: left at the
+// mistaken token's, it would refuse the record of every write of the new
+// value (a record is never replaced by an older token's), and each second
+// write of the holder would be made conditional on a version its first
+// write replaced (precondition_failed). The ETag key in etcd is read back.
+func TestLowerFenceLowersETagRecord(t *testing.T) {
+	c := &testCluster{EtcdCluster: testenv.Etcd(t, 1), prefix: "/fg"}
+	a := c.replica(t, SharedFenceOptions{})
+	ctx := context.Background()
+	const res = "/orders/9"
+	if _, err := a.AdvanceFence(ctx, res, 900, "op"); err != nil { // the mistake
+		t.Fatal(err)
+	}
+	if err := a.RecordETag(ctx, res, 900, `"e900"`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LowerFence(ctx, res, 5, "op", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.storedETag(t, res); r.Token != 5 || r.ETag != `"e900"` {
+		t.Fatalf("ETag record after the reset to 5: %+v; want the version last written, token 5", r)
+	}
+	p, err := admit(a, res, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.RecordETag(ctx, res, 5, `"e5"`)
+	p.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.storedETag(t, res); r.Token != 5 || r.ETag != `"e5"` {
+		t.Fatalf("ETag record after a write of 5: %+v; want its ETag", r)
+	}
+	// A record at or below the new value is left as it is.
+	if _, err := a.AdvanceFence(ctx, res, 50, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.LowerFence(ctx, res, 7, "op", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.storedETag(t, res); r.Token != 5 || r.ETag != `"e5"` {
+		t.Fatalf("ETag record of 5 after a reset to 7: %+v; want it kept", r)
 	}
 }

@@ -135,3 +135,34 @@ func TestETagRecordLeavesSessionClean(t *testing.T) {
 		t.Fatalf("LastETag = %q; want e1", got)
 	}
 }
+
+// A reset lowers the ETag record's token with the fence (the version it
+// names kept): left at the mistaken token's, every record of the new
+// value's writes would be refused, and the holder's second write made
+// conditional on a version its first replaced. The row is read back.
+func TestResetLowersETagToken(t *testing.T) {
+	pg := testenv.Postgres(t)
+	st := openFenceStore(t, pg.URL, Options{})
+	ctx := context.Background()
+	const res = "fenced/reset/etag"
+	if _, err := st.AdvanceFence(ctx, res, 900, "typo"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordETag(ctx, res, 900, "e900"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ResetFence(ctx, res, 5, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordETag(ctx, res, 5, "e5"); err != nil {
+		t.Fatal(err)
+	}
+	var etag string
+	var token int64
+	if err := st.Pool.QueryRow(ctx, `SELECT etag, etag_token FROM fence WHERE resource = $1`, res).Scan(&etag, &token); err != nil {
+		t.Fatal(err)
+	}
+	if etag != "e5" || token != 5 {
+		t.Fatalf("fence row after the reset to 5 and a write of 5: etag %q, etag_token %d; want e5, 5", etag, token)
+	}
+}

@@ -19,7 +19,10 @@ const (
 	// resetFenceSQL lowers the fence. ready = false: in shared mode the
 	// first writer of the new highest then drains every marker still held
 	// (writes in flight under the old, higher token), as after an advance.
-	resetFenceSQL = `UPDATE fence SET highest = $2, ready = false, owner = $3, updated_at = clock_timestamp()
+	// The ETag's token is lowered with it (the version it names kept): an
+	// ETag is never recorded over a newer token's, so one left at the
+	// mistaken token would refuse every record of the new value's writes.
+	resetFenceSQL = `UPDATE fence SET highest = $2, ready = false, owner = $3, etag_token = least(etag_token, $2), updated_at = clock_timestamp()
 WHERE resource = $1 AND highest > $2
 RETURNING highest, ready, owner, etag, updated_at`
 )

@@ -65,6 +65,9 @@ func forward(w http.ResponseWriter, r *http.Request, drop string, rewrite func(*
 		// A copy, as Request.Clone makes: trailer values that arrive while
 		// the body streams are not relayed (ReverseProxy's behaviour, kept).
 		out.Trailer = r.Trailer.Clone()
+		// A body read whole before the forward (a dialect's Inspect) has
+		// filled the trailers' values: the token must not ride on them.
+		delete(out.Trailer, drop)
 	}
 	out.Close = false
 	if r.ContentLength == 0 {

@@ -234,3 +234,51 @@ func TestTokenHeaderLeftOutOfUpgrades(t *testing.T) {
 		t.Fatalf("upstream reports %q; want no token header", line)
 	}
 }
+
+// TestTokenTrailerLeftOut: the token header sent as a request trailer is
+// left out of the forward too. An object-store dialect reads some bodies
+// whole before the forward (S3 DeleteObjects, a small GCS upload of
+// unknown length), which fills the request's trailers: the forward's copy
+// of them then carries their values, and a chunked forward sends them on.
+// The upstream reports the trailers it received.
+func TestTokenTrailerLeftOut(t *testing.T) {
+	var mu sync.Mutex
+	var got []string // the token header and trailer of every request received
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		got = append(got, r.Header.Get("Fencing-Token")+"|"+r.Trailer.Get("Fencing-Token")+"|"+r.Trailer.Get("X-Other"))
+		mu.Unlock()
+	}))
+	defer upstream.Close()
+	up, err := relay.New(relay.Options{URL: upstream.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// As a dialect's Inspect: the body read whole, and sent as read.
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(strings.NewReader(string(b)))
+		if err := up.Forward(w, r, &gateway.Request{Path: "/o", TokenHeader: "Fencing-Token"}); err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	}))
+	defer srv.Close()
+
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/o", io.MultiReader(strings.NewReader("body"))) // length unknown: chunked
+	req.Header.Set("Fencing-Token", "7")
+	req.Trailer = http.Header{"Fencing-Token": {"7"}, "X-Other": {"kept"}}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT: %d", resp.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"||kept"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("upstream received token header|trailer|other trailer %q; want %q", got, want)
+	}
+}

@@ -222,6 +222,7 @@ func upgradeProxy(rewrite func(*httputil.ProxyRequest), transport http.RoundTrip
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			if drop != "" {
 				delete(pr.Out.Header, drop)
+				delete(pr.Out.Trailer, drop)
 			}
 			rewrite(pr)
 			largeStepsBody(pr)

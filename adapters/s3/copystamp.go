@@ -24,9 +24,11 @@ type copySource struct {
 }
 
 // contentHeaders are the headers a REPLACE copy takes from the request and
-// a COPY copy from the source, besides the x-amz-meta-* metadata.
+// a COPY copy from the source, besides the x-amz-meta-* metadata. Not
+// x-amz-website-redirect-location: neither directive copies it, both take
+// the request's.
 var contentHeaders = []string{"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
-	"Content-Type", "Expires", "X-Amz-Website-Redirect-Location"}
+	"Content-Type", "Expires"}
 
 // copySourceConditions are the worker's conditions on a copy's source.
 // The gateway evaluates them against the source it read and then sends

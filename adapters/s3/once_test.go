@@ -5,10 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,10 +14,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-
-	"github.com/fencegate/fencegate/adapters/bolt"
-	"github.com/fencegate/fencegate/adapters/s3"
-	"github.com/fencegate/fencegate/gateway"
 )
 
 // The worker's SigV4 signature is verified once per request: Inspect's
@@ -32,35 +26,14 @@ func TestSignatureVerifiedOnce(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	var reads atomic.Int64
-	u, err := s3.New(context.Background(), s3.Options{
-		Route: "objects", Resource: "{bucket}/{key}",
-		Endpoint: up.URL, AccessKeyID: "gw", SecretAccessKey: "gw-secret",
-		Clients: []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
-		Now:     func() time.Time { reads.Add(1); return time.Now() },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: slog.New(slog.DiscardHandler)})
-	rt, err := gateway.NewRoute(gateway.RouteOptions{Name: "objects", Resource: "{bucket}/{key}", Vars: func(n string) bool { return n == "bucket" || n == "key" }}, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.SetRoutes([]*gateway.Route{rt})
-	gw := httptest.NewServer(g)
-	t.Cleanup(gw.Close)
+	gw := workerGateway(t, up.URL, func() time.Time { reads.Add(1); return time.Now() })
 
 	body := "hello"
 	sum := sha256.Sum256([]byte(body))
 	req, _ := http.NewRequest(http.MethodPut, gw.URL+"/bucket/k", strings.NewReader(body))
 	req.Header.Set("X-Amz-Content-Sha256", hex.EncodeToString(sum[:]))
 	req.Header.Set("Fencing-Token", "1")
-	err = v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: "worker", SecretAccessKey: "worker-secret"},
+	err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: "worker", SecretAccessKey: "worker-secret"},
 		req, hex.EncodeToString(sum[:]), "s3", "us-east-1", time.Now())
 	if err != nil {
 		t.Fatal(err)
