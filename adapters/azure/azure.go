@@ -416,11 +416,6 @@ func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 	default:
 		return 0, false, false
 	}
-	if conditional && precondition.PinsVersion(r.Header) {
-		// The worker pins a version itself: a delayed request cannot
-		// satisfy it after a newer write either.
-		conditional = false
-	}
 	return kind, conditional, true
 }
 

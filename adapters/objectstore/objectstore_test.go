@@ -170,3 +170,32 @@ func TestStampScan(t *testing.T) {
 		t.Errorf("stamps %v, %d unstamped; want b/a at 7 and 1", got, s.Unstamped)
 	}
 }
+
+// A worker's own condition that pins a version is kept, for every
+// dialect: the core forwards it as sent and adds none of its own, and the
+// answer's version is still recorded.
+func TestCoreKeepsWorkerPinnedVersion(t *testing.T) {
+	var got http.Header
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("ETag", `"v2"`)
+	}))
+	defer store.Close()
+	_, _, g, st := newPlain(t, store)
+	req := httptest.NewRequest(http.MethodPut, "http://gw/obj", strings.NewReader("x"))
+	req.Header.Set("Fencing-Token", "3")
+	req.Header.Set("If-Match", `"w1"`)
+	w := httptest.NewRecorder()
+	g.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if got.Get("If-Match") != `"w1"` || got.Get("If-None-Match") != "" {
+		t.Errorf("store saw If-Match %q, If-None-Match %q; want the worker's %q and none of the gateway's", got.Get("If-Match"), got.Get("If-None-Match"), `"w1"`)
+	}
+	etag, err := st.LastETag(context.Background(), "obj")
+	if err != nil || strings.Trim(etag, `"`) != "v2" {
+		t.Errorf("recorded version %q (%v); want v2", etag, err)
+	}
+}

@@ -580,11 +580,10 @@ func (d dialect) Answer(f *forward, resp *http.Response) (int, string, error) {
 }
 
 // Tracks names the ETag bookkeeping of a write (package precondition).
-// A worker's own If-Match / If-None-Match is kept instead of the
-// gateway's when it pins a version (precondition.PinsVersion): a
-// precondition on a version the worker saw, which a delayed request
-// cannot satisfy after a newer write either. If-Match: * and
-// If-None-Match on an ETag do not, and get the gateway's condition.
+// A worker's own condition that does not pin a version (If-Match: *,
+// If-None-Match on an ETag, a size or a time) is satisfied by a newer
+// owner's version too: it is combined with the gateway's
+// (combineConditions).
 func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 	var kind precondition.Kind
 	conditional := true
@@ -609,13 +608,6 @@ func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 		kind, conditional = precondition.Opaque, d.Conditions().CopyDest.Honoured
 	default:
 		return 0, false, false
-	}
-	if conditional && precondition.PinsVersion(f.In.Header) {
-		// The worker's own condition names a version; one that does not
-		// (If-Match: *, If-None-Match on an ETag, a size or a time) is
-		// satisfied by a newer owner's version too, and is combined with
-		// the gateway's (combineConditions).
-		conditional = false
 	}
 	return kind, conditional, true
 }
