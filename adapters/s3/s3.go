@@ -348,7 +348,7 @@ type state struct {
 	rebodied    bool
 	// copySrc: a stamped CopyObject with the COPY directive, sent as
 	// REPLACE with the source's metadata (copystamp.go).
-	copySrc *copySource
+	copySrc *objectstore.CopySource
 }
 
 // forward is one admitted request on its way to the store. Its Body is
@@ -471,7 +471,10 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 		out.Body = io.NopCloser(bytes.NewReader(f.Body))
 	}
 	if s.copySrc != nil {
-		s.copySrc.rewrite(h)
+		// A REPLACE copy of the source's metadata, on the source's version
+		// (the stamp is set below).
+		copySourceConditions.SendSource(h, s.copySrc, "X-Amz-Meta-", contentHeaders)
+		h.Set("X-Amz-Metadata-Directive", "REPLACE")
 	}
 	if u.stampHeader != "" && f.Token > 0 && (s.copySrc != nil || stamps(pr.In, s.target.op)) {
 		// Set, not added: a worker's own copy would forge the stamp
