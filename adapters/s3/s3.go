@@ -471,10 +471,9 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 		out.Body = io.NopCloser(bytes.NewReader(f.Body))
 	}
 	if s.copySrc != nil {
-		// A REPLACE copy of the source's metadata, on the source's version
-		// (the stamp is set below).
+		// The source's metadata, on the source's version; the stamp and
+		// the REPLACE directive are set below.
 		copySourceConditions.SendSource(h, s.copySrc, "X-Amz-Meta-", contentHeaders)
-		h.Set("X-Amz-Metadata-Directive", "REPLACE")
 	}
 	if u.stampHeader != "" && f.Token > 0 && (s.copySrc != nil || stamps(pr.In, s.target.op)) {
 		// Set, not added: a worker's own copy would forge the stamp
