@@ -194,7 +194,7 @@ type state struct {
 	target
 	leaseID string // the gateway's lease id to send ("" none)
 	stamp   bool
-	copySrc *sourceMeta // a stamped copy's source metadata (copystamp.go)
+	copySrc *objectstore.CopySource // a stamped copy's source (copystamp.go)
 }
 
 // forward is one admitted request on its way to the store.
@@ -319,7 +319,9 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 		f.Version.Apply(out.Header)
 	}
 	if f.State.copySrc != nil {
-		f.State.copySrc.rewrite(out.Header)
+		// The source's metadata, on the source's version (the stamp is set
+		// below).
+		sourceConditions.SendSource(out.Header, f.State.copySrc, metaPrefix, nil)
 	}
 	if f.State.stamp {
 		// Set, not merged: a worker's own value would forge the stamp
@@ -415,11 +417,6 @@ func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 		kind, conditional = precondition.Opaque, false
 	default:
 		return 0, false, false
-	}
-	if conditional && precondition.PinsVersion(r.Header) {
-		// The worker pins a version itself: a delayed request cannot
-		// satisfy it after a newer write either.
-		conditional = false
 	}
 	return kind, conditional, true
 }

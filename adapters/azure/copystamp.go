@@ -2,8 +2,6 @@ package azure
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -32,13 +30,6 @@ var sourceConditions = objectstore.SourceConditions{IfMatch: "X-Ms-Source-If-Mat
 
 const metaPrefix = "X-Ms-Meta-"
 
-// sourceMeta is the source's metadata a stamped copy is sent with, and
-// the ETag it was read at.
-type sourceMeta struct {
-	meta http.Header
-	etag string
-}
-
 // copiesSourceMetadata reports whether a copy takes its source's metadata:
 // a Copy Blob or Copy Blob From URL (not Put Blob From URL, which names
 // its blob type) that names none.
@@ -57,7 +48,7 @@ func copiesSourceMetadata(r *http.Request, t target) bool {
 // readCopySource reads the metadata and ETag of a copy's source with the
 // gateway's credentials, and evaluates the worker's own conditions on the
 // source against them, as the store would.
-func (u *Upstream) readCopySource(ctx context.Context, in *http.Request) (*sourceMeta, error) {
+func (u *Upstream) readCopySource(ctx context.Context, in *http.Request) (*objectstore.CopySource, error) {
 	src, ok := u.sourceBlob(in, in.Header.Get("X-Ms-Copy-Source"))
 	if !ok {
 		return nil, fencegate.InvalidRequest("a copy on a route with stamp: true that names no metadata takes the source's, " +
@@ -70,24 +61,12 @@ func (u *Upstream) readCopySource(ctx context.Context, in *http.Request) (*sourc
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, &fencegate.Error{Code: fencegate.CodeNotFound, Message: "the copy source does not exist"}
-	case resp.StatusCode == http.StatusForbidden:
-		return nil, &fencegate.Error{Code: fencegate.CodeForbidden,
-			Message: "the gateway may not read the copy source, whose metadata a stamped copy carries"}
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("azure: Get Blob Properties of the copy source: %s", resp.Status)
-	case resp.Header.Get("ETag") == "":
-		return nil, errors.New("azure: Get Blob Properties of the copy source answered no ETag: the copy cannot be made conditional on it")
-	}
-	c := &sourceMeta{meta: http.Header{}, etag: resp.Header.Get("ETag")}
-	objectstore.CopyMeta(c.meta, resp.Header, metaPrefix)
-	if !sourceConditions.Hold(in.Header, c.etag, resp.Header.Get("Last-Modified")) {
-		return nil, &fencegate.Error{Code: fencegate.CodePreconditionFailed,
-			Message: "a condition on the copy source (x-ms-source-if-*) does not hold"}
-	}
-	return c, nil
+	return sourceConditions.ReadSource(resp, in.Header, "azure: Get Blob Properties of the copy source", metaPrefix, nil, objectstore.SourceRefusals{
+		NotFound: &fencegate.Error{Code: fencegate.CodeNotFound, Message: "the copy source does not exist"},
+		Forbidden: &fencegate.Error{Code: fencegate.CodeForbidden,
+			Message: "the gateway may not read the copy source, whose metadata a stamped copy carries"},
+		Failed: &fencegate.Error{Code: fencegate.CodePreconditionFailed,
+			Message: "a condition on the copy source (x-ms-source-if-*) does not hold"}})
 }
 
 // sourceBlob is the store's URL of a copy source that names a blob of the
@@ -119,11 +98,4 @@ func (u *Upstream) sourceBlob(in *http.Request, src string) (*url.URL, bool) {
 	}
 	out.RawQuery = q.Encode()
 	return out, true
-}
-
-// rewrite sends the copy with the source's metadata, on the source's
-// version (the stamp is set by Rewrite).
-func (c *sourceMeta) rewrite(h http.Header) {
-	objectstore.ReplaceMeta(h, c.meta, metaPrefix)
-	sourceConditions.Set(h, c.etag)
 }

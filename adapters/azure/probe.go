@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
@@ -24,30 +23,12 @@ const ProbeBlob = ".fencegate-probe"
 // Put Blobs with If-None-Match: *, then If-Match on the probe blob's ETag,
 // in container.
 func (u *Upstream) ProbeRace(ctx context.Context, container string, n int) error {
-	c, err := u.sdkClient(container, ProbeBlob)
+	// Without the SDK's retries: the probe counts every answer.
+	c, err := u.containerClient(container, -1)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", container, err)
 	}
-	return objectstore.ProbeRace(ctx, "container", container, &probe{c: c}, n)
-}
-
-// sdkClient is azblob's client of one blob, with the gateway's
-// credentials and transport and without the SDK's retries (the probe
-// counts every answer).
-func (u *Upstream) sdkClient(container, name string) (*blockblob.Client, error) {
-	opts := &blockblob.ClientOptions{ClientOptions: azcore.ClientOptions{
-		Transport: &http.Client{Transport: u.transport},
-		Retry:     policy.RetryOptions{MaxRetries: -1},
-	}}
-	target := u.blobURL(container, name).String()
-	if u.cred == nil {
-		return blockblob.NewClientWithNoCredential(target, opts)
-	}
-	cred, err := blob.NewSharedKeyCredential(u.cred.account, u.cred.b64())
-	if err != nil {
-		return nil, err
-	}
-	return blockblob.NewClientWithSharedKeyCredential(target, cred, opts)
+	return objectstore.ProbeRace(ctx, "container", container, &probe{c: c.NewBlockBlobClient(ProbeBlob)}, n)
 }
 
 type probe struct{ c *blockblob.Client }

@@ -24,7 +24,7 @@ func (u *Upstream) ObjectVars(container, blob string) map[string]string { return
 // gateway) are skipped and counted in unstamped; a malformed stamp is an
 // error, not a guess. Memory is bounded by one listing page.
 func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string, fn func(objectstore.Stamp) error) (unstamped int, err error) {
-	c, err := u.containerClient(containerName)
+	c, err := u.containerClient(containerName, 2)
 	if err != nil {
 		return 0, fmt.Errorf("container %s: %w", containerName, err)
 	}
@@ -71,12 +71,12 @@ func listError(err error) error {
 	return err
 }
 
-// containerClient is azblob's client of one container, with the
-// gateway's credentials and transport.
-func (u *Upstream) containerClient(name string) (*container.Client, error) {
+// containerClient is azblob's client of one container (and of its blobs),
+// with the gateway's credentials and transport, and retries (-1: none).
+func (u *Upstream) containerClient(name string, retries int32) (*container.Client, error) {
 	opts := &container.ClientOptions{ClientOptions: azcore.ClientOptions{
 		Transport: &http.Client{Transport: u.transport},
-		Retry:     policy.RetryOptions{MaxRetries: 2},
+		Retry:     policy.RetryOptions{MaxRetries: retries},
 	}}
 	target := u.blobURL(name, "")
 	target.RawPath = strings.TrimSuffix(target.RawPath, "/")

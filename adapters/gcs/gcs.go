@@ -162,7 +162,8 @@ func New(opts Options) (*Upstream, error) {
 	}
 	// The JSON API names an object with one path segment, its "/" sent as
 	// %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true,
+		PinsVersion: func(r *http.Request) bool { return len(r.URL.Query()["ifGenerationMatch"]) > 0 }})
 	return u, nil
 }
 
@@ -449,11 +450,6 @@ func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 		}
 	default:
 		return 0, false, false
-	}
-	if conditional && len(r.URL.Query()["ifGenerationMatch"]) > 0 {
-		// The worker pins a generation itself: a delayed request cannot
-		// satisfy it after a newer write either.
-		conditional = false
 	}
 	return kind, conditional, true
 }

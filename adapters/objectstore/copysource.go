@@ -1,6 +1,7 @@
 package objectstore
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -10,8 +11,8 @@ import (
 // included, from which `fence rebuild` would rebuild the destination's
 // fence below its real one) is sent by S3's and Azure's dialects with the
 // source's metadata read by the gateway and the copy's stamp, on the
-// condition that the source is still the version read. SourceConditions
-// and ReplaceMeta are the steps they share.
+// condition that the source is still the version read: ReadSource, then
+// SendSource.
 
 // SourceConditions are the names of a dialect's headers for a copy's
 // conditions on its source (x-amz-copy-source-if-*, x-ms-source-if-*).
@@ -53,6 +54,62 @@ func (c SourceConditions) Set(h http.Header, etag string) {
 // Names lists the headers.
 func (c SourceConditions) Names() []string {
 	return []string{c.IfMatch, c.IfNoneMatch, c.IfModifiedSince, c.IfUnmodifiedSince}
+}
+
+// CopySource is a copy's source as the gateway read it: its metadata
+// headers and the other headers the copy takes from it, at ETag.
+type CopySource struct {
+	Header http.Header
+	ETag   string
+}
+
+// SourceRefusals are a dialect's refusals of a copy source it read: it
+// does not exist, the gateway may not read it, a worker's condition on it
+// does not hold.
+type SourceRefusals struct{ NotFound, Forbidden, Failed error }
+
+// ReadSource reads the answer to the gateway's read of a copy's source
+// (what names the read in errors) and evaluates the worker's conditions
+// on the source (in) against it, as the store would. It keeps the
+// metadata headers (prefix, as ReplaceMeta's) and those named in content.
+func (c SourceConditions) ReadSource(resp *http.Response, in http.Header, what, prefix string, content []string, ref SourceRefusals) (*CopySource, error) {
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, ref.NotFound
+	case resp.StatusCode == http.StatusForbidden:
+		return nil, ref.Forbidden
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("%s: %s", what, resp.Status)
+	case resp.Header.Get("ETag") == "":
+		return nil, fmt.Errorf("%s answered no ETag: the copy cannot be made conditional on it", what)
+	}
+	s := &CopySource{Header: http.Header{}, ETag: resp.Header.Get("ETag")}
+	CopyMeta(s.Header, resp.Header, prefix)
+	for _, k := range content {
+		if v, ok := resp.Header[k]; ok {
+			s.Header[k] = v
+		}
+	}
+	if !c.Hold(in, s.ETag, resp.Header.Get("Last-Modified")) {
+		return nil, ref.Failed
+	}
+	return s, nil
+}
+
+// SendSource sends the outbound copy (its headers h) with the source's
+// metadata and content headers instead of its own, on the condition that
+// the source is still the version read.
+func (c SourceConditions) SendSource(h http.Header, s *CopySource, prefix string, content []string) {
+	for _, k := range content {
+		h.Del(k)
+	}
+	ReplaceMeta(h, s.Header, prefix)
+	for _, k := range content {
+		if v, ok := s.Header[k]; ok {
+			h[k] = v
+		}
+	}
+	c.Set(h, s.ETag)
 }
 
 // ETagMatches reports whether an entity-tag list (or *) names etag.

@@ -56,7 +56,8 @@ type Dialect[S any] interface {
 	Prepare(f *Forward[S]) error
 	// Tracks names the precondition bookkeeping of a fenced write: its
 	// kind and whether the gateway makes it conditional; ok false leaves
-	// the write untracked.
+	// the write untracked. A condition of the worker's own that pins a
+	// version (Options.PinsVersion) is the core's to keep.
 	Tracks(f *Forward[S]) (kind precondition.Kind, conditional, ok bool)
 	// Version asks the store for the current version of the tracked
 	// object of f, quoted as an entity-tag ("" if it does not exist).
@@ -131,6 +132,11 @@ type Options struct {
 	// EncodedSlashNames: the store names an object with one path segment,
 	// its "/" sent as %2F (gateway.ObjectNamer).
 	EncodedSlashNames bool
+	// PinsVersion reports whether the worker's request pins a version
+	// itself; its write is then not made conditional (a delayed request
+	// cannot satisfy the worker's condition after a newer write either).
+	// Nil: precondition.PinsVersion of its headers.
+	PinsVersion func(r *http.Request) bool
 }
 
 // Core is an object-store upstream over a dialect. It implements
@@ -140,11 +146,16 @@ type Core[S any] struct {
 	d            Dialect[S]
 	tracker      *precondition.Tracker
 	encodedSlash bool
+	pins         func(r *http.Request) bool
 }
 
 // New returns the core over d.
 func New[S any](d Dialect[S], opts Options) *Core[S] {
-	return &Core[S]{d: d, tracker: opts.Tracker, encodedSlash: opts.EncodedSlashNames}
+	c := &Core[S]{d: d, tracker: opts.Tracker, encodedSlash: opts.EncodedSlashNames, pins: opts.PinsVersion}
+	if c.pins == nil {
+		c.pins = func(r *http.Request) bool { return precondition.PinsVersion(r.Header) }
+	}
+	return c
 }
 
 // Precondition describes a route's `precondition:` option for
@@ -247,6 +258,7 @@ func (c *Core[S]) begin(f *Forward[S]) error {
 	if !ok {
 		return nil
 	}
+	conditional = conditional && !c.pins(f.In)
 	v, err := c.tracker.Begin(f.In.Context(), f.Resource, f.Token, kind, conditional,
 		func(ctx context.Context) (string, error) { return c.d.Version(ctx, f) })
 	if err != nil {

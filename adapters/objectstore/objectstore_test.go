@@ -83,17 +83,24 @@ func newPlain(t *testing.T, store *httptest.Server) (*plain, *objectstore.Core[s
 	return d, c, g, st
 }
 
+// recordingStore answers every request with etag and keeps the last
+// request's headers.
+func recordingStore(t *testing.T, etag string) (*struct{ h http.Header }, *httptest.Server) {
+	got := &struct{ h http.Header }{}
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.h = r.Header.Clone()
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("ETag", etag)
+	}))
+	t.Cleanup(store.Close)
+	return got, store
+}
+
 // The core forwards only what its dialect inspected, through the gateway:
 // the dialect's state reaches the forward as an argument (inspected once),
 // the write is made conditional and its answer's version recorded.
 func TestCoreForwardsInspectedState(t *testing.T) {
-	var got http.Header
-	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = r.Header.Clone()
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("ETag", `"v1"`)
-	}))
-	defer store.Close()
+	got, store := recordingStore(t, `"v1"`)
 	d, _, g, st := newPlain(t, store)
 	var state string
 	d.seen = func(f *objectstore.Forward[string]) { state = *f.State }
@@ -107,8 +114,8 @@ func TestCoreForwardsInspectedState(t *testing.T) {
 	if n := d.inspects.Load(); n != 1 || state != "obj" {
 		t.Errorf("inspected %d times, forward's state %q; want once, \"obj\"", n, state)
 	}
-	if got.Get("If-None-Match") != "*" || got.Get("Fencing-Token") != "" {
-		t.Errorf("store saw If-None-Match %q, token %q; want the gateway's condition and no token", got.Get("If-None-Match"), got.Get("Fencing-Token"))
+	if got.h.Get("If-None-Match") != "*" || got.h.Get("Fencing-Token") != "" {
+		t.Errorf("store saw If-None-Match %q, token %q; want the gateway's condition and no token", got.h.Get("If-None-Match"), got.h.Get("Fencing-Token"))
 	}
 	etag, err := st.LastETag(context.Background(), "obj")
 	if err != nil || strings.Trim(etag, `"`) != "v1" {
@@ -168,5 +175,28 @@ func TestStampScan(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != (objectstore.Stamp{Collection: "b", Object: "a", Token: 7}) || s.Unstamped != 1 {
 		t.Errorf("stamps %v, %d unstamped; want b/a at 7 and 1", got, s.Unstamped)
+	}
+}
+
+// A worker's own condition that pins a version is kept, for every
+// dialect: the core forwards it as sent and adds none of its own, and the
+// answer's version is still recorded.
+func TestCoreKeepsWorkerPinnedVersion(t *testing.T) {
+	got, store := recordingStore(t, `"v2"`)
+	_, _, g, st := newPlain(t, store)
+	req := httptest.NewRequest(http.MethodPut, "http://gw/obj", strings.NewReader("x"))
+	req.Header.Set("Fencing-Token", "3")
+	req.Header.Set("If-Match", `"w1"`)
+	w := httptest.NewRecorder()
+	g.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if got.h.Get("If-Match") != `"w1"` || got.h.Get("If-None-Match") != "" {
+		t.Errorf("store saw If-Match %q, If-None-Match %q; want the worker's %q and none of the gateway's", got.h.Get("If-Match"), got.h.Get("If-None-Match"), `"w1"`)
+	}
+	etag, err := st.LastETag(context.Background(), "obj")
+	if err != nil || strings.Trim(etag, `"`) != "v2" {
+		t.Errorf("recorded version %q (%v); want v2", etag, err)
 	}
 }

@@ -2,8 +2,6 @@ package s3
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -11,18 +9,13 @@ import (
 	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
-// copySource is what a stamped CopyObject with the COPY metadata directive
-// is sent with: S3 would copy the source's metadata, the source's stamp
+// A stamped CopyObject with the COPY metadata directive is sent with its
+// source's metadata (objectstore.CopySource): S3 would copy the source's metadata, the source's stamp
 // included (so `fence rebuild` would raise the destination's fence only
 // to the source's token, maybe lower than the destination's). The gateway
 // sends the copy as REPLACE instead, with the source's metadata and
 // content headers read by a HEAD and its own stamp, on the condition that
 // the source is still the version the HEAD saw.
-type copySource struct {
-	header http.Header // the source's metadata and content headers
-	etag   string      // x-amz-copy-source-if-match
-}
-
 // contentHeaders are the headers a REPLACE copy takes from the request and
 // a COPY copy from the source, besides the x-amz-meta-* metadata. Not
 // x-amz-website-redirect-location: neither directive copies it, both take
@@ -55,7 +48,7 @@ func copyDirective(h http.Header) (replace bool, err *s3Error) {
 // gateway's credentials, and evaluates the worker's own conditions on the
 // source against it, as S3 would (RFC 9110: If-Match overrides
 // If-Unmodified-Since, If-None-Match If-Modified-Since).
-func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*copySource, error) {
+func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*objectstore.CopySource, error) {
 	src := h.Get("X-Amz-Copy-Source")
 	p, rawQuery, _ := strings.Cut(src, "?")
 	p, err := url.PathUnescape(strings.TrimPrefix(p, "/"))
@@ -72,43 +65,11 @@ func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*copySour
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, (&s3Error{http.StatusNotFound, "NoSuchKey", "the copy source does not exist"}).refusal()
-	case resp.StatusCode == http.StatusForbidden:
-		return nil, errAccessDenied("the gateway may not read the copy source").refusal()
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("s3: HEAD of the copy source: %s", resp.Status)
-	case resp.Header.Get("ETag") == "":
-		return nil, errors.New("s3: HEAD of the copy source answered no ETag: the copy cannot be made conditional on it")
-	case resp.Header.Get("X-Amz-Missing-Meta") != "":
+	if resp.StatusCode == http.StatusOK && resp.Header.Get("ETag") != "" && resp.Header.Get("X-Amz-Missing-Meta") != "" {
 		return nil, errNotImplemented("the copy source has metadata S3 does not return: a stamped copy would lose it; copy with x-amz-metadata-directive: REPLACE").refusal()
 	}
-	c := &copySource{header: http.Header{}, etag: resp.Header.Get("ETag")}
-	objectstore.CopyMeta(c.header, resp.Header, "X-Amz-Meta-")
-	for _, k := range contentHeaders {
-		if v, ok := resp.Header[k]; ok {
-			c.header[k] = v
-		}
-	}
-	if !copySourceConditions.Hold(h, c.etag, resp.Header.Get("Last-Modified")) {
-		return nil, (&s3Error{http.StatusPreconditionFailed, "PreconditionFailed", "at least one of the pre-conditions you specified did not hold (x-amz-copy-source-if-*)"}).refusal()
-	}
-	return c, nil
-}
-
-// rewrite turns the outbound copy into a REPLACE copy of the source's
-// metadata, on the source's version (the stamp is set by Rewrite).
-func (c *copySource) rewrite(h http.Header) {
-	for _, k := range contentHeaders {
-		h.Del(k)
-	}
-	objectstore.ReplaceMeta(h, c.header, "X-Amz-Meta-")
-	for _, k := range contentHeaders {
-		if v, ok := c.header[k]; ok {
-			h[k] = v
-		}
-	}
-	h.Set("X-Amz-Metadata-Directive", "REPLACE")
-	copySourceConditions.Set(h, c.etag)
+	return copySourceConditions.ReadSource(resp, h, "s3: HEAD of the copy source", "X-Amz-Meta-", contentHeaders, objectstore.SourceRefusals{
+		NotFound:  (&s3Error{http.StatusNotFound, "NoSuchKey", "the copy source does not exist"}).refusal(),
+		Forbidden: errAccessDenied("the gateway may not read the copy source").refusal(),
+		Failed:    (&s3Error{http.StatusPreconditionFailed, "PreconditionFailed", "at least one of the pre-conditions you specified did not hold (x-amz-copy-source-if-*)"}).refusal()})
 }

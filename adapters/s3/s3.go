@@ -348,7 +348,7 @@ type state struct {
 	rebodied    bool
 	// copySrc: a stamped CopyObject with the COPY directive, sent as
 	// REPLACE with the source's metadata (copystamp.go).
-	copySrc *copySource
+	copySrc *objectstore.CopySource
 }
 
 // forward is one admitted request on its way to the store. Its Body is
@@ -471,7 +471,9 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 		out.Body = io.NopCloser(bytes.NewReader(f.Body))
 	}
 	if s.copySrc != nil {
-		s.copySrc.rewrite(h)
+		// The source's metadata, on the source's version; the stamp and
+		// the REPLACE directive are set below.
+		copySourceConditions.SendSource(h, s.copySrc, "X-Amz-Meta-", contentHeaders)
 	}
 	if u.stampHeader != "" && f.Token > 0 && (s.copySrc != nil || stamps(pr.In, s.target.op)) {
 		// Set, not added: a worker's own copy would forge the stamp
@@ -580,11 +582,10 @@ func (d dialect) Answer(f *forward, resp *http.Response) (int, string, error) {
 }
 
 // Tracks names the ETag bookkeeping of a write (package precondition).
-// A worker's own If-Match / If-None-Match is kept instead of the
-// gateway's when it pins a version (precondition.PinsVersion): a
-// precondition on a version the worker saw, which a delayed request
-// cannot satisfy after a newer write either. If-Match: * and
-// If-None-Match on an ETag do not, and get the gateway's condition.
+// A worker's own condition that does not pin a version (If-Match: *,
+// If-None-Match on an ETag, a size or a time) is satisfied by a newer
+// owner's version too: it is combined with the gateway's
+// (combineConditions).
 func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 	var kind precondition.Kind
 	conditional := true
@@ -609,13 +610,6 @@ func (d dialect) Tracks(f *forward) (precondition.Kind, bool, bool) {
 		kind, conditional = precondition.Opaque, d.Conditions().CopyDest.Honoured
 	default:
 		return 0, false, false
-	}
-	if conditional && precondition.PinsVersion(f.In.Header) {
-		// The worker's own condition names a version; one that does not
-		// (If-Match: *, If-None-Match on an ETag, a size or a time) is
-		// satisfied by a newer owner's version too, and is combined with
-		// the gateway's (combineConditions).
-		conditional = false
 	}
 	return kind, conditional, true
 }
