@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/adapters/postgres"
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/console"
+	"github.com/fencegate/fencegate/sharedfence"
 	"github.com/fencegate/fencegate/telemetry"
 )
 
@@ -37,7 +38,7 @@ type replicaReport struct {
 type replicaStore interface {
 	ReportReplica(ctx context.Context, id, name string, started time.Time, report []byte) error
 	ForgetReplica(ctx context.Context, id string) error
-	Replicas(ctx context.Context) ([]postgres.ReplicaRow, error)
+	Replicas(ctx context.Context) ([]sharedfence.ReplicaRow, error)
 }
 
 // replicas reports this replica to the shared store and lists every
@@ -153,4 +154,15 @@ func (r *replicas) Close() error {
 		err = r.st.ForgetReplica(ctx, r.id)
 	})
 	return err
+}
+
+// replicaStore returns where the replicas of fence mode shared report
+// themselves for the console's cluster view (PostgreSQL's table, etcd's
+// keys); nil in local mode.
+func (s *Server) replicaStore(cfg *config.Config) replicaStore {
+	if cfg.Fence.Mode != "shared" {
+		return nil
+	}
+	rs, _ := s.store.(replicaStore)
+	return rs
 }

@@ -9,31 +9,21 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencegate/fencegate/sharedfence"
 )
 
 // The console's cluster view (server/cluster.go) on etcd: each replica
 // keeps its report in P/v/ID, put again every report interval, and the
 // view lists the keys under P/v/. The keys are on no lease, so a replica
-// that crashed stays listed (shown down) until ReplicaForget; one that
+// that crashed stays listed (shown down) until sharedfence.ReplicaForget;
+// one that
 // stops cleanly deletes its key. etcd has no clock to stamp a report with:
 // Seen is the reporting replica's clock and Now the listing one's, so the
 // view's "down" is judged across the two replicas' clocks (off by their
 // skew; the view is for operators, fencing never reads it). These keys
 // are apart from the fence's replica keys (P/r/, P/a/, P/d/), which drains
 // read.
-
-// ReplicaRow is one replica's report as the console's cluster view reads
-// it (the fields of postgres.ReplicaRow).
-type ReplicaRow struct {
-	ID, Name      string
-	Started, Seen time.Time
-	Now           time.Time
-	Report        []byte
-}
-
-// ReplicaForget is how long the key of a replica that stopped reporting is
-// kept and shown down.
-const ReplicaForget = 24 * time.Hour
 
 // replicaValue is the value of a report key.
 type replicaValue struct {
@@ -46,7 +36,7 @@ type replicaValue struct {
 func (f *Store) reportDir() string { return f.prefix + "/v/" }
 
 // ReportReplica puts this replica's report, and deletes the keys of
-// replicas silent for ReplicaForget.
+// replicas silent for sharedfence.ReplicaForget.
 func (f *Store) ReportReplica(ctx context.Context, id, name string, started time.Time, report []byte) error {
 	if !json.Valid(report) || strings.ContainsAny(id, "/\x00") {
 		return fmt.Errorf("report replica %q: not a JSON report or not an id", id)
@@ -66,7 +56,7 @@ func (f *Store) ReportReplica(ctx context.Context, id, name string, started time
 	var dels []clientv3.Op
 	var cmps []clientv3.Cmp
 	for _, r := range rows {
-		if now.Sub(r.row.Seen) > ReplicaForget {
+		if now.Sub(r.row.Seen) > sharedfence.ReplicaForget {
 			k := f.reportDir() + r.row.ID
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", r.modRev))
 			dels = append(dels, clientv3.OpDelete(k))
@@ -95,14 +85,14 @@ func (f *Store) ForgetReplica(ctx context.Context, id string) error {
 }
 
 // Replicas returns every replica's report, by name (one range read).
-func (f *Store) Replicas(ctx context.Context) ([]ReplicaRow, error) {
+func (f *Store) Replicas(ctx context.Context) ([]sharedfence.ReplicaRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	rows, err := f.replicaRows(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ReplicaRow, len(rows))
+	out := make([]sharedfence.ReplicaRow, len(rows))
 	for i, r := range rows {
 		out[i] = r.row
 	}
@@ -110,7 +100,7 @@ func (f *Store) Replicas(ctx context.Context) ([]ReplicaRow, error) {
 }
 
 type replicaKey struct {
-	row    ReplicaRow
+	row    sharedfence.ReplicaRow
 	modRev int64
 }
 
@@ -128,7 +118,7 @@ func (f *Store) replicaRows(ctx context.Context) ([]replicaKey, error) {
 		if err := json.Unmarshal(kv.Value, &v); err != nil {
 			return nil, fmt.Errorf("replica report %q: %w", kv.Key, err)
 		}
-		out = append(out, replicaKey{modRev: kv.ModRevision, row: ReplicaRow{
+		out = append(out, replicaKey{modRev: kv.ModRevision, row: sharedfence.ReplicaRow{
 			ID: strings.TrimPrefix(string(kv.Key), dir), Name: v.Name,
 			Started: time.UnixMilli(v.Started).UTC(), Seen: time.UnixMilli(v.Seen).UTC(), Now: now.UTC(), Report: v.Report,
 		}})

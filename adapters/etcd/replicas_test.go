@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/sharedfence"
 )
 
 // The cluster view's reports: a report is put under P/v/ID and listed by
-// name; a report silent for ReplicaForget is deleted by the next report
+// name; a report silent for sharedfence.ReplicaForget is deleted by the next report
 // of any replica, one silent for less is kept; ForgetReplica deletes one.
 func TestReplicaReports(t *testing.T) {
 	c := &testCluster{EtcdCluster: testenv.Etcd(t, 1), prefix: "/fg"}
@@ -24,7 +25,7 @@ func TestReplicaReports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put("old", "a-host", time.Now().Add(-ReplicaForget-time.Minute))
+	put("old", "a-host", time.Now().Add(-sharedfence.ReplicaForget-time.Minute))
 	put("down", "c-host", time.Now().Add(-time.Hour))
 	started := time.Now().Add(-time.Second)
 	if err := st.ReportReplica(ctx, "me", "b-host", started, []byte(`{"inflight_writes":1}`)); err != nil {
@@ -45,7 +46,7 @@ func TestReplicaReports(t *testing.T) {
 		t.Fatalf("own row %+v", r)
 	}
 	if resp, err := cli.Get(ctx, "/fg/v/old"); err != nil || len(resp.Kvs) != 0 {
-		t.Fatalf("a report silent past ReplicaForget is still in etcd: %v", err)
+		t.Fatalf("a report silent past sharedfence.ReplicaForget is still in etcd: %v", err)
 	}
 	if err := st.ForgetReplica(ctx, "me"); err != nil {
 		t.Fatal(err)
