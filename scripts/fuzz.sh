@@ -10,6 +10,9 @@
 # Usage: scripts/fuzz.sh [duration] [target-regexp]
 #   duration   per target, as go test -fuzztime takes it (default 10s)
 #   target     only the targets whose name matches (default all)
+# FUZZ_TIMEOUT (default 10m) bounds each run, seeds included: set it above
+# the duration for long runs (scripts/fuzz.sh 10m FuzzS3Oracle with
+# FUZZ_TIMEOUT=20m).
 #
 # The targets are found, not listed: every `func FuzzX(f *testing.F)` in a
 # _test.go file of the main module (outside testdata and .cache), so a new
@@ -68,7 +71,7 @@ for t in "${targets[@]}"; do
   ran=$((ran + 1))
   importpath=$(go list "$pkg")
   if ! (cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$duration" \
-    -test.parallel "$parallel" -test.timeout 10m -test.paniconexit0 -test.fuzzcachedir "$cache/$importpath"); then
+    -test.parallel "$parallel" -test.timeout "${FUZZ_TIMEOUT:-10m}" -test.paniconexit0 -test.fuzzcachedir "$cache/$importpath"); then
     failed+=("$name ($pkg)")
   fi
 done
