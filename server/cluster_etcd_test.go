@@ -55,14 +55,7 @@ func TestConsoleClusterEtcd(t *testing.T) {
 			other = r
 		}
 	}
-	if other.Refusals != 3 || other.InFlight != 0 {
-		t.Errorf("replica 1 as replica 2 sees it: %d refusals, %d in flight; want 3, 0", other.Refusals, other.InFlight)
-	}
-	for _, rf := range p.Refusals {
-		if rf.ReplicaID != other.ID || rf.Code != "missing_fencing_token" {
-			t.Errorf("cluster refusal %+v; want replica 1's missing_fencing_token", rf)
-		}
-	}
+	wantOtherReplica(t, p, other)
 
 	// Replica 1 stops cleanly: its key is deleted, it leaves the view.
 	cp.stopFirst(t, other.ID)

@@ -60,14 +60,7 @@ func TestConsoleCluster(t *testing.T) {
 			other = r
 		}
 	}
-	if other.Refusals != 3 || other.InFlight != 0 {
-		t.Errorf("replica 1 as replica 2 sees it: %d refusals, %d in flight; want 3, 0", other.Refusals, other.InFlight)
-	}
-	for _, rf := range p.Refusals {
-		if rf.ReplicaID != other.ID || rf.Code != "missing_fencing_token" {
-			t.Errorf("cluster refusal %+v; want replica 1's missing_fencing_token", rf)
-		}
-	}
+	wantOtherReplica(t, p, other)
 
 	// A replica that stopped reporting without a goodbye (crashed) is
 	// shown down.
@@ -207,6 +200,21 @@ func (cp *clusterPair) stopFirst(t *testing.T, id string) {
 	for _, r := range p.Replicas {
 		if r.ID == id {
 			t.Errorf("replica 1 stopped cleanly but is still listed: %+v", r)
+		}
+	}
+}
+
+// wantOtherReplica checks replica 1 as replica 2 shows it in p: the three
+// refusals it was sent, nothing in flight, and every refusal of the
+// cluster its own.
+func wantOtherReplica(t *testing.T, p console.ClusterPage, other console.Replica) {
+	t.Helper()
+	if other.Refusals != 3 || other.InFlight != 0 {
+		t.Errorf("replica 1 as replica 2 sees it: %d refusals, %d in flight; want 3, 0", other.Refusals, other.InFlight)
+	}
+	for _, rf := range p.Refusals {
+		if rf.ReplicaID != other.ID || rf.Code != "missing_fencing_token" {
+			t.Errorf("cluster refusal %+v; want replica 1's missing_fencing_token", rf)
 		}
 	}
 }
