@@ -90,17 +90,7 @@ func TestEtcdSharedStaleRefused(t *testing.T) {
 	c := testenv.Etcd(t, 3)
 	up := newSharedUpstream(t)
 	r := sharedReplicas(t, 2, etcdSharedYAML(c.Endpoints, up.url))
-	if st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A1"); st != 200 {
-		t.Fatalf("A's first write: %d %s", st, body)
-	}
-	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/7", "42", "B1"); st != 200 {
-		t.Fatalf("B's write: %d %s", st, body)
-	}
-	st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A2")
-	wantCode(t, "A's stale write through replica 2", st, body, 409, "stale_fencing_token")
-	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/7")), "PUT A1@41, PUT B1@42"; got != want {
-		t.Fatalf("upstream applied %q; want %q", got, want)
-	}
+	staleAcrossReplicas(t, r, up)
 	if rec := etcdRecord(t, c.Endpoints, "/orders/7"); !strings.Contains(rec, `"h":42,`) {
 		t.Fatalf("etcd record %s; want highest 42", rec)
 	}

@@ -104,17 +104,7 @@ func TestSharedTwoReplicasStaleRefused(t *testing.T) {
 	pg := testenv.Postgres(t)
 	up := newSharedUpstream(t)
 	r := sharedReplicas(t, 2, sharedYAML("shared", pg.URL, up.url, false))
-	if st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A1"); st != 200 {
-		t.Fatalf("A's first write: %d %s", st, body)
-	}
-	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/7", "42", "B1"); st != 200 {
-		t.Fatalf("B's write: %d %s", st, body)
-	}
-	st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A2")
-	wantCode(t, "A's stale write through replica 2", st, body, 409, "stale_fencing_token")
-	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/7")), "PUT A1@41, PUT B1@42"; got != want {
-		t.Fatalf("upstream applied %q; want %q", got, want)
-	}
+	staleAcrossReplicas(t, r, up)
 
 	// I7: no SQL path lowers the fence the gateways wrote.
 	conn, err := pgx.Connect(context.Background(), pg.URL)
@@ -125,7 +115,7 @@ func TestSharedTwoReplicasStaleRefused(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), `UPDATE fence SET highest = 41 WHERE resource = '/orders/7'`); err == nil {
 		t.Fatal("UPDATE lowering the highest token succeeded")
 	}
-	st, body = write(t, "PUT", r[0].URL("gateway")+"/orders/7", "41", "A3")
+	st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/7", "41", "A3")
 	wantCode(t, "A after the SQL attempt", st, body, 409, "stale_fencing_token")
 }
 
@@ -517,5 +507,24 @@ func waitForStatus(t *testing.T, url, token string, want int) {
 			t.Fatalf("%s: %d %s %v; want %d", url, st, body, err, want)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// staleAcrossReplicas is seed test 1 across two replicas on /orders/7: A
+// writes with 41 through replica 2, B with 42 through replica 1, A's late
+// write through replica 2 is refused stale, and the upstream applied A's
+// first write and B's only.
+func staleAcrossReplicas(t *testing.T, r []*Proc, up *sharedUpstream) {
+	t.Helper()
+	if st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A1"); st != 200 {
+		t.Fatalf("A's first write: %d %s", st, body)
+	}
+	if st, body := write(t, "PUT", r[0].URL("gateway")+"/orders/7", "42", "B1"); st != 200 {
+		t.Fatalf("B's write: %d %s", st, body)
+	}
+	st, body := write(t, "PUT", r[1].URL("gateway")+"/orders/7", "41", "A2")
+	wantCode(t, "A's stale write through replica 2", st, body, 409, "stale_fencing_token")
+	if got, want := recorder.Summary(up.rec.HistoryOf("/orders/7")), "PUT A1@41, PUT B1@42"; got != want {
+		t.Fatalf("upstream applied %q; want %q", got, want)
 	}
 }
