@@ -497,6 +497,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		cause = context.Cause(abortCtx)
 	}
 	causeRef, causeRefuses := fencegate.Refusal(cause)
+	cut := liveCut(body)
 	switch {
 	case errors.Is(cause, ErrSuperseded):
 		// A newer token advanced while this body was still being sent; the
@@ -504,13 +505,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		st, _ := g.fence.State(context.WithoutCancel(r.Context()), o.Resource)
 		ref = fencegate.StaleError(o.Resource, o.Token, st.Highest)
 		ref.Message += " (superseded while the request body was being sent; the upstream did not receive it whole)"
-	case liveCut(body) != nil:
+	case cut != nil:
 		// The permit stopped holding while the body was sent
 		// (LivePermit): the upstream saw an incomplete request, and the
 		// client, still there, is told the fence's reason.
 		var ok bool
-		if ref, ok = fencegate.Refusal(liveCut(body)); !ok {
-			ref, _ = fencegate.Refusal(&fencegate.SessionLostError{Resource: o.Resource, Err: liveCut(body)})
+		if ref, ok = fencegate.Refusal(cut); !ok {
+			ref, _ = fencegate.Refusal(&fencegate.SessionLostError{Resource: o.Resource, Err: cut})
 		}
 	case causeRefuses:
 		// The fence cut the forward for a reason of its own (a shared
