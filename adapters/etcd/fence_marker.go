@@ -541,40 +541,40 @@ func (f *SharedFence) queueDelete(e *entry, s *session) {
 	f.kick()
 }
 
-// dropIdle deletes the markers idle since before cutoff.
-func (f *SharedFence) dropIdle(cutoff time.Time) {
+// closeEntries runs close on each of the session's markers (by key) and
+// deletes those that close says go and no write holds; nothing without a
+// session.
+func (f *SharedFence) closeEntries(close func(key string, e *entry) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.sess
 	if s == nil {
 		return
 	}
-	for _, e := range s.entries {
-		if e.count == 0 && e.held && e.idleSince.Before(cutoff) {
+	for k, e := range s.entries {
+		if close(k, e) && e.count == 0 && e.held {
 			f.queueDelete(e, s)
 		}
 	}
+}
+
+// dropIdle deletes the markers idle since before cutoff.
+func (f *SharedFence) dropIdle(cutoff time.Time) {
+	f.closeEntries(func(_ string, e *entry) bool { return e.idleSince.Before(cutoff) })
 }
 
 // superseded closes this replica's markers of resource below highest: no
 // write joins them, and an idle one is deleted at once so the drain of
 // highest does not wait for it.
 func (f *SharedFence) superseded(resource string, highest int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.sess
-	if s == nil {
-		return
-	}
 	dir := f.markerDir(resource)
-	for k, e := range s.entries {
+	f.closeEntries(func(k string, e *entry) bool {
 		if strings.HasPrefix(k, dir) && e.token < highest {
 			e.closed = true
-			if e.count == 0 && e.held {
-				f.queueDelete(e, s)
-			}
+			return true
 		}
-	}
+		return false
+	})
 }
 
 // letGoBelow lets go this replica's markers of the keys below coll as
@@ -589,20 +589,13 @@ func (f *SharedFence) letGoBelow(coll string) {
 // letGo lets go, as letGoBelow, this replica's markers of the keys that
 // match.
 func (f *SharedFence) letGo(match func(resource string) bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.sess
-	if s == nil {
-		return
-	}
-	for _, e := range s.entries {
+	f.closeEntries(func(_ string, e *entry) bool {
 		if match(e.resource) {
 			e.noLinger = true
-			if e.count == 0 && e.held {
-				f.queueDelete(e, s)
-			}
+			return true
 		}
-	}
+		return false
+	})
 }
 
 // takeOlderIdle closes this replica's markers of resource below token (an
