@@ -78,7 +78,7 @@ func (p *Proc) start(env []string) {
 	// A test binary that dies (a fuzz worker restarted, a timeout's panic)
 	// takes its gateways with it.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	if err := testenv.StartDying(p.cmd); err != nil {
 		p.t.Fatal(err)
 	}
 	p.exited = make(chan struct{})
@@ -189,7 +189,7 @@ func startCLI(t testing.TB, env []string, args ...string) *CLIProc {
 	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout, c.cmd.Stderr = c.Out, c.Out
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
+	if err := testenv.StartDying(c.cmd); err != nil {
 		t.Fatal(err)
 	}
 	go func() {

@@ -299,7 +299,7 @@ func (g *gatewayProc) start(b *testing.B) time.Duration {
 	// A new process: no connection of the old one's may be reused.
 	g.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	g.started = time.Now()
-	if err := g.cmd.Start(); err != nil {
+	if err := testenv.StartDying(g.cmd); err != nil {
 		b.Fatal(err)
 	}
 	g.exited = make(chan struct{})

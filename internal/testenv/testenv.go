@@ -297,12 +297,7 @@ func startProcess(name, logPath string, env []string, cred *syscall.Credential, 
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
-	// Pdeathsig fires when the thread that forked the child exits; keep the
-	// fork on a thread the runtime will not retire.
-	runtime.LockOSThread()
-	err = cmd.Start()
-	runtime.UnlockOSThread()
-	if err != nil {
+	if err := StartDying(cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
@@ -405,3 +400,34 @@ func startServer(t testing.TB, name string, nports int, env []string, bin string
 	p.failStart(t, lastErr)
 	return nil, nil
 }
+
+// StartDying starts cmd, whose SysProcAttr asks for Pdeathsig, from one
+// goroutine locked to its OS thread for the life of the test binary.
+// Pdeathsig fires when the *thread* that forked the child exits, not the
+// process (go.dev/issue/27505), and the runtime ends a thread whenever a
+// goroutine exits locked to it; locking only around Start, as before, did
+// not keep the forking thread alive afterwards. The spawner's thread exits
+// only with the process.
+func StartDying(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives on
+			for r := range spawns {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawns <- spawn{cmd, done}
+	return <-done
+}
+
+type spawn struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var (
+	spawns    = make(chan spawn)
+	spawnOnce sync.Once
+)
