@@ -155,7 +155,16 @@ func TestEtcdSharedOlderLandsFirst(t *testing.T) {
 		c := testenv.Etcd(t, 3)
 		olderLandsFirst(t, same(c.Endpoints), func([]*Proc) {
 			c.StopAll()
-			go c.RestartAll()
+			// In the background, while the newer write waits for the
+			// cluster; the test's end waits for it (this cleanup runs
+			// before the cluster's own), so a member that did not come
+			// back fails the test rather than a finished one.
+			restarted := make(chan struct{})
+			t.Cleanup(func() { <-restarted })
+			go func() {
+				defer close(restarted)
+				c.RestartAll()
+			}()
 		})
 	})
 }
