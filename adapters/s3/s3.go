@@ -39,10 +39,6 @@ import (
 	"github.com/fencegate/fencegate/precondition"
 )
 
-// ETagStore keeps, per fenced object, the ETag of the last write the gateway
-// made to it (precondition.Store; the bolt and postgres stores implement it).
-type ETagStore = precondition.Store
-
 // Upstream forwards S3 requests. It implements gateway.Upstream,
 // gateway.Inspector and gateway.ErrorWriter.
 type Upstream struct {
@@ -56,7 +52,6 @@ type Upstream struct {
 	keys         keyCache          // signing keys of verified worker requests
 	vhostSuffix  string
 	keyPrefixes  []int // N of every {key.N} in the resource template
-	etags        ETagStore
 	precondEtag  bool
 	tracker      *precondition.Tracker
 	conds        atomic.Pointer[Conditions] // nil: unmeasured
@@ -118,7 +113,7 @@ type Options struct {
 	// Transport carries upstream requests. Nil: NewTransport(nil).
 	Transport http.RoundTripper
 	// ETags records the ETags of writes; required with precondition etag.
-	ETags ETagStore
+	ETags precondition.Store
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock signatures are checked against; nil: time.Now.
@@ -146,7 +141,6 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		route: c.Route, endpoint: ep, region: c.Region,
 		clients:      make(map[string]string),
 		vhostSuffix:  strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
-		etags:        opts.ETags,
 		precondEtag:  c.PreconditionETag,
 		bucketConfig: c.FenceBucketConfig,
 		foldSlash:    c.FoldTrailingSlash,
