@@ -37,7 +37,8 @@ type ObjectStore struct {
 	open func(ctx context.Context, rc config.Route, o storeOptions) (storeUpstream, error)
 	// name is the store's name in messages ("GCS").
 	name string
-	// Where is the flag of the doctor's probe place ("--bucket").
+	// Where is the flag of the doctor's probe place ("--bucket"); without
+	// its dashes it names the place in findings ("bucket b").
 	Where string
 	// honours says what the racing probe found the store to honour, for
 	// the doctor's line ("ifGenerationMatch on uploads").
