@@ -150,18 +150,27 @@ var objectStores = map[string]ObjectStore{
 	},
 }
 
+// spec is what every dialect takes of the route (its stamp's name is
+// the dialect's).
+func (o storeOptions) spec(rc config.Route, stampKey string) objectstore.Spec {
+	sec := rc.ObjectStore()
+	return objectstore.Spec{
+		Route: rc.Name, Endpoint: sec.StoreEndpoint(), Resource: rc.Resource,
+		Precondition: o.Versions != nil, Versions: o.Versions,
+		Stamp: sec.Stamps(), StampKey: stampKey,
+		Transport: o.Transport, Logger: o.Logger,
+	}
+}
+
 // openS3 maps a route's `s3:` section.
 func openS3(ctx context.Context, rc config.Route, o storeOptions) (storeUpstream, error) {
 	c := rc.S3
 	opts := s3.Options{
-		Route: rc.Name, Endpoint: c.Endpoint, Region: c.Region, Resource: rc.Resource,
-		AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey,
+		Spec:   o.spec(rc, c.StampHeader),
+		Region: c.Region, AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey,
 		VirtualHostSuffix: c.VirtualHostSuffix,
-		PreconditionETag:  o.Versions != nil, ETags: o.Versions,
-		Stamp: c.Stamp, StampHeader: c.StampHeader,
 		FenceBucketConfig: c.BucketConfig == "fence",
 		FoldTrailingSlash: c.FoldTrailingSlash,
-		Transport:         o.Transport, Logger: o.Logger,
 	}
 	for _, cl := range c.Clients {
 		opts.Clients = append(opts.Clients, s3.Client{AccessKeyID: cl.AccessKeyID, SecretAccessKey: cl.SecretAccessKey})
@@ -198,24 +207,16 @@ func openGCS(ctx context.Context, rc config.Route, o storeOptions) (storeUpstrea
 	if err != nil {
 		return nil, err
 	}
-	return opened(gcs.New(gcs.Options{
-		Route: rc.Name, Endpoint: c.Endpoint, Resource: rc.Resource, TokenSource: ts,
-		PreconditionGeneration: o.Versions != nil, Generations: o.Versions,
-		Stamp: c.Stamp, StampKey: c.StampKey, SessionKey: []byte(c.SessionKey),
-		Transport: o.Transport, Logger: o.Logger,
-	}))
+	return opened(gcs.New(gcs.Options{Spec: o.spec(rc, c.StampKey), TokenSource: ts, SessionKey: []byte(c.SessionKey)}))
 }
 
 // openAzure maps a route's `azure:` section.
 func openAzure(ctx context.Context, rc config.Route, o storeOptions) (storeUpstream, error) {
 	c := rc.Azure
 	opts := azure.Options{
-		Route: rc.Name, Endpoint: c.Endpoint, Resource: rc.Resource,
+		Spec:        o.spec(rc, c.StampKey),
 		AccountName: c.AccountName, AccountKey: c.AccountKey, SAS: c.SAS,
-		PreconditionETag: o.Versions != nil, ETags: o.Versions,
-		Stamp: c.Stamp, StampKey: c.StampKey,
 		LeaseGuard: c.LeaseGuard && o.Forwards, LeaseSecret: []byte(c.LeaseSecret),
-		Transport: o.Transport, Logger: o.Logger,
 	}
 	for _, cl := range c.Clients {
 		opts.Clients = append(opts.Clients, azure.Client{AccountName: cl.AccountName, AccountKey: cl.AccountKey})

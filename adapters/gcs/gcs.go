@@ -73,33 +73,17 @@ type Upstream struct {
 
 // Options configure New.
 type Options struct {
-	// Route names the route in logs.
-	Route string
-	// Endpoint is the store's base URL. Empty: DefaultEndpoint.
-	Endpoint string
+	// Spec: an empty Endpoint is DefaultEndpoint; Precondition compares
+	// generations (the Versions); StampKey is a custom metadata key
+	// (empty: DefaultStampKey). The Transport defaults to NewTransport().
+	objectstore.Spec
 	// TokenSource gives the gateway's own credentials. Nil: none are sent
 	// (an emulator).
 	TokenSource oauth2.TokenSource
-	// Resource is the route's resource template.
-	Resource string
-	// PreconditionGeneration makes every write conditional on the
-	// generation the gateway last wrote (`precondition: generation`); it
-	// needs Generations and a Resource naming one object.
-	PreconditionGeneration bool
-	// Generations records the generation of each object's last write.
-	Generations precondition.Store
-	// Stamp writes each admitted write's token into the object's custom
-	// metadata under StampKey (empty: DefaultStampKey).
-	Stamp    bool
-	StampKey string
 	// SessionKey binds resumable upload sessions to their object and
 	// token. Empty: a random key (sessions then continue only through this
 	// process).
 	SessionKey []byte
-	// Transport carries upstream requests. Nil: NewTransport().
-	Transport http.RoundTripper
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
 }
 
 // DefaultStampKey is the custom metadata key of `stamp: true`.
@@ -143,7 +127,7 @@ func New(opts Options) (*Upstream, error) {
 	u := &Upstream{
 		route: opts.Route, endpoint: e, tokens: opts.TokenSource,
 		sessionKey: opts.SessionKey,
-		transport:  opts.Transport, log: cmp.Or(opts.Logger, slog.Default()),
+		transport:  opts.Transport, log: opts.Log(),
 	}
 	if u.transport == nil {
 		u.transport = NewTransport()
@@ -156,8 +140,7 @@ func New(opts Options) (*Upstream, error) {
 	if opts.Stamp {
 		u.stampKey = u.scanKey
 	}
-	if u.tracker, err = objectstore.NewTracker(opts.PreconditionGeneration, objectstore.Precondition{Name: "generation",
-		Store: opts.Generations, Route: opts.Route, Upstream: "GCS", Log: u.log}, opts.Resource, "bucket", "object"); err != nil {
+	if u.tracker, err = opts.Tracker("generation", "GCS", "bucket", "object"); err != nil {
 		return nil, err
 	}
 	// The JSON API names an object with one path segment, its "/" sent as
