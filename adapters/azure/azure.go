@@ -48,14 +48,12 @@ import (
 // gateway.Inspector, gateway.ErrorWriter and gateway.ObjectNamer.
 type Upstream struct {
 	*objectstore.Core[state]
-	route       string
 	endpoint    *url.URL
 	cred        *sharedKey // nil: sas
 	sas         url.Values
 	clients     map[string]*sharedKey
-	stampHeader string // "" unless stamping
-	stampKey    string // the metadata name of the stamp
-	tracker     *precondition.Tracker
+	stampHeader string      // "" unless stamping
+	stampKey    string      // the metadata name of the stamp
 	leases      *leaseGuard // nil unless lease_guard
 	transport   http.RoundTripper
 	now         func() time.Time
@@ -106,7 +104,7 @@ func New(opts Options) (*Upstream, error) {
 	}
 	e.RawPath = ""
 	u := &Upstream{
-		route: opts.Route, endpoint: e,
+		endpoint:  e,
 		transport: opts.Transport, now: opts.Clock(), log: opts.Log(),
 		clients: map[string]*sharedKey{},
 	}
@@ -147,7 +145,8 @@ func New(opts Options) (*Upstream, error) {
 		u.stampHeader = "X-Ms-Meta-" + cmp.Or(opts.StampKey, DefaultStampKey)
 	}
 	u.stampKey = opts.StampKey
-	if u.tracker, err = opts.Tracker("etag", "Azure", "container", "blob"); err != nil {
+	tracker, err := opts.Tracker("etag", "Azure", "container", "blob")
+	if err != nil {
 		return nil, err
 	}
 	if opts.LeaseGuard {
@@ -160,7 +159,7 @@ func New(opts Options) (*Upstream, error) {
 		u.leases = &leaseGuard{secret: opts.LeaseSecret}
 	}
 	// azblob sends the "/" of a blob name as %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: tracker, EncodedSlashNames: true})
 	return u, nil
 }
 

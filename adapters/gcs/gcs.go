@@ -32,7 +32,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -60,15 +59,12 @@ const Scope = "https://www.googleapis.com/auth/devstorage.read_write"
 // gateway.Inspector, gateway.ErrorWriter and gateway.ObjectNamer.
 type Upstream struct {
 	*objectstore.Core[state]
-	route      string
 	endpoint   *url.URL
 	tokens     oauth2.TokenSource // nil: no credentials (emulator)
 	sessionKey []byte
 	stampKey   string // "" unless stamping
 	scanKey    string // the stamp's key ScanStamps reads (stamping or not)
-	tracker    *precondition.Tracker
 	transport  http.RoundTripper
-	log        *slog.Logger
 }
 
 // Options configure New.
@@ -125,9 +121,9 @@ func New(opts Options) (*Upstream, error) {
 		return nil, err
 	}
 	u := &Upstream{
-		route: opts.Route, endpoint: e, tokens: opts.TokenSource,
+		endpoint: e, tokens: opts.TokenSource,
 		sessionKey: opts.SessionKey,
-		transport:  opts.Transport, log: opts.Log(),
+		transport:  opts.Transport,
 	}
 	if u.transport == nil {
 		u.transport = NewTransport()
@@ -140,12 +136,13 @@ func New(opts Options) (*Upstream, error) {
 	if opts.Stamp {
 		u.stampKey = u.scanKey
 	}
-	if u.tracker, err = opts.Tracker("generation", "GCS", "bucket", "object"); err != nil {
+	tracker, err := opts.Tracker("generation", "GCS", "bucket", "object")
+	if err != nil {
 		return nil, err
 	}
 	// The JSON API names an object with one path segment, its "/" sent as
 	// %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true,
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: tracker, EncodedSlashNames: true,
 		PinsVersion: func(r *http.Request) bool { return len(r.URL.Query()["ifGenerationMatch"]) > 0 }})
 	return u, nil
 }
@@ -232,7 +229,7 @@ func (u *Upstream) check(t *target, token int64) *fencegate.Error {
 		if u.stampKey != "" {
 			return errStampedMove()
 		}
-		if u.tracker != nil {
+		if u.Tracker() != nil {
 			return httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest,
 				Message: "moveTo is not supported on a route with precondition: generation"})
 		}

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -43,7 +42,6 @@ import (
 // gateway.Inspector and gateway.ErrorWriter.
 type Upstream struct {
 	*objectstore.Core[state]
-	route        string
 	endpoint     *url.URL
 	region       string
 	creds        aws.CredentialsProvider
@@ -53,13 +51,11 @@ type Upstream struct {
 	vhostSuffix  string
 	keyPrefixes  []int // N of every {key.N} in the resource template
 	precondEtag  bool
-	tracker      *precondition.Tracker
 	conds        atomic.Pointer[Conditions] // nil: unmeasured
 	stampHeader  string                     // "" unless s3.stamp: the metadata header carrying the token
 	bucketConfig bool                       // bucket configuration writes are fenced, not refused
 	foldSlash    bool                       // "K/" and "K" share one fence (s3.fold_trailing_slash)
 	transport    http.RoundTripper
-	log          *slog.Logger
 	now          func() time.Time
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
 	// the gateway holds in memory to re-sign it. Default 8 MiB.
@@ -121,14 +117,13 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		return nil, err
 	}
 	u := &Upstream{
-		route: c.Route, endpoint: ep, region: c.Region,
+		endpoint: ep, region: c.Region,
 		clients:      make(map[string]string),
 		vhostSuffix:  strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
 		precondEtag:  c.Precondition,
 		bucketConfig: c.FenceBucketConfig,
 		foldSlash:    c.FoldTrailingSlash,
 		transport:    opts.Transport,
-		log:          c.Log(),
 		now:          c.Clock(),
 		maxChunk:     8 << 20,
 	}
@@ -176,10 +171,11 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 			return nil, fmt.Errorf("s3.stamp_header must be an object metadata header (x-amz-meta-NAME), got %q", c.StampKey)
 		}
 	}
-	if u.tracker, err = c.Tracker("etag", "S3", "bucket", "key"); err != nil {
+	tracker, err := c.Tracker("etag", "S3", "bucket", "key")
+	if err != nil {
 		return nil, err
 	}
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: tracker})
 	return u, nil
 }
 
