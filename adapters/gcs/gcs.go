@@ -62,8 +62,9 @@ type Upstream struct {
 	endpoint   *url.URL
 	tokens     oauth2.TokenSource // nil: no credentials (emulator)
 	sessionKey []byte
-	stampKey   string // "" unless stamping
-	scanKey    string // the stamp's key ScanStamps reads (stamping or not)
+	stampKey   string                // "" unless stamping
+	scanKey    string                // the stamp's key ScanStamps reads (stamping or not)
+	tracker    *precondition.Tracker // nil in Writes' upstream, which has no core
 	transport  http.RoundTripper
 }
 
@@ -136,13 +137,12 @@ func New(opts Options) (*Upstream, error) {
 	if opts.Stamp {
 		u.stampKey = u.scanKey
 	}
-	tracker, err := opts.Tracker("generation", "GCS", "bucket", "object")
-	if err != nil {
+	if u.tracker, err = opts.Tracker("generation", "GCS", "bucket", "object"); err != nil {
 		return nil, err
 	}
 	// The JSON API names an object with one path segment, its "/" sent as
 	// %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: tracker, EncodedSlashNames: true,
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true,
 		PinsVersion: func(r *http.Request) bool { return len(r.URL.Query()["ifGenerationMatch"]) > 0 }})
 	return u, nil
 }
@@ -229,7 +229,7 @@ func (u *Upstream) check(t *target, token int64) *fencegate.Error {
 		if u.stampKey != "" {
 			return errStampedMove()
 		}
-		if u.Tracker() != nil {
+		if u.tracker != nil {
 			return httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest,
 				Message: "moveTo is not supported on a route with precondition: generation"})
 		}
