@@ -24,6 +24,13 @@ type ObjectStore interface {
 	// writes conditional on the version the gateway last wrote: what the
 	// store compares ("etag", "generation").
 	Precondition() string
+	// CheckIn is where the gateway may write and delete a probe object
+	// (the bucket or container of check_bucket, check_container; "" if
+	// unset) and that field's path in the section ("s3.check_bucket").
+	CheckIn() (place, field string)
+	// Stamps reports whether the route writes each write's token into the
+	// object's metadata (stamp: true), which `fence rebuild` reads.
+	Stamps() bool
 	// timeout is the section's forward timeout, for its default.
 	timeout() *time.Duration
 	// validate checks the section of the route at field path f.
@@ -110,6 +117,12 @@ func (s *S3) TemplateVar(name string) bool {
 // Precondition implements ObjectStore: S3 compares ETags.
 func (s *S3) Precondition() string { return "etag" }
 
+// CheckIn implements ObjectStore.
+func (s *S3) CheckIn() (string, string) { return s.CheckBucket, "s3.check_bucket" }
+
+// Stamps implements ObjectStore.
+func (s *S3) Stamps() bool { return s.Stamp }
+
 func (s *S3) timeout() *time.Duration { return &s.Timeout }
 
 func (s *S3) validate(f string, r *Route) Errors {
@@ -135,6 +148,12 @@ func (g *GCS) TemplateVar(name string) bool { return name == "bucket" || name ==
 // Precondition implements ObjectStore: GCS compares generations.
 func (g *GCS) Precondition() string { return "generation" }
 
+// CheckIn implements ObjectStore.
+func (g *GCS) CheckIn() (string, string) { return g.CheckBucket, "gcs.check_bucket" }
+
+// Stamps implements ObjectStore.
+func (g *GCS) Stamps() bool { return g.Stamp }
+
 func (g *GCS) timeout() *time.Duration { return &g.Timeout }
 
 func (g *GCS) validate(f string, r *Route) Errors { return validateGCS(f, r) }
@@ -150,6 +169,12 @@ func (a *Azure) TemplateVar(name string) bool { return name == "container" || na
 
 // Precondition implements ObjectStore: the Blob service compares ETags.
 func (a *Azure) Precondition() string { return "etag" }
+
+// CheckIn implements ObjectStore.
+func (a *Azure) CheckIn() (string, string) { return a.CheckContainer, "azure.check_container" }
+
+// Stamps implements ObjectStore.
+func (a *Azure) Stamps() bool { return a.Stamp }
 
 func (a *Azure) timeout() *time.Duration { return &a.Timeout }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/azure"
 	"github.com/fencegate/fencegate/adapters/gcs"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/httprefusal"
@@ -155,10 +156,10 @@ func refusals() []refusal {
 func s3Refusals(t *testing.T) (*s3.Upstream, []refusal) {
 	now := time.Date(2026, 11, 5, 10, 30, 0, 0, time.UTC)
 	u, err := s3.New(context.Background(), s3.Options{
-		Route: "objects", Resource: "{bucket}/{key}", Endpoint: "http://127.0.0.1:1",
+		Spec: objectstore.Spec{Route: "objects", Resource: "{bucket}/{key}", Endpoint: "http://127.0.0.1:1",
+			Now: func() time.Time { return now }},
 		AccessKeyID: "gateway", SecretAccessKey: "gateway-secret",
 		Clients: []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
-		Now:     func() time.Time { return now },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -200,8 +201,8 @@ func writers(s3u *s3.Upstream) []struct {
 	}{
 		{"json", func(w http.ResponseWriter, _ *http.Request, e *fencegate.Error) { httprefusal.WriteJSON(w, e) }},
 		{"s3", s3u.WriteError},
-		{"gcs", must(gcs.New(gcs.Options{Route: "objects", Endpoint: "http://127.0.0.1:1"})).WriteError},
-		{"azure", must(azure.New(azure.Options{Route: "objects", Endpoint: "http://127.0.0.1:1/acct", SAS: "sv=2024-01-01&sig=x",
+		{"gcs", must(gcs.New(gcs.Options{Spec: objectstore.Spec{Route: "objects", Endpoint: "http://127.0.0.1:1"}})).WriteError},
+		{"azure", must(azure.New(azure.Options{Spec: objectstore.Spec{Route: "objects", Endpoint: "http://127.0.0.1:1/acct"}, SAS: "sv=2024-01-01&sig=x",
 			Clients: []azure.Client{{AccountName: "worker", AccountKey: "d29ya2VyLWtleQ=="}}})).WriteError},
 		// The console's pages answer a bad query (invalid_request) in plain text.
 		{"text", func(w http.ResponseWriter, _ *http.Request, e *fencegate.Error) {

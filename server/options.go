@@ -3,7 +3,6 @@ package server
 import (
 	"github.com/fencegate/fencegate/adapters/listentls"
 	"github.com/fencegate/fencegate/adapters/relay"
-	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/adapters/upstreamconn"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
@@ -35,7 +34,7 @@ func RouteOptions(rc config.Route) gateway.RouteOptions {
 		MaxInflightWrites:  rc.MaxInflightWrites,
 		DestinationMethods: rc.DestinationMethods,
 		Hierarchical:       rc.Hierarchical,
-		Collections:        rc.S3 != nil || rc.GCS != nil || rc.Azure != nil,
+		Collections:        rc.ObjectStore() != nil,
 		// Only a plain HTTP route may send the token on: an object store
 		// never gets it.
 		ForwardToken: rc.Upstream != nil && rc.ForwardToken != nil && *rc.ForwardToken,
@@ -48,30 +47,6 @@ func HTTPUpstreamOptions(rc config.Route) relay.Options {
 	o := relay.Options{Route: rc.Name}
 	if rc.Upstream != nil {
 		o.URL, o.Headers, o.PreserveHost = rc.Upstream.URL, rc.Upstream.Headers, rc.Upstream.PreserveHost
-	}
-	return o
-}
-
-// S3Options maps a route's `s3:` section (which must be set). Transport,
-// ETags, Logger and Now are the caller's.
-func S3Options(rc config.Route) s3.Options {
-	c := rc.S3
-	o := s3.Options{
-		Route:             rc.Name,
-		Endpoint:          c.Endpoint,
-		Region:            c.Region,
-		AccessKeyID:       c.AccessKeyID,
-		SecretAccessKey:   c.SecretAccessKey,
-		VirtualHostSuffix: c.VirtualHostSuffix,
-		Resource:          rc.Resource,
-		PreconditionETag:  rc.Precondition == "etag",
-		Stamp:             c.Stamp,
-		StampHeader:       c.StampHeader,
-		FenceBucketConfig: c.BucketConfig == "fence",
-		FoldTrailingSlash: c.FoldTrailingSlash,
-	}
-	for _, cl := range c.Clients {
-		o.Clients = append(o.Clients, s3.Client{AccessKeyID: cl.AccessKeyID, SecretAccessKey: cl.SecretAccessKey})
 	}
 	return o
 }

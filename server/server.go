@@ -255,7 +255,7 @@ func BuildRoutes(cfg *config.Config, log *slog.Logger, store ...gateway.Store) (
 				storeTransports[kind] = tr
 			}
 			var err error
-			if up, err = dia.build(cfg, rc, log, telemetry.Transport(tr, rc.Name), store); err != nil {
+			if up, err = dia.build(rc, log, telemetry.Transport(tr, rc.Name), store); err != nil {
 				return nil, fmt.Errorf("gateway.routes[%d] (%s): %w", i, rc.Name, err)
 			}
 		}

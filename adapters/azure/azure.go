@@ -48,14 +48,12 @@ import (
 // gateway.Inspector, gateway.ErrorWriter and gateway.ObjectNamer.
 type Upstream struct {
 	*objectstore.Core[state]
-	route       string
 	endpoint    *url.URL
 	cred        *sharedKey // nil: sas
 	sas         url.Values
 	clients     map[string]*sharedKey
-	stampHeader string // "" unless stamping
-	stampKey    string // the metadata name of the stamp
-	tracker     *precondition.Tracker
+	stampHeader string      // "" unless stamping
+	stampKey    string      // the metadata name of the stamp
 	leases      *leaseGuard // nil unless lease_guard
 	transport   http.RoundTripper
 	now         func() time.Time
@@ -70,12 +68,13 @@ type Client struct {
 
 // Options configure New.
 type Options struct {
-	// Route names the route in logs.
-	Route string
-	// Endpoint is the store account's blob service URL:
+	// Spec: the Endpoint is the store account's blob service URL,
 	// https://ACCOUNT.blob.core.windows.net, or an emulator's
-	// http://127.0.0.1:10000/devstoreaccount1.
-	Endpoint string
+	// http://127.0.0.1:10000/devstoreaccount1; Precondition compares
+	// ETags and needs {container} and {blob}; StampKey is a metadata name
+	// (empty: DefaultStampKey). The Transport defaults to
+	// relay.NewTransport(nil).
+	objectstore.Spec
 	// AccountName and AccountKey are the store account's Shared Key, which
 	// the gateway signs its forwards with.
 	AccountName, AccountKey string
@@ -85,30 +84,12 @@ type Options struct {
 	// Clients are the workers' own Shared Key credentials; a request not
 	// signed with one of them is refused.
 	Clients []Client
-	// Resource is the route's resource template.
-	Resource string
-	// PreconditionETag makes every write conditional on the ETag the
-	// gateway last wrote (`precondition: etag`); it needs ETags and a
-	// Resource naming one blob.
-	PreconditionETag bool
-	// ETags records the ETag of each blob's last write.
-	ETags precondition.Store
-	// Stamp writes each admitted write's token into the blob's metadata
-	// under StampKey (empty: DefaultStampKey).
-	Stamp    bool
-	StampKey string
 	// LeaseGuard makes the gateway hold an infinite blob lease on every
 	// blob it writes, with a lease id derived from LeaseSecret, so that
 	// writes around the gateway without the lease id are refused by the
 	// store.
 	LeaseGuard  bool
 	LeaseSecret []byte
-	// Transport carries upstream requests. Nil: relay.NewTransport(nil).
-	Transport http.RoundTripper
-	// Now is the clock of signatures. Nil: time.Now.
-	Now func() time.Time
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
 }
 
 // DefaultStampKey is the metadata name of `stamp: true` (sent as
@@ -123,8 +104,8 @@ func New(opts Options) (*Upstream, error) {
 	}
 	e.RawPath = ""
 	u := &Upstream{
-		route: opts.Route, endpoint: e,
-		transport: opts.Transport, now: opts.Now, log: cmp.Or(opts.Logger, slog.Default()),
+		endpoint:  e,
+		transport: opts.Transport, now: opts.Clock(), log: opts.Log(),
 		clients: map[string]*sharedKey{},
 	}
 	switch {
@@ -156,9 +137,6 @@ func New(opts Options) (*Upstream, error) {
 		}
 		u.clients[c.AccountName] = cred
 	}
-	if u.now == nil {
-		u.now = time.Now
-	}
 	if u.transport == nil {
 		u.transport = relay.NewTransport(nil)
 	}
@@ -167,8 +145,8 @@ func New(opts Options) (*Upstream, error) {
 		u.stampHeader = "X-Ms-Meta-" + cmp.Or(opts.StampKey, DefaultStampKey)
 	}
 	u.stampKey = opts.StampKey
-	if u.tracker, err = objectstore.NewTracker(opts.PreconditionETag, objectstore.Precondition{Name: "etag",
-		Store: opts.ETags, Route: opts.Route, Upstream: "Azure", Log: u.log}, opts.Resource, "container", "blob"); err != nil {
+	tracker, err := opts.Tracker("etag", "Azure", "container", "blob")
+	if err != nil {
 		return nil, err
 	}
 	if opts.LeaseGuard {
@@ -181,7 +159,7 @@ func New(opts Options) (*Upstream, error) {
 		u.leases = &leaseGuard{secret: opts.LeaseSecret}
 	}
 	// azblob sends the "/" of a blob name as %2F (gateway.ObjectNamer).
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker, EncodedSlashNames: true})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: tracker, EncodedSlashNames: true})
 	return u, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
@@ -40,8 +41,8 @@ func (fastStore) RoundTrip(req *http.Request) (*http.Response, error) {
 //
 //	go test ./adapters/gcs -run '^$' -bench GatewayUpload -benchmem -cpuprofile /tmp/gcs.cpu
 func BenchmarkGatewayUpload(b *testing.B) {
-	u, err := New(Options{Route: "r", Endpoint: "http://127.0.0.1:4443", Resource: "{bucket}/{object}",
-		Stamp: true, Transport: fastStore{}})
+	u, err := New(Options{Spec: objectstore.Spec{Route: "r", Endpoint: "http://127.0.0.1:4443", Resource: "{bucket}/{object}",
+		Stamp: true, Transport: fastStore{}}})
 	if err != nil {
 		b.Fatal(err)
 	}

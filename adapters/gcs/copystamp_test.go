@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // copyStore is a bucket's source object as the JSON API answers a GET of
@@ -98,7 +100,7 @@ func TestCopyStamped(t *testing.T) {
 			c := &copyStore{generation: 10, changeAfterRead: tc.changeAfterRead}
 			store := httptest.NewServer(c)
 			defer store.Close()
-			u, err := New(Options{Route: "r", Endpoint: store.URL, Resource: "{bucket}/{object}", Stamp: tc.stamp})
+			u, err := New(Options{Spec: objectstore.Spec{Route: "r", Endpoint: store.URL, Resource: "{bucket}/{object}", Stamp: tc.stamp}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,7 +32,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -60,46 +59,28 @@ const Scope = "https://www.googleapis.com/auth/devstorage.read_write"
 // gateway.Inspector, gateway.ErrorWriter and gateway.ObjectNamer.
 type Upstream struct {
 	*objectstore.Core[state]
-	route      string
 	endpoint   *url.URL
 	tokens     oauth2.TokenSource // nil: no credentials (emulator)
 	sessionKey []byte
-	stampKey   string // "" unless stamping
-	scanKey    string // the stamp's key ScanStamps reads (stamping or not)
-	tracker    *precondition.Tracker
+	stampKey   string                // "" unless stamping
+	scanKey    string                // the stamp's key ScanStamps reads (stamping or not)
+	tracker    *precondition.Tracker // nil in Writes' upstream, which has no core
 	transport  http.RoundTripper
-	log        *slog.Logger
 }
 
 // Options configure New.
 type Options struct {
-	// Route names the route in logs.
-	Route string
-	// Endpoint is the store's base URL. Empty: DefaultEndpoint.
-	Endpoint string
+	// Spec: an empty Endpoint is DefaultEndpoint; Precondition compares
+	// generations (the Versions); StampKey is a custom metadata key
+	// (empty: DefaultStampKey). The Transport defaults to NewTransport().
+	objectstore.Spec
 	// TokenSource gives the gateway's own credentials. Nil: none are sent
 	// (an emulator).
 	TokenSource oauth2.TokenSource
-	// Resource is the route's resource template.
-	Resource string
-	// PreconditionGeneration makes every write conditional on the
-	// generation the gateway last wrote (`precondition: generation`); it
-	// needs Generations and a Resource naming one object.
-	PreconditionGeneration bool
-	// Generations records the generation of each object's last write.
-	Generations precondition.Store
-	// Stamp writes each admitted write's token into the object's custom
-	// metadata under StampKey (empty: DefaultStampKey).
-	Stamp    bool
-	StampKey string
 	// SessionKey binds resumable upload sessions to their object and
 	// token. Empty: a random key (sessions then continue only through this
 	// process).
 	SessionKey []byte
-	// Transport carries upstream requests. Nil: NewTransport().
-	Transport http.RoundTripper
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
 }
 
 // DefaultStampKey is the custom metadata key of `stamp: true`.
@@ -141,9 +122,9 @@ func New(opts Options) (*Upstream, error) {
 		return nil, err
 	}
 	u := &Upstream{
-		route: opts.Route, endpoint: e, tokens: opts.TokenSource,
+		endpoint: e, tokens: opts.TokenSource,
 		sessionKey: opts.SessionKey,
-		transport:  opts.Transport, log: cmp.Or(opts.Logger, slog.Default()),
+		transport:  opts.Transport,
 	}
 	if u.transport == nil {
 		u.transport = NewTransport()
@@ -156,8 +137,7 @@ func New(opts Options) (*Upstream, error) {
 	if opts.Stamp {
 		u.stampKey = u.scanKey
 	}
-	if u.tracker, err = objectstore.NewTracker(opts.PreconditionGeneration, objectstore.Precondition{Name: "generation",
-		Store: opts.Generations, Route: opts.Route, Upstream: "GCS", Log: u.log}, opts.Resource, "bucket", "object"); err != nil {
+	if u.tracker, err = opts.Tracker("generation", "GCS", "bucket", "object"); err != nil {
 		return nil, err
 	}
 	// The JSON API names an object with one path segment, its "/" sent as

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/gateway"
 )
 
@@ -45,7 +46,7 @@ func TestCredentialIsolation(t *testing.T) {
 		{"no auth", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u, err := New(Options{Route: "r", Endpoint: store.URL, TokenSource: tc.ts, Resource: "{bucket}/{object}"})
+			u, err := New(Options{Spec: objectstore.Spec{Route: "r", Endpoint: store.URL, Resource: "{bucket}/{object}"}, TokenSource: tc.ts})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +120,7 @@ func TestStampMultipart(t *testing.T) {
 // A session URL binds its object and token: another object, token, upload
 // id or bucket fails verification.
 func TestSessionBinding(t *testing.T) {
-	u, err := New(Options{Resource: "{bucket}/{object}"})
+	u, err := New(Options{Spec: objectstore.Spec{Resource: "{bucket}/{object}"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestForwardNeedsInspection(t *testing.T) {
 	hits := 0
 	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
 	defer store.Close()
-	u, err := New(Options{Route: "r", Endpoint: store.URL, Resource: "{bucket}/{object}"})
+	u, err := New(Options{Spec: objectstore.Spec{Route: "r", Endpoint: store.URL, Resource: "{bucket}/{object}"}})
 	if err != nil {
 		t.Fatal(err)
 	}

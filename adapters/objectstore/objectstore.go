@@ -29,11 +29,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
-	"strings"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/relay"
@@ -156,36 +154,6 @@ func New[S any](d Dialect[S], opts Options) *Core[S] {
 		c.pins = func(r *http.Request) bool { return precondition.PinsVersion(r.Header) }
 	}
 	return c
-}
-
-// Precondition describes a route's `precondition:` option for
-// NewTracker.
-type Precondition struct {
-	// Name is the option's value ("etag", "generation").
-	Name string
-	// Store records the version of each object's last write.
-	Store precondition.Store
-	// Route and Upstream name the route and the store in logs.
-	Route, Upstream string
-	Log             *slog.Logger
-}
-
-// NewTracker returns the bookkeeping of a route's precondition: nil if it
-// is off. A version is one object's, so the route's resource template
-// must name one object (collection and object, its dialect's variables);
-// and the versions need a store.
-func NewTracker(on bool, p Precondition, resource, collection, object string) (*precondition.Tracker, error) {
-	switch {
-	case !on:
-		return nil, nil
-	case !strings.Contains(resource, "{"+collection+"}") || !strings.Contains(resource, "{"+object+"}"):
-		// A resource spanning several objects (a bucket, a key prefix) has
-		// no one version to compare.
-		return nil, fmt.Errorf("precondition: %s needs a resource template naming one object, with {%s} and {%s}", p.Name, collection, object)
-	case p.Store == nil:
-		return nil, fmt.Errorf("precondition: %s needs a store that records versions", p.Name)
-	}
-	return &precondition.Tracker{Store: p.Store, Route: p.Route, Upstream: p.Upstream, Log: p.Log}, nil
 }
 
 // Tracker is the precondition bookkeeping of the route; nil if none.

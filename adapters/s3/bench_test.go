@@ -18,6 +18,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/gateway"
 )
@@ -60,13 +61,13 @@ func BenchmarkGatewayPutObject(b *testing.B) {
 			}
 			b.Cleanup(func() { st.Close() })
 			opts := s3.Options{
-				Route: "objects", Resource: "{bucket}/{key}",
-				Endpoint: "http://127.0.0.1:7070", AccessKeyID: "gw", SecretAccessKey: "gw-secret",
-				Clients:   []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
-				Transport: fastUpstream{}, Now: func() time.Time { return now },
+				Spec: objectstore.Spec{Route: "objects", Resource: "{bucket}/{key}", Endpoint: "http://127.0.0.1:7070",
+					Transport: fastUpstream{}, Now: func() time.Time { return now }},
+				AccessKeyID: "gw", SecretAccessKey: "gw-secret",
+				Clients: []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
 			}
 			if etag {
-				opts.PreconditionETag, opts.ETags = true, st
+				opts.Precondition, opts.Versions = true, st
 			}
 			g, _ := benchGateway(b, st, opts)
 			body := benchBody()

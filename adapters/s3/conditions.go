@@ -141,7 +141,7 @@ func (u *Upstream) addDeleteObjectsPreconditions(r *http.Request, f *forward, d 
 			kind = precondition.Opaque
 		}
 		t := target{bucket: f.State.target.bucket, key: g.key, op: opDeleteObject}
-		w, err := u.tracker.Begin(r.Context(), g.resource, f.Token, kind, cond && !g.worker,
+		w, err := u.Tracker().Begin(r.Context(), g.resource, f.Token, kind, cond && !g.worker,
 			func(ctx context.Context) (string, error) { return u.headETag(ctx, t) })
 		if err != nil {
 			// Objects already begun stay marked unknown: re-learnt later.

@@ -55,7 +55,7 @@ func (c *copyStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // between fails the copy (412) instead of copying other metadata. The
 // worker's own conditions on the source are evaluated against it.
 func TestCopyObjectCopyDirectiveStamped(t *testing.T) {
-	stamp := func(o *s3.Options) { o.Stamp, o.PreconditionETag = true, false }
+	stamp := func(o *s3.Options) { o.Stamp, o.Precondition = true, false }
 	for _, tc := range []struct {
 		name            string
 		hdr             map[string]string

@@ -14,6 +14,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/fencegate/fencegate/adapters/objectstore"
 )
 
 // signedPut is a PutObject signed like aws-sdk-go-v2 signs it, with the
@@ -37,10 +39,10 @@ func signedPut(tb testing.TB, access, secret, region string, t time.Time) *http.
 func upstreamWithClient(tb testing.TB, access, secret string, now time.Time) *Upstream {
 	tb.Helper()
 	u, err := New(context.Background(), Options{
-		Route: "objects", Resource: "{bucket}/{key}", Endpoint: "http://127.0.0.1:1",
+		Spec: objectstore.Spec{Route: "objects", Resource: "{bucket}/{key}", Endpoint: "http://127.0.0.1:1",
+			Now: func() time.Time { return now }},
 		AccessKeyID: "gw", SecretAccessKey: "gw-secret",
 		Clients: []Client{{AccessKeyID: access, SecretAccessKey: secret}},
-		Now:     func() time.Time { return now },
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/gateway"
 )
@@ -140,10 +141,10 @@ func reviewGateway(t *testing.T, up http.Handler, opts ...func(*s3.Options)) str
 	}
 	t.Cleanup(func() { st.Close() })
 	o := s3.Options{
-		Route: "objects", Resource: "{bucket}/{key}",
-		Endpoint: srv.URL, AccessKeyID: "gw", SecretAccessKey: "gw-secret",
-		Clients:          []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
-		PreconditionETag: true, ETags: st, Logger: slog.New(slog.DiscardHandler),
+		Spec: objectstore.Spec{Route: "objects", Resource: "{bucket}/{key}", Endpoint: srv.URL,
+			Precondition: true, Versions: st, Logger: slog.New(slog.DiscardHandler)},
+		AccessKeyID: "gw", SecretAccessKey: "gw-secret",
+		Clients: []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
 	}
 	for _, opt := range opts {
 		opt(&o)

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -39,15 +38,10 @@ import (
 	"github.com/fencegate/fencegate/precondition"
 )
 
-// ETagStore keeps, per fenced object, the ETag of the last write the gateway
-// made to it (precondition.Store; the bolt and postgres stores implement it).
-type ETagStore = precondition.Store
-
 // Upstream forwards S3 requests. It implements gateway.Upstream,
 // gateway.Inspector and gateway.ErrorWriter.
 type Upstream struct {
 	*objectstore.Core[state]
-	route        string
 	endpoint     *url.URL
 	region       string
 	creds        aws.CredentialsProvider
@@ -56,15 +50,12 @@ type Upstream struct {
 	keys         keyCache          // signing keys of verified worker requests
 	vhostSuffix  string
 	keyPrefixes  []int // N of every {key.N} in the resource template
-	etags        ETagStore
 	precondEtag  bool
-	tracker      *precondition.Tracker
 	conds        atomic.Pointer[Conditions] // nil: unmeasured
 	stampHeader  string                     // "" unless s3.stamp: the metadata header carrying the token
 	bucketConfig bool                       // bucket configuration writes are fenced, not refused
 	foldSlash    bool                       // "K/" and "K" share one fence (s3.fold_trailing_slash)
 	transport    http.RoundTripper
-	log          *slog.Logger
 	now          func() time.Time
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
 	// the gateway holds in memory to re-sign it. Default 8 MiB.
@@ -76,10 +67,12 @@ type Upstream struct {
 
 // Options configure New.
 type Options struct {
-	// Route names the route in logs.
-	Route string
-	// Endpoint is the absolute http(s) URL of the S3 service (required).
-	Endpoint string
+	// Spec: the Endpoint is required; every {key.N} of the Resource is a
+	// key prefix the upstream supplies; Precondition compares ETags and
+	// needs {bucket} and {key}; StampKey is a metadata header
+	// (x-amz-meta-NAME; empty: DefaultStampHeader). The Transport
+	// defaults to NewTransport(nil).
+	objectstore.Spec
 	// Region is the region the gateway signs for. Empty: us-east-1.
 	Region string
 	// AccessKeyID and SecretAccessKey are the gateway's own credentials;
@@ -93,17 +86,6 @@ type Options struct {
 	// VirtualHostSuffix enables virtual-hosted requests: the bucket is the
 	// host label before this suffix. Empty: path-style only.
 	VirtualHostSuffix string
-	// Resource is the route's resource template; every {key.N} in it is a
-	// key prefix the upstream supplies.
-	Resource string
-	// PreconditionETag makes every write conditional on the ETag the
-	// gateway last wrote to the object (`precondition: etag`); it needs
-	// ETags and a Resource naming one object ({bucket} and {key}).
-	PreconditionETag bool
-	// Stamp writes each admitted write's token into the object's metadata
-	// header StampHeader (empty: DefaultStampHeader).
-	Stamp       bool
-	StampHeader string
 	// FenceBucketConfig admits bucket configuration writes (a PUT,
 	// DELETE or POST on a bucket with a subresource) fenced on the
 	// bucket's key; false refuses them (403 AccessDenied): they can
@@ -115,14 +97,6 @@ type Options struct {
 	// a settings write (tagging, ACL, retention, legal hold, restore) is
 	// fenced on both spellings, since such a store changes the other one.
 	FoldTrailingSlash bool
-	// Transport carries upstream requests. Nil: NewTransport(nil).
-	Transport http.RoundTripper
-	// ETags records the ETags of writes; required with precondition etag.
-	ETags ETagStore
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
-	// Now is the clock signatures are checked against; nil: time.Now.
-	Now func() time.Time
 }
 
 // Client is a worker key the gateway verifies SigV4 signatures with.
@@ -143,24 +117,19 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		return nil, err
 	}
 	u := &Upstream{
-		route: c.Route, endpoint: ep, region: c.Region,
+		endpoint: ep, region: c.Region,
 		clients:      make(map[string]string),
 		vhostSuffix:  strings.ToLower(strings.Trim(c.VirtualHostSuffix, ".")),
-		etags:        opts.ETags,
-		precondEtag:  c.PreconditionETag,
+		precondEtag:  c.Precondition,
 		bucketConfig: c.FenceBucketConfig,
 		foldSlash:    c.FoldTrailingSlash,
 		transport:    opts.Transport,
-		log:          cmp.Or(opts.Logger, slog.Default()),
-		now:          opts.Now,
+		now:          c.Clock(),
 		maxChunk:     8 << 20,
 	}
 	u.region = cmp.Or(u.region, "us-east-1")
 	u.signer.region = u.region
 	u.sign = u.signer.sign
-	if u.now == nil {
-		u.now = time.Now
-	}
 	if u.transport == nil {
 		u.transport = NewTransport(nil)
 	}
@@ -194,19 +163,19 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		u.keyPrefixes = append(u.keyPrefixes, n)
 	}
 	if c.Stamp {
-		u.stampHeader = strings.ToLower(c.StampHeader)
+		u.stampHeader = strings.ToLower(c.StampKey)
 		if u.stampHeader == "" {
 			u.stampHeader = DefaultStampHeader
 		}
 		if !strings.HasPrefix(u.stampHeader, "x-amz-meta-") || len(u.stampHeader) == len("x-amz-meta-") {
-			return nil, fmt.Errorf("s3.stamp_header must be an object metadata header (x-amz-meta-NAME), got %q", c.StampHeader)
+			return nil, fmt.Errorf("s3.stamp_header must be an object metadata header (x-amz-meta-NAME), got %q", c.StampKey)
 		}
 	}
-	if u.tracker, err = objectstore.NewTracker(u.precondEtag, objectstore.Precondition{Name: "etag", Store: opts.ETags,
-		Route: c.Route, Upstream: "S3", Log: u.log}, c.Resource, "bucket", "key"); err != nil {
+	tracker, err := c.Tracker("etag", "S3", "bucket", "key")
+	if err != nil {
 		return nil, err
 	}
-	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: u.tracker})
+	u.Core = objectstore.New[state](dialect{u}, objectstore.Options{Tracker: tracker})
 	return u, nil
 }
 

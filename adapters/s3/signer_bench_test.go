@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/testenv"
@@ -47,7 +48,7 @@ func BenchmarkSignerEndToEnd(b *testing.B) {
 		}
 		b.Cleanup(func() { st.Close() })
 		g, u := benchGateway(b, st, s3.Options{
-			Route: "objects", Resource: "{bucket}/{key}", Endpoint: srv.Endpoint,
+			Spec:        objectstore.Spec{Route: "objects", Resource: "{bucket}/{key}", Endpoint: srv.Endpoint},
 			AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey,
 			Clients: []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
 		})

@@ -23,6 +23,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/adapters/s3"
 	"github.com/fencegate/fencegate/gateway"
 )
@@ -85,10 +86,9 @@ func TestDeleteObjectsTokenTrailerNotForwarded(t *testing.T) {
 func workerGateway(t *testing.T, endpoint string, now func() time.Time) *httptest.Server {
 	t.Helper()
 	u, err := s3.New(context.Background(), s3.Options{
-		Route: "objects", Resource: "{bucket}/{key}",
-		Endpoint: endpoint, AccessKeyID: "gw", SecretAccessKey: "gw-secret",
+		Spec:        objectstore.Spec{Route: "objects", Resource: "{bucket}/{key}", Endpoint: endpoint, Now: now},
+		AccessKeyID: "gw", SecretAccessKey: "gw-secret",
 		Clients: []s3.Client{{AccessKeyID: "worker", SecretAccessKey: "worker-secret"}},
-		Now:     now,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -186,7 +186,7 @@ func doctorObjectStores(ctx context.Context, cfg *config.Config, bucket, contain
 		}
 		checked++
 		bad := false
-		for _, f := range dia.Doctor(ctx, cfg, rc, where) {
+		for _, f := range dia.Doctor(ctx, rc, where) {
 			fmt.Printf("route %s: %s: %s\n", rc.Name, f.Word, f.Text)
 			bad = bad || f.Failed()
 		}

@@ -453,7 +453,7 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 	if !ok {
 		return fmt.Errorf("route %s: no object-store dialect for %s", rc.Name, rc.ObjectStore().Kind())
 	}
-	sc, err := dia.Scanner(ctx, cfg, *rc)
+	sc, err := dia.Scanner(ctx, *rc)
 	if err != nil {
 		return fmt.Errorf("route %s: %w", rc.Name, err)
 	}
