@@ -21,18 +21,12 @@ import (
 // the gateway sends), without its per-request maps, sorts of strings and
 // joined copies of the canonical request. It stays because it pays for
 // itself in the shipped default (issue 41): with the SDK's signer the
-// gateway process spends 3.9% more CPU per 4 KiB upload through the
-// default S3 route (median of 63 alternating rounds in 9 runs; each run's
-// median +2.7 to +8.0%; the same build in both places +1.1%), and 8–11
-// µs more per PutObject in-process before an upstream that answers at once
-// (30 against 22 µs, 41 against 29; 48 allocations more).
-// docs/performance.md ("Stand-ins in the shipped default") has the
-// figures; to measure again, the other side is a build with the SDK's
-// signer (sdksigner.go):
+// gateway spends 3.9% more CPU per 4 KiB upload (docs/performance.md,
+// "Stand-ins in the shipped default"). To measure again, against a build
+// with the SDK's signer (sdksigner.go):
 //
 //	go build -tags sdksigner -o /tmp/fencegate-sdk ./cmd/fencegate
 //	UPLOADBENCH_BEFORE=/tmp/fencegate-sdk bench/upload.sh 8 10 s3   # "before" is the SDK's
-//	go test ./adapters/s3 -run '^$' -bench SignerEndToEnd -benchtime 1000x -count 5
 //
 // Like the SDK it signs every header but Authorization, User-Agent,
 // X-Amzn-Trace-Id, Expect and Transfer-Encoding (plus host and a positive
@@ -50,9 +44,8 @@ type derivedKey struct {
 	key          []byte
 }
 
-// sdkSigned is set in a build with -tags sdksigner (sdksigner.go): New
-// then signs with aws-sdk-go-v2's v4.Signer, the other side of the
-// side-by-side figure above.
+// sdkSigned is set in a -tags sdksigner build: New then signs with
+// aws-sdk-go-v2's v4.Signer.
 var sdkSigned bool
 
 // sdkSign signs as aws-sdk-go-v2's v4.Signer, configured as S3 clients
