@@ -60,8 +60,8 @@ type Upstream struct {
 	// MaxChunkBytes bounds one chunk of a signed aws-chunked body, which
 	// the gateway holds in memory to re-sign it. Default 8 MiB.
 	maxChunk int
-	// sign signs a forwarded request (signer.sign; a benchmark swaps in
-	// aws-sdk-go-v2's signer to compare, BenchmarkSignerEndToEnd).
+	// sign signs a forwarded request (signer.sign; aws-sdk-go-v2's signer
+	// in a -tags sdksigner build or BenchmarkSignerEndToEnd, to compare).
 	sign func(req *http.Request, creds aws.Credentials, payload string, now time.Time)
 }
 
@@ -130,6 +130,9 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	u.region = cmp.Or(u.region, "us-east-1")
 	u.signer.region = u.region
 	u.sign = u.signer.sign
+	if sdkSigned {
+		u.sign = sdkSign(u.region)
+	}
 	if u.transport == nil {
 		u.transport = NewTransport(nil)
 	}

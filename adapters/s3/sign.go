@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -11,21 +12,28 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
 // upstreamSigner signs the gateway's requests to S3 with its credentials:
 // SigV4 exactly as aws-sdk-go-v2's v4.Signer with DisableURIPathEscaping
 // signs them (TestUpstreamSignerMatchesSDK compares the two on every form
 // the gateway sends), without its per-request maps, sorts of strings and
-// joined copies of the canonical request: that signer was about 7% of the
-// gateway's CPU per forwarded 4 KiB PutObject.
+// joined copies of the canonical request. It stays because it pays for
+// itself in the shipped default (issue 41): with the SDK's signer the
+// gateway spends 3.9% more CPU per 4 KiB upload (docs/performance.md,
+// "Stand-ins in the shipped default"). To measure again, against a build
+// with the SDK's signer (sdksigner.go):
+//
+//	go build -tags sdksigner -o /tmp/fencegate-sdk ./cmd/fencegate
+//	UPLOADBENCH_BEFORE=/tmp/fencegate-sdk bench/upload.sh 8 10 s3   # "before" is the SDK's
 //
 // Like the SDK it signs every header but Authorization, User-Agent,
 // X-Amzn-Trace-Id, Expect and Transfer-Encoding (plus host and a positive
 // content-length), and replaces the query with its canonical form, so the
 // upstream reads the query the gateway parsed (net/url's reading: pairs it
 // cannot parse are dropped, not passed on for the upstream to read its own
-// way).
+// way; the SDK's signer does the same, TestForwardsVerify).
 type upstreamSigner struct {
 	region string
 	key    atomic.Pointer[derivedKey] // the last day's signing key
@@ -34,6 +42,21 @@ type upstreamSigner struct {
 type derivedKey struct {
 	secret, date string
 	key          []byte
+}
+
+// sdkSigned is set in a -tags sdksigner build: New then signs with
+// aws-sdk-go-v2's v4.Signer.
+var sdkSigned bool
+
+// sdkSign signs as aws-sdk-go-v2's v4.Signer, configured as S3 clients
+// configure it (no second escaping of the path).
+func sdkSign(region string) func(*http.Request, aws.Credentials, string, time.Time) {
+	sdk := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+	return func(req *http.Request, creds aws.Credentials, payload string, now time.Time) {
+		if err := sdk.SignHTTP(context.Background(), creds, req, payload, "s3", region, now); err != nil {
+			panic("s3: aws-sdk-go-v2 signer: " + err.Error()) // it returns no error for a header-signed request
+		}
+	}
 }
 
 // unsignedHeaders are the headers the SDK's signer leaves out
