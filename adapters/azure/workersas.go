@@ -144,8 +144,14 @@ func (t target) resourceType() string {
 // permitted reports whether permissions sp allow the request. The gateway
 // cannot tell a create from an overwrite before forwarding, so every blob
 // write needs w (create alone, c, is not enough), a delete needs d, tags
-// need t; a read needs r, a listing l.
+// need t; a read needs r, a listing l. A copy reads its source too: it
+// needs r besides w, since the store may read a source of this account
+// with the gateway's credentials, which may read what the worker's SAS
+// may not (Azure's own SAS rules: r uses a blob as a copy's source).
 func (t target) permitted(method, sp string) bool {
+	if t.op == opCopy && !strings.Contains(sp, "r") {
+		return false
+	}
 	need := "w"
 	switch {
 	case t.op == opRead && t.comp == "list":
