@@ -10,6 +10,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/sas"
 )
 
@@ -18,7 +19,7 @@ import (
 // account SAS may write but not read (no r) is refused a copy (403), as
 // Azure refuses a SAS without r a copy's source; before, the gateway
 // forwarded it and the worker copied a blob it could not read into one
-// it could write. A source that carries a SAS of its own is read by the
+// it could write (or staged a block read from it). A source that carries a SAS of its own is read by the
 // store with that SAS: the gateway's read of a stamped copy's source
 // carries only it, so a worker learns of a source what the copy itself
 // would tell it (before, the gateway read it with its own credentials and
@@ -57,6 +58,15 @@ func TestAzureCopySourceReadAsTheStore(t *testing.T) {
 		_, err = writeOnly.StartCopyFromURL(ctx, source, o)
 		wantAzForbidden(t, "a write-only SAS copying", err, "does not grant")
 		wantDst("after a write-only SAS's copy", "old dst", "5")
+	}
+	// Nor may it stage a block read from the source (Put Block From URL).
+	bb := azSASWorker(t, e.GW, azWorkerKey, sasValues(sas.AccountPermissions{Write: true, Create: true}, time.Time{}, now.Add(time.Hour)),
+		tokenOf(6).Load).ServiceClient().NewContainerClient(azContainer).NewBlockBlobClient("dst")
+	_, err = bb.StageBlockFromURL(ctx, "YmxvY2sx", source, nil)
+	wantAzForbidden(t, "a write-only SAS staging a block from a URL", err, "does not grant")
+	list, err := direct.ServiceClient().NewContainerClient(azContainer).NewBlockBlobClient("dst").GetBlockList(ctx, blockblob.BlockListTypeUncommitted, nil)
+	if err != nil || len(list.UncommittedBlocks) != 0 {
+		t.Fatalf("dst's uncommitted blocks after a write-only SAS's Put Block From URL: %v, %v; want none", list.UncommittedBlocks, err)
 	}
 
 	// A source whose SAS the store does not accept (the worker's own
