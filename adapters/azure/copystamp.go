@@ -45,17 +45,32 @@ func copiesSourceMetadata(r *http.Request, t target) bool {
 	return true
 }
 
-// readCopySource reads the metadata and ETag of a copy's source with the
-// gateway's credentials, and evaluates the worker's own conditions on the
-// source against them, as the store would.
+// readCopySource reads the metadata and ETag of a copy's source as the
+// store would read it for the copy, and evaluates the worker's own
+// conditions on the source against them, as the store would. The store
+// reads a source that carries a SAS of its own with that SAS, and a Copy
+// Blob From URL's with its x-ms-copy-source-authorization: the gateway's
+// read carries only that, never its own credentials, so that its answer
+// (404, 403, a condition that fails) is the one the copy would get, and
+// tells a worker nothing of a source it may not read. A source of this
+// account with neither is read with the copy's own authorization, which
+// is the gateway's (the worker's SAS needs r for a copy: permitted).
 func (u *Upstream) readCopySource(ctx context.Context, in *http.Request) (*objectstore.CopySource, error) {
-	src, ok := u.sourceBlob(in, in.Header.Get("X-Ms-Copy-Source"))
+	src, ownSAS, ok := u.sourceBlob(in, in.Header.Get("X-Ms-Copy-Source"))
 	if !ok {
 		return nil, fencegate.InvalidRequest("a copy on a route with stamp: true that names no metadata takes the source's, " +
 			"which the gateway reads: its x-ms-copy-source must be a blob of this store (on the gateway's address or the store's); " +
 			"or name the destination's metadata (x-ms-meta-*)")
 	}
-	resp, err := u.do(ctx, http.MethodHead, src, nil)
+	var (
+		resp *http.Response
+		err  error
+	)
+	if auth := in.Header.Get("X-Ms-Copy-Source-Authorization"); ownSAS || auth != "" {
+		resp, err = u.readAs(ctx, src, auth)
+	} else {
+		resp, err = u.do(ctx, http.MethodHead, src, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -64,18 +79,36 @@ func (u *Upstream) readCopySource(ctx context.Context, in *http.Request) (*objec
 	return sourceConditions.ReadSource(resp, in.Header, "azure: Get Blob Properties of the copy source", metaPrefix, nil, objectstore.SourceRefusals{
 		NotFound: &fencegate.Error{Code: fencegate.CodeNotFound, Message: "the copy source does not exist"},
 		Forbidden: &fencegate.Error{Code: fencegate.CodeForbidden,
-			Message: "the gateway may not read the copy source, whose metadata a stamped copy carries"},
+			Message: "the copy source may not be read with the authorization the copy carries (its SAS, x-ms-copy-source-authorization or the gateway's), and a stamped copy carries its metadata"},
 		Failed: &fencegate.Error{Code: fencegate.CodePreconditionFailed,
 			Message: "a condition on the copy source (x-ms-source-if-*) does not hold"}})
 }
 
+// readAs sends Get Blob Properties of src (its own SAS in its query) with
+// auth as its Authorization ("" none), not signed with the gateway's
+// credentials.
+func (u *Upstream) readAs(ctx context.Context, src *url.URL, auth string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, src.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Ms-Version", apiVersion)
+	req.Header.Set("X-Ms-Date", u.now().UTC().Format(http.TimeFormat))
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	return u.transport.RoundTrip(req)
+}
+
 // sourceBlob is the store's URL of a copy source that names a blob of the
 // store, on the gateway's address or the store's own, with the snapshot or
-// version it names (no other parameter: a SAS is the worker's).
-func (u *Upstream) sourceBlob(in *http.Request, src string) (*url.URL, bool) {
+// version it names. A source that carries a SAS (sig) keeps its whole
+// query, with which the store reads it (ownSAS); any other keeps no other
+// parameter.
+func (u *Upstream) sourceBlob(in *http.Request, src string) (_ *url.URL, ownSAS, ok bool) {
 	s, err := url.Parse(src)
 	if err != nil {
-		return nil, false
+		return nil, false, false
 	}
 	p, prefix := s.EscapedPath(), u.endpoint.EscapedPath()
 	switch {
@@ -83,19 +116,24 @@ func (u *Upstream) sourceBlob(in *http.Request, src string) (*url.URL, bool) {
 	case strings.EqualFold(s.Host, u.endpoint.Host) && strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/"):
 		p = p[len(strings.TrimSuffix(prefix, "/")):]
 	default:
-		return nil, false
+		return nil, false, false
 	}
 	container, blob, slash, err := parsePath(p)
 	if err != nil || slash || container == "" || len(blob) == 0 {
-		return nil, false
+		return nil, false, false
 	}
 	out := u.blobURL(container, strings.Join(blob, "/"))
-	q, sq := out.Query(), s.Query()
+	sq := s.Query()
+	if sq.Has("sig") {
+		out.RawQuery = s.RawQuery
+		return out, true, true
+	}
+	q := out.Query()
 	for _, k := range []string{"snapshot", "versionid"} {
 		if v := sq.Get(k); v != "" {
 			q.Set(k, v)
 		}
 	}
 	out.RawQuery = q.Encode()
-	return out, true
+	return out, false, true
 }

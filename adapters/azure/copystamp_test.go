@@ -9,28 +9,34 @@ import (
 
 // A stamped copy's source is read from the store only when it names a
 // blob of the store, on the gateway's address or the store's; the
-// snapshot or version it names is read, and nothing else of its query (a
-// SAS is the worker's). A source elsewhere is not read.
+// snapshot or version it names is read, and nothing else of its query,
+// unless it carries a SAS: the store reads it with its whole query, and
+// so does the gateway (without its own credentials). A source elsewhere
+// is not read.
 func TestSourceBlob(t *testing.T) {
 	endpoint, _ := url.Parse("http://store:10000/devstoreaccount1")
 	u := &Upstream{endpoint: endpoint}
 	in := httptest.NewRequest(http.MethodPut, "http://gw:8080/c/dst", nil)
-	for _, tc := range []struct{ src, want string }{
-		{"http://gw:8080/c/src", "http://store:10000/devstoreaccount1/c/src"},
-		{"http://GW:8080/c/dir%2Fsrc?snapshot=2026-12-06T10%3A00%3A00Z&sig=worker&sv=2021", "http://store:10000/devstoreaccount1/c/dir/src?snapshot=2026-12-06T10%3A00%3A00Z"},
-		{"http://store:10000/devstoreaccount1/c/a/b?versionid=v1", "http://store:10000/devstoreaccount1/c/a/b?versionid=v1"},
-		{"http://store:10000/otheraccount/c/src", ""},
-		{"http://elsewhere/c/src", ""},
-		{"http://gw:8080/c", ""},
-		{"http://gw:8080/c/a/../b", ""},
-		{"http://gw:8080/c/src/", ""},
-		{"::", ""},
+	for _, tc := range []struct {
+		src, want string
+		ownSAS    bool
+	}{
+		{"http://gw:8080/c/src", "http://store:10000/devstoreaccount1/c/src", false},
+		{"http://GW:8080/c/dir%2Fsrc?snapshot=2026-12-06T10%3A00%3A00Z&sig=worker&sv=2021", "http://store:10000/devstoreaccount1/c/dir/src?snapshot=2026-12-06T10%3A00%3A00Z&sig=worker&sv=2021", true},
+		{"http://GW:8080/c/dir%2Fsrc?snapshot=2026-12-06T10%3A00%3A00Z&sv=2021", "http://store:10000/devstoreaccount1/c/dir/src?snapshot=2026-12-06T10%3A00%3A00Z", false},
+		{"http://store:10000/devstoreaccount1/c/a/b?versionid=v1", "http://store:10000/devstoreaccount1/c/a/b?versionid=v1", false},
+		{"http://store:10000/otheraccount/c/src", "", false},
+		{"http://elsewhere/c/src", "", false},
+		{"http://gw:8080/c", "", false},
+		{"http://gw:8080/c/a/../b", "", false},
+		{"http://gw:8080/c/src/", "", false},
+		{"::", "", false},
 	} {
-		got, ok := u.sourceBlob(in, tc.src)
+		got, ownSAS, ok := u.sourceBlob(in, tc.src)
 		if s := ""; ok {
 			s = got.String()
-			if s != tc.want {
-				t.Errorf("sourceBlob(%q) = %s; want %q", tc.src, s, tc.want)
+			if s != tc.want || ownSAS != tc.ownSAS {
+				t.Errorf("sourceBlob(%q) = %s, own SAS %v; want %q, %v", tc.src, s, ownSAS, tc.want, tc.ownSAS)
 			}
 		} else if tc.want != "" {
 			t.Errorf("sourceBlob(%q) refused; want %s", tc.src, tc.want)

@@ -80,7 +80,14 @@ func verifySAS(r *http.Request, q url.Values, t target, clients map[string]*shar
 	if sip != "" && !sasAddressAllowed(sip, r.RemoteAddr) {
 		return "", errSASAddress
 	}
-	if !strings.Contains(ss, "b") || !strings.Contains(srt, t.resourceType()) || !t.permitted(r.Method, sp) {
+	// A request with a copy source (Copy Blob, Put Blob, Block or Page
+	// From URL, Append Block From URL) reads it too: it needs r besides
+	// w, since the store may read a source of this account with the
+	// gateway's credentials, which may read what the worker's SAS may not
+	// (Azure's own SAS rules: r uses a blob as a copy's source).
+	readsSource := r.Header.Get("X-Ms-Copy-Source") != ""
+	if !strings.Contains(ss, "b") || !strings.Contains(srt, t.resourceType()) || !t.permitted(r.Method, sp) ||
+		readsSource && !strings.Contains(sp, "r") {
 		return "", errSASScope
 	}
 	names := make([]string, 0, len(clients))

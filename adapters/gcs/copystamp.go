@@ -22,9 +22,13 @@ import (
 // source is still the generation and metageneration it read.
 
 // copyMembers are the members of the destination's object resource the
-// store takes from the source when the body does not name them.
+// store takes from the source when the copy has no body, and only from a
+// body when it has one (the gateway's always has): of the writable
+// members, the metadata, the content members and customTime. The others
+// come from the copy's parameters and the destination bucket's defaults
+// in either case (acl, storageClass, kmsKeyName, the holds, retention).
 var copyMembers = []string{"metadata", "contentType", "contentEncoding", "contentDisposition",
-	"contentLanguage", "cacheControl"}
+	"contentLanguage", "cacheControl", "customTime"}
 
 // copyGuard is a stamped copy's condition on the source it read.
 type copyGuard struct{ generation, metageneration string }

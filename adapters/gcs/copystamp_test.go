@@ -43,7 +43,7 @@ func (c *copyStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/storage/v1/b/bk/o/src":
 		c.reads = append(c.reads, r.URL.RawQuery)
-		fmt.Fprintf(w, `{"generation":"%d","metageneration":"2","contentType":"text/csv","cacheControl":"no-cache",`+
+		fmt.Fprintf(w, `{"generation":"%d","metageneration":"2","contentType":"text/csv","cacheControl":"no-cache","customTime":"2026-12-01T10:00:00Z",`+
 			`"metadata":{"owner":"src-owner","fencing-token":"5"}}`, c.generation)
 		if c.changeAfterRead {
 			c.generation++
@@ -64,14 +64,16 @@ func (c *copyStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// A stamped copyTo or rewriteTo is sent with the source's metadata (where
-// its body names none) and the copy's stamp, on the condition that the
+// A stamped copyTo or rewriteTo is sent with the source's metadata, content
+// members and customTime (where its body names none; before, customTime
+// was dropped, and GCS takes a copy body's members only) and the copy's stamp, on the condition that the
 // source is the generation and metageneration the gateway read: a source
 // replaced in between fails the copy (412). The worker's own conditions on
 // the source are evaluated against it; moveTo, which takes no body, is
 // refused on a stamping route.
 func TestCopyStamped(t *testing.T) {
 	source := map[string]any{"owner": "src-owner", "fencing-token": "9"}
+	const ct = "2026-12-01T10:00:00Z" // the source's customTime, which GCS copies with the rest
 	for _, tc := range []struct {
 		name            string
 		path, query     string
@@ -83,13 +85,15 @@ func TestCopyStamped(t *testing.T) {
 		doc             map[string]any
 	}{
 		{name: "no body", stamp: true, status: 200,
-			doc: map[string]any{"metadata": source, "contentType": "text/csv", "cacheControl": "no-cache"}},
+			doc: map[string]any{"metadata": source, "contentType": "text/csv", "cacheControl": "no-cache", "customTime": ct}},
 		{name: "body without metadata", body: `{"contentType":"text/plain"}`, stamp: true, status: 200,
-			doc: map[string]any{"metadata": source, "contentType": "text/plain", "cacheControl": "no-cache"}},
+			doc: map[string]any{"metadata": source, "contentType": "text/plain", "cacheControl": "no-cache", "customTime": ct}},
+		{name: "the worker's customTime", body: `{"customTime":"2026-12-02T00:00:00Z"}`, stamp: true, status: 200,
+			doc: map[string]any{"metadata": source, "contentType": "text/csv", "cacheControl": "no-cache", "customTime": "2026-12-02T00:00:00Z"}},
 		{name: "the worker's metadata", body: `{"metadata":{"a":"b","fencing-token":"1000"}}`, stamp: true, status: 200,
-			doc: map[string]any{"metadata": map[string]any{"a": "b", "fencing-token": "9"}, "contentType": "text/csv", "cacheControl": "no-cache"}},
+			doc: map[string]any{"metadata": map[string]any{"a": "b", "fencing-token": "9"}, "contentType": "text/csv", "cacheControl": "no-cache", "customTime": ct}},
 		{name: "source generation", query: "?sourceGeneration=10&ifSourceGenerationMatch=10&ifSourceMetagenerationNotMatch=1", stamp: true, status: 200, read: "10",
-			doc: map[string]any{"metadata": source, "contentType": "text/csv", "cacheControl": "no-cache"}},
+			doc: map[string]any{"metadata": source, "contentType": "text/csv", "cacheControl": "no-cache", "customTime": ct}},
 		{name: "worker's generation condition fails", query: "?ifSourceGenerationMatch=11", stamp: true, status: 412},
 		{name: "worker's metageneration condition fails", query: "?ifSourceMetagenerationNotMatch=2", stamp: true, status: 412},
 		{name: "source changed after the read", stamp: true, changeAfterRead: true, status: 412},

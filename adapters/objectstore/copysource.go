@@ -32,7 +32,7 @@ func (c SourceConditions) Hold(h http.Header, etag, lastModified string) bool {
 	}
 	im, hasIM := h[c.IfMatch]
 	inm, hasINM := h[c.IfNoneMatch]
-	failed := hasIM && !ETagMatches(im, etag) || hasINM && ETagMatches(inm, etag)
+	failed := hasIM && !ETagMatches(im, etag, true) || hasINM && ETagMatches(inm, etag, false)
 	if t, ok := since(c.IfUnmodifiedSince); ok && !hasIM {
 		failed = failed || mod.After(t)
 	}
@@ -82,6 +82,10 @@ func (c SourceConditions) ReadSource(resp *http.Response, in http.Header, what, 
 		return nil, fmt.Errorf("%s: %s", what, resp.Status)
 	case resp.Header.Get("ETag") == "":
 		return nil, fmt.Errorf("%s answered no ETag: the copy cannot be made conditional on it", what)
+	case strings.HasPrefix(resp.Header.Get("ETag"), "W/"):
+		// A weak validator names a version only up to what its server
+		// deems equivalent, and the store's If-Match never matches it.
+		return nil, fmt.Errorf("%s answered a weak ETag: the copy cannot be made conditional on it", what)
 	}
 	s := &CopySource{Header: http.Header{}, ETag: resp.Header.Get("ETag")}
 	CopyMeta(s.Header, resp.Header, prefix)
@@ -112,12 +116,22 @@ func (c SourceConditions) SendSource(h http.Header, s *CopySource, prefix string
 	c.Set(h, s.ETag)
 }
 
-// ETagMatches reports whether an entity-tag list (or *) names etag.
-func ETagMatches(list []string, etag string) bool {
-	norm := func(e string) string { return strings.Trim(strings.TrimPrefix(strings.TrimSpace(e), "W/"), `"`) }
+// ETagMatches reports whether an entity-tag list (or *) names etag, by
+// the strong comparison (If-Match, RFC 9110 13.1.1: a weak tag, W/"...",
+// never matches, as S3 and Azure answer a copy on one with 412) or the
+// weak one (If-None-Match).
+func ETagMatches(list []string, etag string, strong bool) bool {
+	weak := func(e string) bool { return strings.HasPrefix(e, "W/") }
+	norm := func(e string) string { return strings.Trim(strings.TrimPrefix(e, "W/"), `"`) }
+	etag = strings.TrimSpace(etag)
 	for _, l := range list {
 		for _, e := range strings.Split(l, ",") {
-			if strings.TrimSpace(e) == "*" || norm(e) == norm(etag) {
+			e = strings.TrimSpace(e)
+			switch {
+			case e == "*":
+				return true
+			case strong && (weak(e) || weak(etag)):
+			case norm(e) == norm(etag):
 				return true
 			}
 		}

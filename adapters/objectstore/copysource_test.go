@@ -6,7 +6,8 @@ import (
 )
 
 // A copy's conditions on its source hold as the store evaluates them: an
-// entity-tag list or *, weak or strong, and the dates unless the matching
+// entity-tag list or *, compared strongly for If-Match (a weak tag never
+// matches) and weakly for If-None-Match, and the dates unless the matching
 // entity-tag condition is there (RFC 9110).
 func TestSourceConditionsHold(t *testing.T) {
 	c := SourceConditions{IfMatch: "If-Match", IfNoneMatch: "If-None-Match", IfModifiedSince: "If-Modified-Since", IfUnmodifiedSince: "If-Unmodified-Since"}
@@ -17,7 +18,9 @@ func TestSourceConditionsHold(t *testing.T) {
 		want   bool
 	}{
 		{"none", nil, true},
-		{"if-match", map[string]string{"If-Match": `"e0", W/"e1"`}, true},
+		{"if-match", map[string]string{"If-Match": `"e0", "e1"`}, true},
+		{"if-match weak", map[string]string{"If-Match": `"e0", W/"e1"`}, false},
+		{"if-none-match weak", map[string]string{"If-None-Match": `W/"e1"`}, false},
 		{"if-match other", map[string]string{"If-Match": `"e0"`}, false},
 		{"if-match *", map[string]string{"If-Match": "*"}, true},
 		{"if-none-match", map[string]string{"If-None-Match": `"e1"`}, false},
@@ -50,5 +53,18 @@ func TestReplaceMeta(t *testing.T) {
 	ReplaceMeta(h, http.Header{"X-Ms-Meta-Owner": {"src"}, "Etag": {`"e"`}}, "X-Ms-Meta-")
 	if len(h) != 2 || h.Get("X-Ms-Meta-Owner") != "src" || h.Get("Content-Type") != "text/plain" {
 		t.Fatalf("ReplaceMeta left %v", h)
+	}
+}
+
+// A source read answered with a weak ETag does not pin a copy: the
+// store's If-Match never matches a weak tag, and it names no one version.
+func TestReadSourceWeakETag(t *testing.T) {
+	c := SourceConditions{IfMatch: "If-Match", IfNoneMatch: "If-None-Match", IfModifiedSince: "If-Modified-Since", IfUnmodifiedSince: "If-Unmodified-Since"}
+	for etag, ok := range map[string]bool{`"e1"`: true, `W/"e1"`: false} {
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Etag": {etag}}}
+		s, err := c.ReadSource(resp, http.Header{}, "HEAD", "X-Amz-Meta-", nil, SourceRefusals{})
+		if (err == nil) != ok || ok && s.ETag != etag {
+			t.Errorf("ReadSource with ETag %s: %+v, %v; want pinned: %v", etag, s, err, ok)
+		}
 	}
 }

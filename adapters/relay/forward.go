@@ -62,11 +62,18 @@ func forward(w http.ResponseWriter, r *http.Request, drop string, rewrite func(*
 	u := *r.URL
 	out.URL = &u
 	if r.Trailer != nil {
-		// A copy, as Request.Clone makes: trailer values that arrive while
-		// the body streams are not relayed (ReverseProxy's behaviour, kept).
-		out.Trailer = r.Trailer.Clone()
-		// A body read whole before the forward (a dialect's Inspect) has
-		// filled the trailers' values: the token must not ride on them.
+		// The names, never a value: trailer values arrive after the
+		// gateway decided on the request, and a store may merge them into
+		// its headers (VersityGW does: an unannounced, unsigned
+		// x-amz-expected-bucket-owner trailer decided a DeleteObjects).
+		// Values that arrive while the body streams were never relayed
+		// (ReverseProxy's copy is taken before them); a body read whole
+		// before the forward (a dialect's Inspect) has filled them, the
+		// unannounced ones included, which the gateway never checked.
+		out.Trailer = make(http.Header, len(r.Trailer))
+		for k := range r.Trailer {
+			out.Trailer[k] = nil
+		}
 		delete(out.Trailer, drop)
 	}
 	out.Close = false

@@ -236,11 +236,12 @@ func TestTokenHeaderLeftOutOfUpgrades(t *testing.T) {
 }
 
 // TestTokenTrailerLeftOut: the token header sent as a request trailer is
-// left out of the forward too. An object-store dialect reads some bodies
-// whole before the forward (S3 DeleteObjects, a small GCS upload of
-// unknown length), which fills the request's trailers: the forward's copy
-// of them then carries their values, and a chunked forward sends them on.
-// The upstream reports the trailers it received.
+// left out of the forward too, and so is every other trailer's value. An
+// object-store dialect reads some bodies whole before the forward (S3
+// DeleteObjects, a small GCS upload of unknown length), which fills the
+// request's trailers, unannounced ones included: a copy of them would
+// carry values the gateway never checked (before, X-Other went on). The
+// upstream reports the trailers it received.
 func TestTokenTrailerLeftOut(t *testing.T) {
 	var mu sync.Mutex
 	var got []string // the token header and trailer of every request received
@@ -278,7 +279,7 @@ func TestTokenTrailerLeftOut(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"||kept"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := []string{"||"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("upstream received token header|trailer|other trailer %q; want %q", got, want)
 	}
 }

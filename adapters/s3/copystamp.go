@@ -30,6 +30,18 @@ var copySourceConditions = objectstore.SourceConditions{IfMatch: "X-Amz-Copy-Sou
 	IfNoneMatch: "X-Amz-Copy-Source-If-None-Match", IfModifiedSince: "X-Amz-Copy-Source-If-Modified-Since",
 	IfUnmodifiedSince: "X-Amz-Copy-Source-If-Unmodified-Since"}
 
+// sourceReadHeaders map a CopyObject's headers for reading its source to
+// those of a HEAD of it: without the SSE-C key of an encrypted source, the
+// request payer's acknowledgement or the source bucket's expected owner,
+// S3 refuses the HEAD (400, 403) that the copy itself would pass.
+var sourceReadHeaders = map[string]string{
+	"X-Amz-Copy-Source-Server-Side-Encryption-Customer-Algorithm": "X-Amz-Server-Side-Encryption-Customer-Algorithm",
+	"X-Amz-Copy-Source-Server-Side-Encryption-Customer-Key":       "X-Amz-Server-Side-Encryption-Customer-Key",
+	"X-Amz-Copy-Source-Server-Side-Encryption-Customer-Key-Md5":   "X-Amz-Server-Side-Encryption-Customer-Key-Md5",
+	"X-Amz-Request-Payer":                "X-Amz-Request-Payer",
+	"X-Amz-Source-Expected-Bucket-Owner": "X-Amz-Expected-Bucket-Owner",
+}
+
 // copyDirective reads a CopyObject's metadata directive: replace false is
 // COPY (the default). A value that is neither is refused: the store could
 // read it either way.
@@ -45,7 +57,8 @@ func copyDirective(h http.Header) (replace bool, err *s3Error) {
 
 // readCopySource reads the source of a stamped COPY-directive CopyObject
 // (x-amz-copy-source: bucket/key, a versionId) with a HEAD signed with the
-// gateway's credentials, and evaluates the worker's own conditions on the
+// gateway's credentials, carrying the copy's headers for reading its
+// source (sourceReadHeaders), and evaluates the worker's own conditions on the
 // source against it, as S3 would (RFC 9110: If-Match overrides
 // If-Unmodified-Since, If-None-Match If-Modified-Since).
 func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*objectstore.CopySource, error) {
@@ -61,9 +74,20 @@ func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*objectst
 	if v := q.Get("versionId"); v != "" {
 		query = "versionId=" + url.QueryEscape(v)
 	}
-	resp, err := u.head(ctx, target{bucket: bucket, key: key}, query)
+	read := http.Header{}
+	for from, to := range sourceReadHeaders {
+		if v, ok := h[from]; ok {
+			read[to] = v
+		}
+	}
+	resp, err := u.head(ctx, target{bucket: bucket, key: key}, query, read)
 	if err != nil {
 		return nil, err
+	}
+	if resp.StatusCode == http.StatusBadRequest {
+		// S3 answers a HEAD with no body: the cause cannot be told.
+		return nil, errInvalidArgument("the gateway's HEAD of the copy source, whose metadata a stamped copy carries, was refused (400): " +
+			"an encrypted source needs x-amz-copy-source-server-side-encryption-customer-*; or copy with x-amz-metadata-directive: REPLACE").refusal()
 	}
 	if resp.StatusCode == http.StatusOK && resp.Header.Get("ETag") != "" && resp.Header.Get("X-Amz-Missing-Meta") != "" {
 		return nil, errNotImplemented("the copy source has metadata S3 does not return: a stamped copy would lose it; copy with x-amz-metadata-directive: REPLACE").refusal()

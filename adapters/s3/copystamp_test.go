@@ -18,6 +18,8 @@ type copyStore struct {
 	etag            string
 	changeAfterHead bool
 	heads           []string      // the HEADs' query strings
+	headHeaders     []http.Header // and their headers
+	headStatus      int           // the HEAD's status, 0: 200
 	copied          []http.Header // the copies the store applied
 }
 
@@ -27,6 +29,11 @@ func (c *copyStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodHead && r.URL.Path == "/bkt/src":
 		c.heads = append(c.heads, r.URL.RawQuery)
+		c.headHeaders = append(c.headHeaders, r.Header.Clone())
+		if c.headStatus != 0 {
+			w.WriteHeader(c.headStatus)
+			return
+		}
 		w.Header().Set("ETag", c.etag)
 		w.Header().Set("Content-Type", "text/csv")
 		w.Header().Set("X-Amz-Meta-Owner", "src-owner")
@@ -121,5 +128,61 @@ func TestCopyObjectCopyDirectiveStamped(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The gateway's HEAD of a stamped copy's source carries the copy's
+// headers for reading it, renamed as a HEAD names them: the SSE-C key of
+// an encrypted source, the request payer's acknowledgement, the source
+// bucket's expected owner (signed, so S3 checks them). Before, it carried
+// none: S3 refused the HEAD of an SSE-C source (400) and of a
+// requester-pays source (403), and the copy failed as "the gateway may
+// not read the copy source". A HEAD S3 still refuses with 400 says what
+// may be missing.
+func TestCopySourceHeadCarriesReadHeaders(t *testing.T) {
+	stamp := func(o *s3.Options) { o.Stamp, o.PreconditionETag = true, false }
+	store := &copyStore{etag: `"v1"`}
+	gw := reviewGateway(t, store, stamp)
+	hdr := map[string]string{"X-Amz-Copy-Source": "/bkt/src",
+		"X-Amz-Copy-Source-Server-Side-Encryption-Customer-Algorithm": "AES256",
+		"X-Amz-Copy-Source-Server-Side-Encryption-Customer-Key":       "a2V5",
+		"X-Amz-Copy-Source-Server-Side-Encryption-Customer-Key-Md5":   "bWQ1",
+		"X-Amz-Request-Payer":                "requester",
+		"X-Amz-Source-Expected-Bucket-Owner": "111122223333",
+		"X-Amz-Expected-Bucket-Owner":        "444455556666"}
+	if st := putSigned(t, gw+"/bkt/dst", "9", "", hdr); st != 200 {
+		t.Fatalf("copy answered %d; want 200", st)
+	}
+	store.mu.Lock()
+	if len(store.headHeaders) != 1 {
+		t.Fatalf("%d HEADs of the source; want 1", len(store.headHeaders))
+	}
+	h := store.headHeaders[0]
+	store.mu.Unlock()
+	for name, want := range map[string]string{
+		"X-Amz-Server-Side-Encryption-Customer-Algorithm": "AES256",
+		"X-Amz-Server-Side-Encryption-Customer-Key":       "a2V5",
+		"X-Amz-Server-Side-Encryption-Customer-Key-Md5":   "bWQ1",
+		"X-Amz-Request-Payer":                             "requester",
+		"X-Amz-Expected-Bucket-Owner":                     "111122223333", // the source's owner, not the destination's
+	} {
+		if got := h.Get(name); got != want {
+			t.Errorf("the HEAD's %s = %q; want %q", name, got, want)
+		}
+		if !strings.Contains(strings.ToLower(h.Get("Authorization")), strings.ToLower(name)) {
+			t.Errorf("%s is not signed: %s", name, h.Get("Authorization"))
+		}
+	}
+	for k := range h {
+		if strings.HasPrefix(k, "X-Amz-Copy-Source") {
+			t.Errorf("the HEAD carries the copy's %s", k)
+		}
+	}
+
+	store.mu.Lock()
+	store.headStatus = http.StatusBadRequest
+	store.mu.Unlock()
+	if st := putSigned(t, gw+"/bkt/dst", "9", "", map[string]string{"X-Amz-Copy-Source": "/bkt/src"}); st != http.StatusBadRequest {
+		t.Fatalf("a HEAD refused with 400: the copy answered %d; want 400 (InvalidArgument, naming the SSE-C headers)", st)
 	}
 }

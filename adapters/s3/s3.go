@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -594,22 +595,23 @@ func (d dialect) Version(ctx context.Context, f *forward) (string, error) {
 // headETag asks the upstream for an object's ETag header ("" if it does
 // not exist).
 func (u *Upstream) headETag(ctx context.Context, t target) (string, error) {
-	resp, err := u.head(ctx, t, "")
+	resp, err := u.head(ctx, t, "", nil)
 	if err != nil {
 		return "", err
 	}
 	return objectstore.HeadVersion(resp, t.bucket+"/"+t.key, "ETag")
 }
 
-// head sends a HEAD of t (with query) signed with the gateway's
-// credentials; the answer's body is closed.
-func (u *Upstream) head(ctx context.Context, t target, query string) (*http.Response, error) {
+// head sends a HEAD of t (with query and the headers h) signed with the
+// gateway's credentials; the answer's body is closed.
+func (u *Upstream) head(ctx context.Context, t target, query string, h http.Header) (*http.Response, error) {
 	p, rp := upstreamPath(u.endpoint.Path, t)
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.endpoint.Scheme+"://"+u.endpoint.Host+rp, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.URL.Path, req.URL.RawPath, req.URL.RawQuery = p, rp, query
+	maps.Copy(req.Header, h)
 	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
 	resp, err := u.send(req, emptySHA256, nil)
 	if err != nil {
