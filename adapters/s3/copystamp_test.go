@@ -140,7 +140,7 @@ func TestCopyObjectCopyDirectiveStamped(t *testing.T) {
 // not read the copy source". A HEAD S3 still refuses with 400 says what
 // may be missing.
 func TestCopySourceHeadCarriesReadHeaders(t *testing.T) {
-	stamp := func(o *s3.Options) { o.Stamp, o.PreconditionETag = true, false }
+	stamp := func(o *s3.Options) { o.Stamp, o.Precondition = true, false }
 	store := &copyStore{etag: `"v1"`}
 	gw := reviewGateway(t, store, stamp)
 	hdr := map[string]string{"X-Amz-Copy-Source": "/bkt/src",
