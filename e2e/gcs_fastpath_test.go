@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -97,6 +98,14 @@ func TestGCSFastPathChunkedUpload(t *testing.T) {
 	}
 
 	// Which server holds the two idle connections.
+	wantServedFast(t, p, 2)
+}
+
+// wantServedFast ends p with a goroutine dump (SIGQUIT, the process
+// started with GOTRACEBACK=all) and fails unless at least conns
+// connections are held by the fast path and none by net/http's server.
+func wantServedFast(t *testing.T, p *Proc, conns int) {
+	t.Helper()
 	p.Signal(syscall.SIGQUIT)
 	select {
 	case <-p.exited:
@@ -106,8 +115,57 @@ func TestGCSFastPathChunkedUpload(t *testing.T) {
 	dump := p.Log()
 	fast := strings.Count(dump, "internal/workerserver.(*conn).serve(")
 	stock := strings.Count(dump, "net/http.(*conn).serve(")
-	if fast < 2 || stock != 0 {
-		t.Fatalf("goroutines serving a connection: %d on the fast path, %d on net/http's server; want 2 or more and 0\n%s",
-			fast, stock, tail([]byte(dump), 3000))
+	if fast < conns || stock != 0 {
+		t.Fatalf("goroutines serving a connection: %d on the fast path, %d on net/http's server; want %d or more and 0\n%s",
+			fast, stock, conns, tail([]byte(dump), 3000))
 	}
+}
+
+// A chunked write on the fast path to a plain HTTP route: a Fencing-Token
+// in its (undeclared) trailer is not forwarded upstream (no undeclared
+// trailer is: the proxy forwards the trailers the head announced, as with
+// net/http's server), and the write is fenced by the header's token.
+func TestFastPathTrailerTokenNotForwarded(t *testing.T) {
+	got := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- fmt.Sprintf("%s|%s|%s", b, r.Trailer.Get("Fencing-Token"), r.Trailer.Get("X-Other"))
+	}))
+	defer up.Close()
+	p := startFencegate(t, fastPathYAML(gatewayYAML(up.URL)), "GOTRACEBACK=all")
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL("gateway"), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(c, "PUT /orders/7 HTTP/1.1\r\nHost: gw\r\nFencing-Token: 5\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"4\r\nbody\r\n0\r\nFencing-Token: 99\r\nX-Other: kept\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("PUT: %d %s", res.StatusCode, b)
+	}
+	select {
+	case g := <-got:
+		if g != "body||" {
+			t.Fatalf("upstream got body|token trailer|other trailer %q; want %q", g, "body||")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the write did not reach the upstream")
+	}
+	// The fence took the header's token: an older one is refused now.
+	io.WriteString(c, "PUT /orders/7 HTTP/1.1\r\nHost: gw\r\nFencing-Token: 4\r\nContent-Length: 1\r\n\r\nx")
+	res, err = http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusConflict {
+		t.Fatalf("PUT with token 4 after 5: %d; want 409", res.StatusCode)
+	}
+	wantServedFast(t, p, 1)
 }
