@@ -511,9 +511,10 @@ func (b *body) consumed() bool {
 	return b.left == 0 && b.err == nil
 }
 
-// discard reads what is left of a body up to maxPostHandlerReadBytes so
-// the connection can carry the next request, as net/http does; false if
-// the connection must close instead.
+// discard reads what is left of a body, if less than
+// maxPostHandlerReadBytes (a chunked one: up to that), so the connection
+// can carry the next request, as net/http does; false if the connection
+// must close instead.
 func (b *body) discard() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -532,7 +533,8 @@ func (b *body) discard() bool {
 		// The client ended its side: net/http counts the body as read
 		// and closes when the next request's read finds the end.
 		return true
-	case b.err != nil, b.closed, b.left > maxPostHandlerReadBytes:
+	case b.err != nil, b.closed, b.left >= maxPostHandlerReadBytes:
+		// net/http closes at the limit itself too.
 		return false
 	}
 	n, err := b.c.br.Discard(int(b.left))

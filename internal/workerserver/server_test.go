@@ -167,6 +167,8 @@ func TestMatchesNetHTTP(t *testing.T) {
 		{"echo", put("/echo", "", "0123456789"), nil, 1},
 		{"unread small body", put("/noread", "", "0123456789") + put("/cl", "", ""), nil, 2},
 		{"unread large body closes", put("/noread", "", big) + put("/cl", "", ""), nil, 1},
+		{"unread body at the limit closes", put("/noread", "", strings.Repeat("b", 256<<10)) + put("/cl", "", ""), nil, 1},
+		{"unread body below the limit", put("/noread", "", strings.Repeat("b", 256<<10-1)) + put("/cl", "", ""), nil, 2},
 		{"short answer closes", put("/short", "", "") + put("/cl", "", ""), nil, 1},
 		{"abort", put("/abort", "", "") + put("/cl", "", ""), nil, 1},
 		{"handler closes", put("/close", "", "") + put("/cl", "", ""), nil, 1},
