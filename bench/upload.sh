@@ -12,8 +12,10 @@
 #
 # Usage: bench/upload.sh [count (default 5)] [rounds per count (default 10)] [stores, e.g. "gcs|azure" (default s3|gcs|azure)]
 # UPLOADBENCH_BEFORE=PATH adds another fencegate binary as the target
-# "before" (before/after in one run). The load average is printed first:
-# other work on the machine slows every target alike but widens the spread.
+# "before" (before/after in one run); UPLOADBENCH_FAST=1 adds the target
+# "fast", the same route with gateway.fast_path: true. The load average is
+# printed first: other work on the machine slows every target alike but
+# widens the spread.
 # With a count above 1, benchstat's medians of every figure end the output.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"

@@ -65,6 +65,9 @@ type uploadStore struct {
 //
 //	(cd /path/to/main-checkout && go build -o /tmp/fencegate-before ./cmd/fencegate)
 //	UPLOADBENCH_BEFORE=/tmp/fencegate-before bench/upload.sh
+//
+// UPLOADBENCH_FAST=1 adds the target "fast": the same route with the
+// HTTP/1.1 fast path on (gateway.fast_path: true), beside the default.
 func BenchmarkUpload(b *testing.B) {
 	for _, st := range uploadStores {
 		b.Run(st.name, func(b *testing.B) {
@@ -73,6 +76,10 @@ func BenchmarkUpload(b *testing.B) {
 			targets := []uploadTarget{
 				{"direct", direct, 0},
 				{"gateway", st.worker(b, gw.URL("gateway")), gw.cmd.Process.Pid},
+			}
+			if os.Getenv("UPLOADBENCH_FAST") != "" {
+				p := startFencegate(b, fastPathYAML(yaml))
+				targets = append(targets, uploadTarget{"fast", st.worker(b, p.URL("gateway")), p.cmd.Process.Pid})
 			}
 			if bin := os.Getenv("UPLOADBENCH_BEFORE"); bin != "" {
 				p := startFencegateBin(b, bin, yaml)

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/textproto"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -146,7 +148,7 @@ func (c *conn) serve() {
 		if head != nil {
 			req = parse(head)
 		}
-		if req == nil || !fastShape(req) {
+		if req == nil || !fastShape(req, head, c.srv.maxFields()) {
 			handoff = c.handOff()
 			return
 		}
@@ -271,6 +273,10 @@ func (c *conn) serveRequest(req *http.Request) (keep bool) {
 	req = req.WithContext(ctx)
 	req.RemoteAddr = c.remote
 	b := &body{c: c, left: req.ContentLength}
+	if chunked(req) {
+		b.chunks = httputil.NewChunkedReader(c.br)
+		b.req = req
+	}
 	if req.ContentLength == 0 {
 		req.Body = http.NoBody
 		c.armWatch()
@@ -422,11 +428,16 @@ func (w connWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// body is a request body of known length, read from the connection.
+// body is a request body read from the connection: of known length, or
+// chunked.
 type body struct {
-	mu     sync.Mutex
-	c      *conn
-	left   int64
+	mu   sync.Mutex
+	c    *conn
+	left int64 // bytes left; -1 while a chunked body has not ended
+	// chunks is net/http's chunk decoder over c.br for a chunked body
+	// (nil for one of known length); req gets its trailer.
+	chunks io.Reader
+	req    *http.Request
 	closed bool
 	err    error // sticky: the connection is unusable after it
 }
@@ -434,6 +445,10 @@ type body struct {
 func (b *body) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.readLocked(p)
+}
+
+func (b *body) readLocked(p []byte) (int, error) {
 	switch {
 	case b.closed:
 		return 0, http.ErrBodyReadAfterClose
@@ -441,6 +456,8 @@ func (b *body) Read(p []byte) (int, error) {
 		return 0, b.err
 	case b.left == 0:
 		return 0, io.EOF
+	case b.chunks != nil:
+		return b.readChunks(p)
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
@@ -460,6 +477,26 @@ func (b *body) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// readChunks reads a chunked body, and its trailer after the last chunk,
+// as net/http's server does: a bad trailer closes the body (later reads
+// get http.ErrBodyReadAfterClose) and the connection after the answer.
+func (b *body) readChunks(p []byte) (int, error) {
+	n, err := b.chunks.Read(p)
+	switch {
+	case err == io.EOF:
+		if err = readTrailer(b.c.br, b.req, b.c.srv.maxFields()); err != nil {
+			b.err, b.closed = err, true
+			return n, err
+		}
+		b.left = 0
+		b.c.armWatch()
+		return n, io.EOF
+	case err != nil:
+		b.err = err // the decoder's errors are sticky too
+	}
+	return n, err
+}
+
 func (b *body) Close() error {
 	b.mu.Lock()
 	b.closed = true
@@ -474,20 +511,30 @@ func (b *body) consumed() bool {
 	return b.left == 0 && b.err == nil
 }
 
-// discard reads what is left of a body up to maxPostHandlerReadBytes so
-// the connection can carry the next request, as net/http does; false if
-// the connection must close instead.
+// discard reads what is left of a body, if less than
+// maxPostHandlerReadBytes (a chunked one: up to that), so the connection
+// can carry the next request, as net/http does; false if the connection
+// must close instead.
 func (b *body) discard() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case b.left == 0:
 		return b.err == nil
+	case b.chunks != nil:
+		// net/http reads one byte more than it allows: a chunked body
+		// with that much left, or a bad one, closes the connection.
+		if b.closed || b.err != nil {
+			return false
+		}
+		_, err := io.CopyN(io.Discard, lockedBody{b}, maxPostHandlerReadBytes+1)
+		return err == io.EOF
 	case b.err == io.ErrUnexpectedEOF:
 		// The client ended its side: net/http counts the body as read
 		// and closes when the next request's read finds the end.
 		return true
-	case b.err != nil, b.closed, b.left > maxPostHandlerReadBytes:
+	case b.err != nil, b.closed, b.left >= maxPostHandlerReadBytes:
+		// net/http closes at the limit itself too.
 		return false
 	}
 	n, err := b.c.br.Discard(int(b.left))
@@ -498,4 +545,106 @@ func (b *body) discard() bool {
 	}
 	b.c.armWatch()
 	return true
+}
+
+// lockedBody reads a body whose lock the caller holds.
+type lockedBody struct{ b *body }
+
+func (l lockedBody) Read(p []byte) (int, error) { return l.b.readLocked(p) }
+
+var (
+	doubleCRLF = []byte("\r\n\r\n")
+	// errTrailerEOF and errFieldsTooLarge are net/http's and textproto's
+	// errors (their text is what a handler may pass on).
+	errTrailerEOF     = errors.New("http: unexpected EOF reading trailer")
+	errTrailerTooLong = errors.New("http: suspiciously long trailer after chunked body")
+	errFieldsTooLarge = errors.New("message too large")
+)
+
+// maxTrailerBytes is net/http's server's limit on a trailer: its read
+// buffer (the trailer must end within one Peek of it).
+const maxTrailerBytes = 4096
+
+// readTrailer reads the trailer after a chunked body's last chunk from
+// br into req.Trailer, as net/http's body.readTrailer does in its server:
+// none if the next line is empty; else the trailer must end within
+// maxTrailerBytes and hold at most maxFields fields, parsed by textproto.
+func readTrailer(br *bufio.Reader, req *http.Request, maxFields int) error {
+	buf, err := br.Peek(2)
+	if bytes.Equal(buf, crlf) {
+		br.Discard(2)
+		return nil
+	}
+	if len(buf) < 2 {
+		return errTrailerEOF
+	}
+	if err != nil {
+		return err
+	}
+	end := 0
+	for size := 4; size <= maxTrailerBytes; size++ {
+		buf, err := br.Peek(size)
+		if bytes.HasSuffix(buf, doubleCRLF) {
+			end = size
+			break
+		}
+		if err != nil {
+			break
+		}
+	}
+	if end == 0 {
+		return errTrailerTooLong
+	}
+	// textproto's ReadMIMEHeader counts no fields (net/http's server
+	// passes its limit to the same parser): a trailer with more is
+	// parsed up to the first field too many, for the error net/http
+	// would meet first.
+	src := br
+	if cut := fieldsEnd(buf[:end], maxFields); cut > 0 {
+		head, _ := br.Peek(cut)
+		src = bufio.NewReader(io.MultiReader(bytes.NewReader(head), bytes.NewReader(crlf)))
+	}
+	hdr, err := textproto.NewReader(src).ReadMIMEHeader()
+	switch {
+	case err == io.EOF:
+		return errTrailerEOF
+	case err != nil:
+		return err
+	case src != br:
+		return errFieldsTooLarge
+	}
+	if req.Trailer == nil {
+		req.Trailer = make(http.Header, len(hdr))
+	}
+	for k, vv := range hdr {
+		req.Trailer[k] = vv
+	}
+	return nil
+}
+
+// fieldsEnd is, for a trailer with more than max fields, the length of
+// its lines up to and including field max+1 (with its folded lines); 0
+// if it has at most max. Lines end as textproto reads them (LF, with or
+// without a CR before it).
+func fieldsEnd(trailer []byte, max int) int {
+	fields := 0
+	for i := 0; i < len(trailer); {
+		j := bytes.IndexByte(trailer[i:], '\n')
+		if j < 0 {
+			return 0
+		}
+		line := bytes.TrimSuffix(trailer[i:i+j], []byte("\r"))
+		field := len(line) > 0 && (i == 0 || line[0] != ' ' && line[0] != '\t')
+		if fields > max && (len(line) == 0 || field) {
+			return i
+		}
+		if len(line) == 0 {
+			return 0
+		}
+		if field {
+			fields++
+		}
+		i += j + 1
+	}
+	return 0
 }

@@ -10,20 +10,28 @@
 // long, changes deadlines twice, and writes an answer of known length
 // straight into the connection's buffer.
 //
+// A chunked body (the Go GCS client sends its uploads so) is read by
+// net/http's own chunk decoder (httputil.NewChunkedReader, the one its
+// server uses) and its trailer as net/http's server reads it, into
+// Request.Trailer, with the same limits (4 KiB, MaxHeaderValueCount
+// fields) and errors.
+//
 // Everything else goes to net/http, which serves it in full: a
 // connection's first request that is not of the shape (HTTP/1.0, a
-// chunked body, Expect, Upgrade, HEAD, CONNECT, OPTIONS *, an absolute
-// request target, a head larger than the read buffer, any head net/http
-// would refuse) hands the connection over at that request, with the bytes
-// already read replayed first. From then on the connection is net/http's.
-// So the fast path never answers a request differently from net/http in
-// the ways clients depend on: the request is parsed by net/http's own
-// ReadRequest, checked as its server checks it, and a request the fast
-// path is unsure of is never answered by it.
+// chunked body that also has a Content-Length or declares its trailers,
+// Expect, Upgrade, HEAD, CONNECT, OPTIONS *, an absolute request target, a
+// head larger than the read buffer or with more fields than net/http
+// allows, any head net/http would refuse) hands the connection over at
+// that request, with the bytes already read replayed first. From then on
+// the connection is net/http's. So the fast path never answers a request
+// differently from net/http in the ways clients depend on: the request is
+// parsed by net/http's own ReadRequest, checked as its server checks it,
+// and a request the fast path is unsure of is never answered by it.
 package workerserver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"log"
@@ -297,17 +305,30 @@ func (c *replayConn) CloseWrite() error {
 	return nil
 }
 
-// fastShape reports whether the fast path serves req: HTTP/1.1, a request
-// target in origin form with a valid Host (ReadRequest refuses two, and
-// took it from the header: the target has none), a body of known length or none,
-// and nothing that asks for a protocol step of net/http's (100-continue,
-// upgrades, HEAD's bodiless answers, OPTIONS *, CONNECT). The header
-// checks are net/http's server's own.
-func fastShape(req *http.Request) bool {
+// fastShape reports whether the fast path serves req, parsed from head:
+// HTTP/1.1, a request target in origin form with a valid Host (ReadRequest
+// refuses two, and took it from the header: the target has none), a body
+// of known length, none, or chunked (alone: without a Content-Length,
+// which ReadRequest drops, and without declared trailers), no more header
+// fields than maxFields, and nothing that asks for a protocol step of
+// net/http's (100-continue, upgrades, HEAD's bodiless answers, OPTIONS *,
+// CONNECT). The header checks are net/http's server's own.
+func fastShape(req *http.Request, head []byte, maxFields int) bool {
 	if req.ProtoMajor != 1 || req.ProtoMinor != 1 ||
 		req.Method == http.MethodHead || req.Method == http.MethodConnect || req.RequestURI == "*" ||
-		req.URL.Host != "" || req.Host == "" || !httpguts.ValidHostHeader(req.Host) ||
-		len(req.TransferEncoding) > 0 || req.ContentLength < 0 {
+		req.URL.Host != "" || req.Host == "" || !httpguts.ValidHostHeader(req.Host) {
+		return false
+	}
+	// net/http counts the head's fields (ReadRequest alone does not):
+	// more lines than that, folded or not, are its to judge.
+	if bytes.Count(head, crlf)-2 > maxFields {
+		return false
+	}
+	if chunked(req) {
+		if req.Trailer != nil || hasField(head, "content-length") {
+			return false
+		}
+	} else if len(req.TransferEncoding) > 0 || req.ContentLength < 0 {
 		return false
 	}
 	for k, vv := range req.Header {
@@ -325,4 +346,30 @@ func fastShape(req *http.Request) bool {
 		}
 	}
 	return true
+}
+
+// chunked reports whether req's body is chunked (ReadRequest takes no
+// other transfer coding).
+func chunked(req *http.Request) bool {
+	return len(req.TransferEncoding) == 1 && req.TransferEncoding[0] == "chunked"
+}
+
+// hasField reports whether head has a field named name (lower case) at
+// the start of a line.
+func hasField(head []byte, name string) bool {
+	for line := range bytes.SplitSeq(head, crlf) {
+		if len(line) > len(name) && line[len(name)] == ':' && bytes.EqualFold(line[:len(name)], []byte(name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxFields is the fallback's limit on a request head's (or trailer's)
+// fields.
+func (s *Server) maxFields() int {
+	if n := s.fallback.MaxHeaderValueCount; n > 0 {
+		return n
+	}
+	return http.DefaultMaxHeaderValueCount
 }

@@ -75,6 +75,9 @@ func handler(fast *atomic.Int64) http.Handler {
 				return
 			}
 			h.Set("X-Len", fmt.Sprint(len(b)))
+			if r.Trailer != nil {
+				h.Set("X-Req-Trailer", fmt.Sprint(r.Trailer))
+			}
 			w.Write(b)
 		case "/slow":
 			// Runs past the client-gone watch's delay.
@@ -164,6 +167,8 @@ func TestMatchesNetHTTP(t *testing.T) {
 		{"echo", put("/echo", "", "0123456789"), nil, 1},
 		{"unread small body", put("/noread", "", "0123456789") + put("/cl", "", ""), nil, 2},
 		{"unread large body closes", put("/noread", "", big) + put("/cl", "", ""), nil, 1},
+		{"unread body at the limit closes", put("/noread", "", strings.Repeat("b", 256<<10)) + put("/cl", "", ""), nil, 1},
+		{"unread body below the limit", put("/noread", "", strings.Repeat("b", 256<<10-1)) + put("/cl", "", ""), nil, 2},
 		{"short answer closes", put("/short", "", "") + put("/cl", "", ""), nil, 1},
 		{"abort", put("/abort", "", "") + put("/cl", "", ""), nil, 1},
 		{"handler closes", put("/close", "", "") + put("/cl", "", ""), nil, 1},
@@ -173,14 +178,51 @@ func TestMatchesNetHTTP(t *testing.T) {
 		{"pipelined", put("/echo", "", "one") + put("/echo", "", "two") + put("/cl", "", ""), nil, 3},
 		{"POST then CRLF", "POST /echo HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\nhi\r\n" + put("/cl", "", ""), nil, 2},
 		{"GET", "GET /cl HTTP/1.1\r\nHost: gw\r\n\r\n", nil, 1},
+		{"as many fields as allowed", "PUT /cl HTTP/1.1\r\nHost: gw\r\n" + strings.Repeat("X-A: 1\r\n", http.DefaultMaxHeaderValueCount-2) + "Content-Length: 0\r\n\r\n", nil, 1},
+
+		// Chunked request bodies: read by net/http's decoder, trailers as
+		// its server reads them, errors alike.
+		{"chunked request", chunkedReq("/echo", "", "3\r\nabc\r\n0\r\n\r\n"), nil, 1},
+		{"chunked, several chunks", chunkedReq("/echo", "", "3\r\nabc\r\n00A\r\n0123456789\r\n1\r\nz\r\n0\r\n\r\n"), nil, 1},
+		{"chunked, extensions", chunkedReq("/echo", "", "3;a=1;b=\"x\"\r\nabc\r\n0;end\r\n\r\n"), nil, 1},
+		{"chunked, empty", chunkedReq("/echo", "", "0\r\n\r\n"), nil, 1},
+		{"chunked, pipelined", chunkedReq("/echo", "", "2\r\nhi\r\n0\r\n\r\n") + chunkedReq("/echo", "", "1\r\nx\r\n0\r\n\r\n") + put("/cl", "", ""), nil, 3},
+		{"chunked, trailer", chunkedReq("/echo", "", "2\r\nhi\r\n0\r\nX-T: 1\r\nX-U: a\r\n b\r\n\r\n") + put("/cl", "", ""), nil, 2},
+		{"chunked, token in trailer", chunkedReq("/echo", "", "2\r\nhi\r\n0\r\nFencing-Token: 9\r\n\r\n"), nil, 1},
+		{"chunked, as many trailer fields as allowed", chunkedReq("/echo", "", "1\r\nx\r\n0\r\n"+strings.Repeat("X-A: 1\r\n", http.DefaultMaxHeaderValueCount)+"\r\n") + put("/cl", "", ""), nil, 2},
+		{"chunked, too many trailer fields", chunkedReq("/echo", "", "1\r\nx\r\n0\r\n"+strings.Repeat("X-A: 1\r\n", http.DefaultMaxHeaderValueCount+1)+"\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, bad field beyond the limit", chunkedReq("/echo", "", "1\r\nx\r\n0\r\n"+strings.Repeat("X-A: 1\r\n", http.DefaultMaxHeaderValueCount)+"bad\r\n\r\n"), nil, 1},
+		{"chunked, trailer too long", chunkedReq("/echo", "", "1\r\nx\r\n0\r\nX-A: "+strings.Repeat("a", 4090)+"\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, trailer within 4 KiB", chunkedReq("/echo", "", "1\r\nx\r\n0\r\nX-A: "+strings.Repeat("a", 4084)+"\r\n\r\n") + put("/cl", "", ""), nil, 2},
+		{"chunked, bad trailer", chunkedReq("/echo", "", "1\r\nx\r\n0\r\nno colon\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, trailer cut", chunkedReq("/echo", "", "1\r\nx\r\n0\r\nX-A: 1\r\n"), nil, 1},
+		{"chunked, no last chunk", chunkedReq("/echo", "", "1\r\nx\r\n"), nil, 1},
+		{"chunked, cut in a chunk", chunkedReq("/echo", "", "5\r\nab"), nil, 1},
+		{"chunked, bad size", chunkedReq("/echo", "", "zz\r\nab\r\n0\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, signed size", chunkedReq("/echo", "", "+2\r\nab\r\n0\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, size overflows", chunkedReq("/echo", "", "10000000000000000\r\nab\r\n0\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, data longer than its size", chunkedReq("/echo", "", "1\r\nab\r\n0\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, bare LF", chunkedReq("/echo", "", "2\nhi\n0\n\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, long size line", chunkedReq("/echo", "", "1;"+strings.Repeat("e", 5000)+"\r\nx\r\n0\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, too much non-data", chunkedReq("/echo", "", strings.Repeat("1;"+strings.Repeat("e", 1000)+"\r\nx\r\n", 20)+"0\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, smuggled request in the body", chunkedReq("/echo", "", "0\r\n\r\n"+put("/cl", "", "")), nil, 2},
+		{"chunked, unread small body", chunkedReq("/noread", "", "3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n") + put("/cl", "", ""), nil, 2},
+		{"chunked, unread large body closes", chunkedReq("/noread", "", strings.Repeat(fmt.Sprintf("%x\r\n%s\r\n", 8<<10, strings.Repeat("c", 8<<10)), 33)+"0\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, unread body at the limit", chunkedReq("/noread", "", strings.Repeat(fmt.Sprintf("%x\r\n%s\r\n", 8<<10, strings.Repeat("c", 8<<10)), 32)+"0\r\n\r\n") + put("/cl", "", ""), nil, 2},
+		{"chunked, unread bad body", chunkedReq("/noread", "", "3\r\nabcX\r\n0\r\n\r\n") + put("/cl", "", ""), nil, 1},
+		{"chunked, POST then CRLF", "POST /echo HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n\r\n" + put("/cl", "", ""), nil, 2},
+		{"chunked, upper case", "PUT /echo HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n", nil, 1},
+		{"chunked, twice", "PUT /echo HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n", nil, 0},
+		{"chunked, on a GET", "GET /echo HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n", nil, 1},
 
 		// Handed to net/http, at the first request or a later one.
 		{"HTTP/1.0", "PUT /cl HTTP/1.0\r\nHost: gw\r\nContent-Length: 0\r\n\r\n", nil, 0},
 		{"HTTP/1.0 keep-alive", "GET /cl HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /cl HTTP/1.0\r\n\r\n", nil, 0},
 		{"expect", put("/echo", "Expect: 100-continue\r\n", "abc"), nil, 0},
 		{"bad expect", put("/echo", "Expect: magic\r\n", "abc"), nil, 0},
-		{"chunked request", "PUT /echo HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", nil, 0},
 		{"chunked with length", "PUT /echo HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", nil, 0},
+		{"chunked with declared trailer", chunkedReq("/echo", "Trailer: X-T\r\n", "3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n"), nil, 0},
+		{"too many fields", "PUT /cl HTTP/1.1\r\nHost: gw\r\n" + strings.Repeat("X-A: 1\r\n", http.DefaultMaxHeaderValueCount) + "Content-Length: 0\r\n\r\n", nil, 0},
 		{"HEAD", "HEAD /small HTTP/1.1\r\nHost: gw\r\n\r\n", []string{"HEAD"}, 0},
 		{"later HEAD", put("/cl", "", "") + "HEAD /small HTTP/1.1\r\nHost: gw\r\n\r\n" + put("/cl", "", ""), []string{"PUT", "HEAD", "PUT"}, 1},
 		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: gw\r\n\r\n", nil, 0},
@@ -201,7 +243,7 @@ func TestMatchesNetHTTP(t *testing.T) {
 		{"h2c", "GET /cl HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n", nil, 0},
 		{"large head", "PUT /cl HTTP/1.1\r\nHost: gw\r\nX-Big: " + strings.Repeat("a", 10<<10) + "\r\nContent-Length: 0\r\n\r\n", nil, 0},
 		{"too large head", "PUT /cl HTTP/1.1\r\nHost: gw\r\nX-Big: " + strings.Repeat("a", 2<<20) + "\r\nContent-Length: 0\r\n\r\n", nil, 0},
-		{"fast then handed off", put("/cl", "", "") + "PUT /echo HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n" + put("/cl", "", ""), nil, 1},
+		{"fast then handed off", put("/cl", "", "") + chunkedReq("/echo", "Trailer: X-T\r\n", "2\r\nhi\r\n0\r\nX-T: 1\r\n\r\n") + put("/cl", "", ""), nil, 1},
 		{"truncated body", "PUT /echo HTTP/1.1\r\nHost: gw\r\nContent-Length: 10\r\n\r\nabc", nil, 1},
 		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", nil, 0},
 
@@ -233,6 +275,11 @@ func TestMatchesNetHTTP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chunkedReq is a PUT to path with a chunked body (its encoded form).
+func chunkedReq(path, extra, encoded string) string {
+	return "PUT " + path + " HTTP/1.1\r\nHost: gw\r\n" + extra + "Transfer-Encoding: chunked\r\n\r\n" + encoded
 }
 
 // normalize drops what differs between two servers by design: the
