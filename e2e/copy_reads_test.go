@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/fencegate/fencegate/adapters/bolt"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/coordinator/client/awsfence"
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/server"
+)
+
+// This file: on a route with fence_reads, a copy's source is a read,
+// authorized against the worker's prefixes and fenced with its token as a
+// GET of it is (issue 41). Each store's copies are tried: from outside the
+// prefixes (403), from a source fenced above the token (409), and inside
+// them with a current token; the store is read to see that a refused copy
+// wrote nothing.
+
+// prefixIdentity is the route's authenticated identity, limited to one
+// resource prefix (as an API key's or client certificate's prefixes are:
+// the gateway checks them the same way, Identity.Allows).
+type prefixIdentity string
+
+func (p prefixIdentity) Authenticate(*http.Request) (gateway.Identity, error) {
+	return gateway.Identity{Owner: "worker-a", Prefixes: []string{string(p)}}, nil
+}
+
+// copyReadsGateway serves the routes of routesYAML with fence_reads and the
+// identity prefix on each, in this process, over a bbolt fence.
+func copyReadsGateway(t *testing.T, routesYAML, prefix string) string {
+	t.Helper()
+	cfg, err := config.Parse("copyreads.yaml", []byte("gateway:\n  routes:\n"+routesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.DiscardHandler)
+	routes, err := server.BuildRoutes(cfg, log, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range routes {
+		if !rt.Fences(http.MethodGet) {
+			t.Fatalf("route %s does not fence reads", rt.Name)
+		}
+		rt.Auth = prefixIdentity(prefix)
+	}
+	g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: log})
+	g.SetRoutes(routes)
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// wantStatus fails unless err is the store's answer with status.
+func wantStatus(t *testing.T, what string, err error, status int) {
+	t.Helper()
+	var re *awshttp.ResponseError
+	if !errors.As(err, &re) || re.HTTPStatusCode() != status {
+		t.Fatalf("%s: %v; want %d", what, err, status)
+	}
+}
+
+func TestS3CopySourceIsAReadOnFenceReadsRoutes(t *testing.T) {
+	srv := testenv.Versity(t)
+	srv.CreateBucket(t, osBucket)
+	ctx := context.Background()
+	route := s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s") + "      fence_reads: true\n"
+	gw := copyReadsGateway(t, route, osBucket+"/mine/")
+	direct := s3Worker(srv.Endpoint, srv.AccessKey, srv.SecretKey, awsfence.Fixed(0))
+	b := aws.String(osBucket)
+	for key, body := range map[string]string{"other/secret": "not yours", "mine/src": "source body"} {
+		if _, err := direct.PutObject(ctx, &s3.PutObjectInput{Bucket: b, Key: aws.String(key), Body: strings.NewReader(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	absent := func(key string) {
+		t.Helper()
+		if _, err := direct.HeadObject(ctx, &s3.HeadObjectInput{Bucket: b, Key: aws.String(key)}); err == nil {
+			t.Fatalf("%s exists in the store: a refused copy wrote it", key)
+		}
+	}
+	worker := func(token int64) *s3.Client { return s3Worker(gw, s3WorkerKey, s3WorkerSecret, awsfence.Fixed(token)) }
+	// The newer holder reads mine/src with token 9: a read of it with
+	// an older token is refused from now on.
+	if _, err := worker(9).HeadObject(ctx, &s3.HeadObjectInput{Bucket: b, Key: aws.String("mine/src")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker(7).GetObject(ctx, &s3.GetObjectInput{Bucket: b, Key: aws.String("mine/src")}); err == nil {
+		t.Fatal("a GET with token 7 after a read with 9 passed: the route does not fence reads")
+	}
+
+	_, err := worker(10).CopyObject(ctx, &s3.CopyObjectInput{Bucket: b, Key: aws.String("mine/stolen"), CopySource: aws.String(osBucket + "/other/secret")})
+	wantStatus(t, "CopyObject from outside the prefixes", err, 403)
+	absent("mine/stolen")
+	_, err = worker(7).CopyObject(ctx, &s3.CopyObjectInput{Bucket: b, Key: aws.String("mine/stale"), CopySource: aws.String(osBucket + "/mine/src")})
+	wantStatus(t, "CopyObject with token 7 from a source read with 9", err, 409)
+	absent("mine/stale")
+
+	// UploadPartCopy: the upload is opened inside the prefixes, its
+	// parts may not copy what the worker may not read.
+	up, err := worker(10).CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: b, Key: aws.String("mine/mp")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = worker(10).UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: b, Key: aws.String("mine/mp"), UploadId: up.UploadId,
+		PartNumber: aws.Int32(1), CopySource: aws.String(osBucket + "/other/secret")})
+	wantStatus(t, "UploadPartCopy from outside the prefixes", err, 403)
+	parts, err := direct.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: aws.String("mine/mp"), UploadId: up.UploadId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts.Parts) != 0 {
+		t.Fatalf("the upload holds %d parts after a refused UploadPartCopy", len(parts.Parts))
+	}
+
+	// Inside the prefixes, with a current token: the copy is made.
+	if _, err := worker(10).CopyObject(ctx, &s3.CopyObjectInput{Bucket: b, Key: aws.String("mine/ok"), CopySource: aws.String(osBucket + "/mine/src"),
+		MetadataDirective: types.MetadataDirectiveCopy}); err != nil {
+		t.Fatalf("CopyObject inside the prefixes with token 10: %v", err)
+	}
+	out, err := direct.GetObject(ctx, &s3.GetObjectInput{Bucket: b, Key: aws.String("mine/ok")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(out.Body)
+	out.Body.Close()
+	if string(got) != "source body" {
+		t.Fatalf("mine/ok holds %q; want the source's body", got)
+	}
+}
