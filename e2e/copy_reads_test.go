@@ -15,6 +15,9 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"google.golang.org/api/googleapi"
+
+	"cloud.google.com/go/storage"
 
 	"github.com/fencegate/fencegate/adapters/bolt"
 	"github.com/fencegate/fencegate/config"
@@ -40,8 +43,9 @@ func (p prefixIdentity) Authenticate(*http.Request) (gateway.Identity, error) {
 	return gateway.Identity{Owner: "worker-a", Prefixes: []string{string(p)}}, nil
 }
 
-// copyReadsGateway serves the routes of routesYAML with fence_reads and the
-// identity prefix on each, in this process, over a bbolt fence.
+// copyReadsGateway serves the routes of routesYAML (each with fence_reads)
+// in this process, over a bbolt fence; prefix, if set, is the identity's
+// on each route in place of the routes' auth section.
 func copyReadsGateway(t *testing.T, routesYAML, prefix string) string {
 	t.Helper()
 	cfg, err := config.Parse("copyreads.yaml", []byte("gateway:\n  routes:\n"+routesYAML))
@@ -62,7 +66,12 @@ func copyReadsGateway(t *testing.T, routesYAML, prefix string) string {
 		if !rt.Fences(http.MethodGet) {
 			t.Fatalf("route %s does not fence reads", rt.Name)
 		}
-		rt.Auth = prefixIdentity(prefix)
+		if prefix != "" {
+			// The route's own authentication (S3 signatures, Azure
+			// keys) leaves the identity's prefixes to route auth,
+			// which would read the same Authorization header.
+			rt.Auth = prefixIdentity(prefix)
+		}
 	}
 	g := gateway.New(gateway.NewLocalFence(st, gateway.LocalFenceOptions{}), gateway.Options{Logger: log})
 	g.SetRoutes(routes)
@@ -144,6 +153,75 @@ func TestS3CopySourceIsAReadOnFenceReadsRoutes(t *testing.T) {
 	}
 	got, _ := io.ReadAll(out.Body)
 	out.Body.Close()
+	if string(got) != "source body" {
+		t.Fatalf("mine/ok holds %q; want the source's body", got)
+	}
+}
+
+func TestGCSCopySourceIsAReadOnFenceReadsRoutes(t *testing.T) {
+	srv := testenv.FakeGCS(t)
+	srv.CreateBucket(t, gcsBucket)
+	ctx := context.Background()
+	// The worker's API key is limited to fenced/mine/ (route auth).
+	route := strings.Replace(gcsRouteYAML("objects", "", srv.Endpoint, "", "30s"), "[{owner: worker, sha256:", "[{owner: worker, prefixes: ["+gcsBucket+"/mine/], sha256:", 1) +
+		"      fence_reads: true\n"
+	gw := copyReadsGateway(t, route, "")
+	direct := gcsDirect(t, srv.Endpoint)
+	if err := gcsPut(direct, "other/secret", "not yours", 0); err != nil {
+		t.Fatal(err)
+	}
+	absent := func(object string) {
+		t.Helper()
+		if _, err := direct.Bucket(gcsBucket).Object(object).Attrs(ctx); !errors.Is(err, storage.ErrObjectNotExist) {
+			t.Fatalf("%s: %v; want it absent from the store: a refused copy wrote it", object, err)
+		}
+	}
+	wantCode := func(what string, err error, code int) {
+		t.Helper()
+		var ge *googleapi.Error
+		if !errors.As(err, &ge) || ge.Code != code {
+			t.Fatalf("%s: %v; want %d", what, err, code)
+		}
+	}
+	worker := func(token int64) *storage.BucketHandle {
+		return gcsWorker(t, gw, func() int64 { return token }).Bucket(gcsBucket)
+	}
+	// The newer holder writes mine/src with token 9. (Not a read: the
+	// GCS dialect names no object for a GET, which a route with
+	// fence_reads refuses.)
+	if err := gcsPut(gcsWorker(t, gw, func() int64 { return 9 }), "mine/src", "source body", 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// rewriteTo (the client's Copier).
+	_, err := worker(10).Object("mine/stolen").CopierFrom(worker(10).Object("other/secret")).Run(ctx)
+	wantCode("rewriteTo from outside the prefixes", err, 403)
+	absent("mine/stolen")
+	_, err = worker(7).Object("mine/stale").CopierFrom(worker(7).Object("mine/src")).Run(ctx)
+	wantCode("rewriteTo with token 7 from a source read with 9", err, 409)
+	absent("mine/stale")
+	// copyTo.
+	resp, body := gcsRaw(t, http.MethodPost, gw+"/storage/v1/b/"+gcsBucket+"/o/other%2Fsecret/copyTo/b/"+gcsBucket+"/o/mine%2Fstolen", 10,
+		map[string]string{"Content-Type": "application/json"}, []byte("{}"))
+	if resp.StatusCode != 403 {
+		t.Fatalf("copyTo from outside the prefixes: %d %s; want 403", resp.StatusCode, body)
+	}
+	absent("mine/stolen")
+	// compose names its sources in the body: refused on such a route.
+	_, err = worker(10).Object("mine/composed").ComposerFrom(worker(10).Object("mine/src")).Run(ctx)
+	wantCode("compose", err, 501)
+	absent("mine/composed")
+
+	// Inside the prefixes, with a current token.
+	if _, err := worker(10).Object("mine/ok").CopierFrom(worker(10).Object("mine/src")).Run(ctx); err != nil {
+		t.Fatalf("rewriteTo inside the prefixes with token 10: %v", err)
+	}
+	r, err := direct.Bucket(gcsBucket).Object("mine/ok").NewReader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
 	if string(got) != "source body" {
 		t.Fatalf("mine/ok holds %q; want the source's body", got)
 	}
