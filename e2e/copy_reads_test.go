@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -222,6 +225,77 @@ func TestGCSCopySourceIsAReadOnFenceReadsRoutes(t *testing.T) {
 	}
 	got, _ := io.ReadAll(r)
 	r.Close()
+	if string(got) != "source body" {
+		t.Fatalf("mine/ok holds %q; want the source's body", got)
+	}
+}
+
+func TestAzureCopySourceIsAReadOnFenceReadsRoutes(t *testing.T) {
+	srv := testenv.Azurite(t)
+	srv.CreateContainer(t, azContainer)
+	ctx := context.Background()
+	route := azRouteYAML("blobs", "", srv.Endpoint, "", "30s") + "      fence_reads: true\n"
+	gw := copyReadsGateway(t, route, azContainer+"/mine/")
+	direct := srv.Client(t)
+	if err := azPut(direct, "other/secret", "not yours"); err != nil {
+		t.Fatal(err)
+	}
+	// The newer holder writes mine/src with token 9.
+	if err := azPut(azWorker(t, gw, func() int64 { return 9 }), "mine/src", "source body"); err != nil {
+		t.Fatal(err)
+	}
+	blobOf := func(c *azblob.Client, name string) *blob.Client {
+		return c.ServiceClient().NewContainerClient(azContainer).NewBlobClient(name)
+	}
+	absent := func(name string) {
+		t.Helper()
+		_, err := blobOf(direct, name).GetProperties(ctx, nil)
+		var re *azcore.ResponseError
+		if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+			t.Fatalf("%s: %v; want it absent from the store: a refused copy wrote it", name, err)
+		}
+	}
+	wantCode := func(what string, err error, status int) {
+		t.Helper()
+		var re *azcore.ResponseError
+		if !errors.As(err, &re) || re.StatusCode != status {
+			t.Fatalf("%s: %v; want %d", what, err, status)
+		}
+	}
+	worker := func(token int64) *azblob.Client { return azWorker(t, gw, func() int64 { return token }) }
+	src := func(name string) string { return gw + "/" + azContainer + "/" + name }
+
+	// Copy Blob, on the gateway's address and on the store's own.
+	_, err := blobOf(worker(10), "mine/stolen").StartCopyFromURL(ctx, src("other/secret"), nil)
+	wantCode("Copy Blob from outside the prefixes", err, 403)
+	_, err = blobOf(worker(10), "mine/stolen").StartCopyFromURL(ctx, srv.Endpoint+"/"+azContainer+"/other/secret", nil)
+	wantCode("Copy Blob from outside the prefixes, on the store's address", err, 403)
+	// Copy Blob From URL, Put Block From URL.
+	_, err = blobOf(worker(10), "mine/stolen").CopyFromURL(ctx, src("other/secret"), nil)
+	wantCode("Copy Blob From URL from outside the prefixes", err, 403)
+	bb := worker(10).ServiceClient().NewContainerClient(azContainer).NewBlockBlobClient("mine/stolen")
+	_, err = bb.StageBlockFromURL(ctx, "YmxvY2stMDAwMQ==", src("other/secret"), nil)
+	wantCode("Put Block From URL from outside the prefixes", err, 403)
+	absent("mine/stolen")
+	// A source outside the account is no resource of the route.
+	_, err = blobOf(worker(10), "mine/foreign").StartCopyFromURL(ctx, "http://127.0.0.1:1/otheraccount/c/b", nil)
+	wantCode("Copy Blob from another account", err, 403)
+	absent("mine/foreign")
+	// Below the source's fence.
+	_, err = blobOf(worker(7), "mine/stale").StartCopyFromURL(ctx, src("mine/src"), nil)
+	wantCode("Copy Blob with token 7 from a source written with 9", err, 409)
+	absent("mine/stale")
+
+	// Inside the prefixes, with a current token.
+	if _, err := blobOf(worker(10), "mine/ok").CopyFromURL(ctx, src("mine/src"), nil); err != nil {
+		t.Fatalf("Copy Blob From URL inside the prefixes with token 10: %v", err)
+	}
+	r, err := blobOf(direct, "mine/ok").DownloadStream(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r.Body)
+	r.Body.Close()
 	if string(got) != "source body" {
 		t.Fatalf("mine/ok holds %q; want the source's body", got)
 	}
