@@ -249,6 +249,24 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if ref := authorize(id, keys); ref != nil {
 		return rt, ref
 	}
+	// The fence keys: those written, and, on a route that fences reads,
+	// those the request reads (a copy's source), as a GET of them would be.
+	admitted := keys
+	var reads []string
+	if rt.fenceReads {
+		if reads, ref = rt.readResources(host, insp); ref != nil {
+			return rt, ref
+		}
+		if ref := authorize(id, reads); ref != nil {
+			o.Resource = ""
+			return rt, ref
+		}
+		if len(reads) > 0 {
+			admitted = slices.Concat(keys, reads)
+			slices.Sort(admitted)
+			admitted = slices.Compact(admitted)
+		}
+	}
 	if rt.maxBody > 0 && r.ContentLength > rt.maxBody {
 		return rt, fencegate.BodyTooLarge(rt.maxBody)
 	}
@@ -282,7 +300,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	defer abort(nil)
 	fenceStart := time.Now()
 	var one [1]Permit
-	permits, err := g.admit(r.Context(), rt, host, keys, trees, coll, token, insp.Owner, body, abort, o, one[:0])
+	permits, err := g.admit(r.Context(), rt, host, admitted, trees, coll, token, insp.Owner, body, abort, o, one[:0])
 	if len(permits) > 0 {
 		g.admitted.Add(1)
 	}
@@ -311,6 +329,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 		ref := fencegate.AsError(err)
 		if ref.Resource == "" {
 			ref.Resource = o.Resource
+		}
+		if _, written := slices.BinarySearch(keys, o.Resource); !written && slices.Contains(reads, o.Resource) {
+			ref.Message += " (an object the request reads, a copy's source: on a route with fence_reads it is fenced as a GET of it is)"
 		}
 		if dest != "" && o.Resource == dest && ref.Code == fencegate.CodeUnknownToken {
 			ref.Message += "; the request writes its Destination too, with the same token, which was never issued for the Destination's key " +

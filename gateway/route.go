@@ -42,6 +42,21 @@ type Inspection struct {
 	// Objects, if set, lists one Vars per object a multi-object request
 	// writes (S3 DeleteObjects); every one is fenced.
 	Objects []map[string]string
+	// Reads, if set, lists one Vars per object the request reads besides
+	// what it writes: a copy's source (S3 x-amz-copy-source, GCS
+	// copyTo/rewriteTo/compose sources, an Azure copy source in the same
+	// account). On a route with fence_reads, where a GET is authorized
+	// and fenced like a write, each is authorized against the identity's
+	// prefixes and admitted with the request's token, as a GET of it
+	// would be: a copy is no way around either. Elsewhere reads pass
+	// unfenced and Reads is not looked at.
+	Reads []map[string]string
+	// ReadsUnnamed, if set, refuses the request on a route with
+	// fence_reads (elsewhere it is ignored): the request reads something
+	// the upstream cannot name as one of the route's resources (an Azure
+	// copy source in another account), whose authorization and fence
+	// cannot be checked. A *fencegate.Error keeps its status and code.
+	ReadsUnnamed error
 	// Owner is the authenticated identity, for logs and fence bookkeeping.
 	Owner string
 	// Collection, if set, holds the variables of the collection the
@@ -379,6 +394,43 @@ func (rt *Route) resources(host, path string, segs []string, h http.Header, insp
 		}
 		if len(k) > resource.MaxKeyLen {
 			return nil, fencegate.InvalidResource("resource key is %d bytes; the limit is %d", len(k), resource.MaxKeyLen)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}
+
+// readResources derives the fence keys of the objects a request reads
+// (Inspection.Reads), sorted and without duplicates, for a route with
+// fence_reads. A read object is named by the upstream's variables (and
+// the route's host) alone: the request's path and headers name what it
+// writes, not its source, so a template that needs them has no key for
+// the source, and the request is refused (fail closed).
+func (rt *Route) readResources(host string, insp Inspection) ([]string, *fencegate.Error) {
+	if insp.ReadsUnnamed != nil {
+		return nil, fencegate.AsError(insp.ReadsUnnamed)
+	}
+	if len(insp.Reads) == 0 {
+		return nil, nil
+	}
+	rv := rt.requestVars(host, "", nil, http.Header(nil), insp)
+	lookup := func(name string) (string, bool) {
+		if name == "path" || strings.HasPrefix(name, "path.") || strings.HasPrefix(name, "header.") {
+			return "", false
+		}
+		return rv.lookup(name)
+	}
+	keys := make([]string, 0, len(insp.Reads))
+	for _, vars := range insp.Reads {
+		rv.extra = vars
+		k, err := rt.tmpl.Expand(lookup)
+		if err != nil {
+			return nil, fencegate.InvalidResource("the request reads an object (a copy's source) that resource template %q names no key for "+
+				"with the object's own variables, so fence_reads cannot fence it: %s", rt.tmpl.String(), err)
+		}
+		if len(k) > resource.MaxKeyLen {
+			return nil, fencegate.InvalidResource("the key of an object the request reads is %d bytes; the limit is %d", len(k), resource.MaxKeyLen)
 		}
 		keys = append(keys, k)
 	}

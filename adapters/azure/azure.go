@@ -221,6 +221,7 @@ func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *sta
 		insp.Collection = map[string]string{"container": t.container}
 		insp.WritesCollection = t.op == opContainer
 	}
+	u.copySourceReads(r, &insp)
 	return insp, &state{target: t}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/objectstore"
+	"github.com/fencegate/fencegate/gateway"
 )
 
 // Copy Blob and Copy Blob From URL give the destination the source's
@@ -106,23 +107,11 @@ func (u *Upstream) readAs(ctx context.Context, src *url.URL, auth string) (*http
 // query, with which the store reads it (ownSAS); any other keeps no other
 // parameter.
 func (u *Upstream) sourceBlob(in *http.Request, src string) (_ *url.URL, ownSAS, ok bool) {
-	s, err := url.Parse(src)
-	if err != nil {
+	s, container, blob, ok := u.sourceName(in, src)
+	if !ok {
 		return nil, false, false
 	}
-	p, prefix := s.EscapedPath(), u.endpoint.EscapedPath()
-	switch {
-	case strings.EqualFold(s.Host, in.Host):
-	case strings.EqualFold(s.Host, u.endpoint.Host) && strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/"):
-		p = p[len(strings.TrimSuffix(prefix, "/")):]
-	default:
-		return nil, false, false
-	}
-	container, blob, slash, err := parsePath(p)
-	if err != nil || slash || container == "" || len(blob) == 0 {
-		return nil, false, false
-	}
-	out := u.blobURL(container, strings.Join(blob, "/"))
+	out := u.blobURL(container, blob)
 	sq := s.Query()
 	if sq.Has("sig") {
 		out.RawQuery = s.RawQuery
@@ -136,4 +125,49 @@ func (u *Upstream) sourceBlob(in *http.Request, src string) (_ *url.URL, ownSAS,
 	}
 	out.RawQuery = q.Encode()
 	return out, false, true
+}
+
+// sourceName is the container and blob a copy source names in the store's
+// account, on the gateway's address or the store's own, and the source as
+// parsed; false for a source elsewhere (another account or host) or one
+// the gateway does not read as one blob.
+func (u *Upstream) sourceName(in *http.Request, src string) (_ *url.URL, container, blob string, ok bool) {
+	s, err := url.Parse(src)
+	if err != nil {
+		return nil, "", "", false
+	}
+	p, prefix := s.EscapedPath(), u.endpoint.EscapedPath()
+	switch {
+	case strings.EqualFold(s.Host, in.Host):
+	case strings.EqualFold(s.Host, u.endpoint.Host) && strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/"):
+		p = p[len(strings.TrimSuffix(prefix, "/")):]
+	default:
+		return nil, "", "", false
+	}
+	container, names, slash, err := parsePath(p)
+	if err != nil || slash || container == "" || len(names) == 0 {
+		return nil, "", "", false
+	}
+	return s, container, strings.Join(names, "/"), true
+}
+
+// copySourceReads names the blob a request's x-ms-copy-source reads (Copy
+// Blob, Put Blob From URL, Put Block/Page From URL, Append Block From URL:
+// on any request that sends it, fail closed) in insp.Reads, which a route
+// with fence_reads authorizes and fences as a GET of it. A source in
+// another account or host, which is no resource of the route, is
+// insp.ReadsUnnamed: refused on such a route.
+func (u *Upstream) copySourceReads(r *http.Request, insp *gateway.Inspection) {
+	vs := r.Header.Values("X-Ms-Copy-Source")
+	if len(vs) == 0 {
+		return
+	}
+	_, container, blob, ok := u.sourceName(r, vs[0])
+	if len(vs) != 1 || !ok {
+		insp.ReadsUnnamed = &fencegate.Error{Code: fencegate.CodeForbidden,
+			Message: "x-ms-copy-source must name one blob of this route's account, once, on a route that fences reads: " +
+				"a copy reads its source, which such a route authorizes and fences as a GET of it, and a source elsewhere is none of its resources"}
+		return
+	}
+	insp.Reads = []map[string]string{vars(container, blob)}
 }

@@ -203,6 +203,17 @@ func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *sta
 		// bucket write with a newer token refuses it.
 		insp.Collection = vars(w[0].Bucket, "")
 	}
+	switch t.op {
+	case opCopy:
+		// copyTo, rewriteTo read their source: a route with fence_reads
+		// authorizes and fences it as a GET of it.
+		insp.Reads = []map[string]string{vars(t.srcBucket, t.srcObject)}
+	case opCompose:
+		// Its sources are named in the body, which the gateway does not
+		// read before the fence: on a route with fence_reads, refused.
+		insp.ReadsUnnamed = httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest,
+			Message: "compose is not supported on a route that fences reads: its sources, which such a route authorizes and fences as reads, are named in the body, which the gateway does not read"})
+	}
 	return insp, s, nil
 }
 

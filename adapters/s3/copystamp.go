@@ -62,12 +62,8 @@ func copyDirective(h http.Header) (replace bool, err *s3Error) {
 // source against it, as S3 would (RFC 9110: If-Match overrides
 // If-Unmodified-Since, If-None-Match If-Modified-Since).
 func (u *Upstream) readCopySource(ctx context.Context, h http.Header) (*objectstore.CopySource, error) {
-	src := h.Get("X-Amz-Copy-Source")
-	p, rawQuery, _ := strings.Cut(src, "?")
-	p, err := url.PathUnescape(strings.TrimPrefix(p, "/"))
-	bucket, key, _ := strings.Cut(p, "/")
-	q, qerr := url.ParseQuery(rawQuery)
-	if err != nil || qerr != nil || !validBucket(bucket) || key == "" || len(q) > 1 || len(q) == 1 && len(q["versionId"]) != 1 {
+	bucket, key, q, ok := parseCopySource(h.Get("X-Amz-Copy-Source"))
+	if !ok || len(q) > 1 || len(q) == 1 && len(q["versionId"]) != 1 {
 		return nil, errInvalidArgument("x-amz-copy-source must be bucket/key, with at most a versionId, on a route that stamps copies").refusal()
 	}
 	query := ""

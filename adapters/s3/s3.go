@@ -241,6 +241,7 @@ func (u *Upstream) inspect(r *http.Request) (gateway.Inspection, *state, *s3Erro
 		insp.Collection = map[string]string{"bucket": t.bucket}
 		insp.WritesCollection = t.op == opBucket || t.op == opBucketConfig
 	}
+	u.copySourceReads(r.Header, &insp)
 	if t.op == opDeleteObjects {
 		d, err := readDeleteObjects(r)
 		if err != nil {

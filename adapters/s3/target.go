@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/objectstore"
+	"github.com/fencegate/fencegate/gateway"
 )
 
 // target is the bucket and object a request names, and what it does.
@@ -126,23 +127,68 @@ func decodeKey(raw string) (string, *s3Error) {
 	if err != nil {
 		return "", errInvalidArgument("object key has invalid percent-encoding")
 	}
+	if err := checkKey(k); err != nil {
+		return "", err
+	}
+	return k, nil
+}
+
+// checkKey refuses a decoded key with more than one spelling (decodeKey).
+func checkKey(k string) *s3Error {
 	if len(k) > maxKeyBytes {
-		return "", errKeyTooLong()
+		return errKeyTooLong()
 	}
 	if !utf8.ValidString(k) {
-		return "", errInvalidArgument("object key is not valid UTF-8")
+		return errInvalidArgument("object key is not valid UTF-8")
 	}
 	if c, bad := objectstore.BadByte(k); bad {
-		return "", errInvalidArgument(fmt.Sprintf("object key contains %q, which this gateway refuses", c))
+		return errInvalidArgument(fmt.Sprintf("object key contains %q, which this gateway refuses", c))
 	}
 	// "dir/": a trailing slash is a common folder-marker key.
 	switch s, bad := objectstore.BadSegment(strings.TrimSuffix(k, "/")); {
 	case bad && s == "":
-		return "", errInvalidArgument("object key contains an empty segment (// or a leading /)")
+		return errInvalidArgument("object key contains an empty segment (// or a leading /)")
 	case bad:
-		return "", errInvalidArgument(`object key contains a "." or ".." segment`)
+		return errInvalidArgument(`object key contains a "." or ".." segment`)
 	}
-	return k, nil
+	return nil
+}
+
+// parseCopySource reads x-amz-copy-source (bucket/key, URL-encoded as a
+// whole, an optional leading / and ?versionId): S3 decodes the value once
+// and takes the bucket up to the first /.
+func parseCopySource(src string) (bucket, key string, q url.Values, ok bool) {
+	p, rawQuery, _ := strings.Cut(src, "?")
+	p, err := url.PathUnescape(strings.TrimPrefix(p, "/"))
+	bucket, key, _ = strings.Cut(p, "/")
+	q, qerr := url.ParseQuery(rawQuery)
+	return bucket, key, q, err == nil && qerr == nil && validBucket(bucket) && key != ""
+}
+
+// copySourceReads names the object a request's x-amz-copy-source reads
+// (CopyObject, UploadPartCopy: on any request that sends it, fail closed)
+// in insp.Reads, which a route with fence_reads authorizes and fences as a
+// GET of it. A source the gateway cannot name as one object of the route
+// (sent twice, not bucket/key, an access point ARN, a key with another
+// spelling in a path) is insp.ReadsUnnamed, refused on such a route.
+func (u *Upstream) copySourceReads(h http.Header, insp *gateway.Inspection) {
+	vs := h.Values("X-Amz-Copy-Source")
+	if len(vs) == 0 {
+		return
+	}
+	bucket, key, _, ok := parseCopySource(vs[0])
+	if len(vs) != 1 || !ok {
+		insp.ReadsUnnamed = errInvalidArgument("x-amz-copy-source must be bucket/key (with at most a versionId), once, on a route that fences reads: " +
+			"a copy reads its source, which such a route authorizes and fences as a GET of it").refusal()
+		return
+	}
+	if err := checkKey(key); err != nil {
+		e := *err
+		e.Message = "x-amz-copy-source: " + e.Message
+		insp.ReadsUnnamed = e.refusal()
+		return
+	}
+	insp.Reads = []map[string]string{u.vars(bucket, key)}
 }
 
 func classify(r *http.Request, t target) op {

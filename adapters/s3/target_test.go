@@ -1,9 +1,12 @@
 package s3
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fencegate/fencegate/gateway"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -87,5 +90,49 @@ func TestCanonicalQuery(t *testing.T) {
 	want := "delete=&list-type=2&partNumber=2&prefix=x%2Fy&uploadId=a%20b"
 	if got != want {
 		t.Fatalf("got %s; want %s", got, want)
+	}
+}
+
+// copySourceReads names the object x-amz-copy-source reads as a GET of it
+// would name it; a source the gateway cannot name as one object of the
+// route is unnamed (refused on a route with fence_reads).
+func TestCopySourceReads(t *testing.T) {
+	u := &Upstream{}
+	tests := []struct {
+		name    string
+		sources []string
+		want    string // bucket/key; "" if unnamed
+	}{
+		{"bucket/key", []string{"src-b/a/b.txt"}, "src-b/a/b.txt"},
+		{"leading slash and versionId", []string{"/src-b/a/b.txt?versionId=3"}, "src-b/a/b.txt"},
+		{"encoded whole", []string{"src-b%2Fa%2Fb%20c.txt"}, "src-b/a/b c.txt"},
+		{"dot-dot segment", []string{"src-b/mine/../other/x"}, ""},
+		{"empty segment", []string{"src-b/a//x"}, ""},
+		{"access point ARN", []string{"arn:aws:s3:us-east-1:123456789012:accesspoint/ap/object/x"}, ""},
+		{"no key", []string{"src-b"}, ""},
+		{"sent twice", []string{"src-b/a", "src-b/b"}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for _, s := range tc.sources {
+				h.Add("X-Amz-Copy-Source", s)
+			}
+			var insp gateway.Inspection
+			u.copySourceReads(h, &insp)
+			if tc.want == "" {
+				if insp.ReadsUnnamed == nil || insp.Reads != nil {
+					t.Fatalf("Reads %v, ReadsUnnamed %v; want it unnamed", insp.Reads, insp.ReadsUnnamed)
+				}
+				return
+			}
+			if insp.ReadsUnnamed != nil || len(insp.Reads) != 1 || insp.Reads[0]["bucket"]+"/"+insp.Reads[0]["key"] != tc.want {
+				t.Fatalf("Reads %v, ReadsUnnamed %v; want %s", insp.Reads, insp.ReadsUnnamed, tc.want)
+			}
+		})
+	}
+	var insp gateway.Inspection
+	if u.copySourceReads(http.Header{}, &insp); insp.Reads != nil || insp.ReadsUnnamed != nil {
+		t.Fatal("a request without x-amz-copy-source reads something")
 	}
 }
