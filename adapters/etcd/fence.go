@@ -65,8 +65,8 @@ import (
 // Markers of finished writes linger (markerIdle) so a repeated token costs
 // no request of its own; marker puts, deletes and record reads of
 // concurrent writes go out in one Txn (markerLinger). The reads of writes
-// that join a marker already put go out apart, in read-only Txns, several
-// at once, so they wait neither for a put of another marker nor for its
+// that join a marker already put go out apart, in read-only Txns of their
+// own, so they wait neither for a put of another marker nor for its
 // commit to etcd's log: the marker they join exists at their read's
 // revision whatever else is in flight (nothing deletes a marker a write
 // holds, but its lease). Every replica
@@ -88,11 +88,11 @@ type SharedFence struct {
 	sess    *session // nil while a lease is being granted
 	up      chan struct{}
 	lastErr error
-	// writes carries the marker puts and deletes, one Txn at a time (a
-	// put lands after the delete of the same key sent before it), with
-	// the reads of the writes that wait for a put; reads carries the reads
-	// of writes that join a marker already put, several Txns at once
-	// (fence_marker.go, lanes).
+	// writes carries the marker puts and deletes (a put lands after the
+	// delete of the same key sent before it), with the reads of the writes
+	// that wait for a put; reads carries the reads of writes that join a
+	// marker already put. Each sends one Txn at a time, the two at once
+	// (fence_marker.go, lane).
 	writes, reads lane
 	// held: resources whose drain waits for a lost replica's forward
 	// timeout, and until when (Recovery).
@@ -146,8 +146,6 @@ const (
 	maxOps = 120
 	// lingerMarks: a lingering Txn goes out once this many writes share it.
 	lingerMarks = 16
-	// readFlights: read-only marker Txns in flight at once, per replica.
-	readFlights = 4
 )
 
 var (
@@ -194,8 +192,8 @@ func NewSharedFence(st *Store, opts SharedFenceOptions) *SharedFence {
 		idle:           opts.MarkerIdle,
 		noMarkers:      opts.NoMarkers,
 		up:             make(chan struct{}),
-		writes:         lane{wake: make(chan struct{}, 1), flights: 1},
-		reads:          lane{wake: make(chan struct{}, 1), flights: readFlights},
+		writes:         lane{wake: make(chan struct{}, 1)},
+		reads:          lane{wake: make(chan struct{}, 1)},
 		closing:        make(chan struct{}),
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())

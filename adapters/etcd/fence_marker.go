@@ -211,12 +211,13 @@ func (f *SharedFence) session(ctx context.Context, resource string) (*session, e
 	}
 }
 
-// lane is a queue of marker ops and the Txns that carry them: at most
-// flights of its Txns are in flight at once.
+// lane is a queue of marker ops and the Txns that carry them, one at a
+// time: ops queued while one is in flight share the next. (More Txns in
+// flight at once cost etcd more requests per write, and its members'
+// CPU is what a busy cluster runs short of: docs/shared-fence.md.)
 type lane struct {
-	queue   []*op // guarded by f.mu
-	wake    chan struct{}
-	flights int
+	queue []*op // guarded by f.mu
+	wake  chan struct{}
 }
 
 func (l *lane) kick() {
@@ -227,14 +228,10 @@ func (l *lane) kick() {
 }
 
 // runLane sends l's queued marker puts, deletes and record reads, as few
-// Txns as it can, up to l.flights at once. The writes lane also lets go
-// the idle markers.
+// Txns as it can. The writes lane also lets go the idle markers.
 func (f *SharedFence) runLane(l *lane) {
 	tick := time.NewTicker(f.idle / 2)
 	defer tick.Stop()
-	slots := make(chan struct{}, l.flights)
-	var sends sync.WaitGroup
-	defer sends.Wait()
 	busy := false
 	for {
 		select {
@@ -261,25 +258,12 @@ func (f *SharedFence) runLane(l *lane) {
 			}
 		}
 		for {
-			// A slot first, then the ops: those queued while every slot
-			// was taken share the next Txn.
-			select {
-			case slots <- struct{}{}:
-			case <-f.closing:
-				f.failQueue(l, errClosed)
-				return
-			}
 			ops := f.take(l)
 			if len(ops) == 0 {
-				<-slots
 				break
 			}
 			busy = len(ops) > 1
-			sends.Go(func() {
-				f.send(ops)
-				<-slots
-				l.kick()
-			})
+			f.send(ops)
 		}
 	}
 }
