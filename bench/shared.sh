@@ -22,7 +22,10 @@
 #     replicas on a three-member etcd cluster against one local gateway at
 #     0 ms (64 writers) and 50 ms (256 writers), etcd requests per write
 #     counted by the replicas and from etcd's /metrics (proposals committed,
-#     gRPC calls handled); advances: writes/s, p50/p99, requests per write.
+#     gRPC calls handled), the cores each side used (this process: load
+#     generator, gateways, upstream; the rest of the machine: the etcd
+#     members and whatever else runs); advances: writes/s, p50/p99,
+#     requests per write.
 #     BenchmarkSharedEtcdSize (BENCH=EtcdSize): etcd's database size per
 #     million fences.
 #
@@ -31,7 +34,9 @@
 # FENCEGATE_BENCH_SECONDS (default 10) is the length of each side of 2 and 3.
 # FENCEGATE_BENCH_KEEP_ALIVE=1 sets upstream.keep_alive_writes on every
 # route (local and shared alike); FENCEGATE_BENCH_MARKER_LINGER (a Go
-# duration, negative: none) overrides the marker sessions' linger.
+# duration, negative: none) overrides the marker sessions' linger;
+# FENCEGATE_BENCH_MARKER_IDLE (a Go duration) how long an idle etcd marker
+# is kept (BENCH=Etcd).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

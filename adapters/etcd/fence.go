@@ -64,7 +64,12 @@ import (
 //
 // Markers of finished writes linger (markerIdle) so a repeated token costs
 // no request of its own; marker puts, deletes and record reads of
-// concurrent writes go out in one Txn (markerLinger). Every replica
+// concurrent writes go out in one Txn (markerLinger). The reads of writes
+// that join a marker already put go out apart, in read-only Txns of their
+// own, so they wait neither for a put of another marker nor for its
+// commit to etcd's log: the marker they join exists at their read's
+// revision whatever else is in flight (nothing deletes a marker a write
+// holds, but its lease). Every replica
 // watches P/f/ and lets its idle markers of an older token go when a
 // record is raised, so a drain does not wait for them.
 type SharedFence struct {
@@ -83,8 +88,12 @@ type SharedFence struct {
 	sess    *session // nil while a lease is being granted
 	up      chan struct{}
 	lastErr error
-	queue   []*op
-	wake    chan struct{}
+	// writes carries the marker puts and deletes (a put lands after the
+	// delete of the same key sent before it), with the reads of the writes
+	// that wait for a put; reads carries the reads of writes that join a
+	// marker already put. Each sends one Txn at a time, the two at once
+	// (fence_marker.go, lane).
+	writes, reads lane
 	// held: resources whose drain waits for a lost replica's forward
 	// timeout, and until when (Recovery).
 	held map[string]time.Time
@@ -183,14 +192,16 @@ func NewSharedFence(st *Store, opts SharedFenceOptions) *SharedFence {
 		idle:           opts.MarkerIdle,
 		noMarkers:      opts.NoMarkers,
 		up:             make(chan struct{}),
-		wake:           make(chan struct{}, 1),
+		writes:         lane{wake: make(chan struct{}, 1)},
+		reads:          lane{wake: make(chan struct{}, 1)},
 		closing:        make(chan struct{}),
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if !f.noMarkers {
 		f.wg.Go(f.runLease)
 		f.wg.Go(f.runWatch)
-		f.wg.Go(f.runMarkers)
+		f.wg.Go(func() { f.runLane(&f.writes) })
+		f.wg.Go(func() { f.runLane(&f.reads) })
 	}
 	return f
 }

@@ -142,9 +142,18 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write, scope []string)
 		e.putting, o.put = true, true
 	}
 	e.deleting = false
-	f.queue = append(f.queue, o)
+	// A write that joins a marker already put (not being put, deleted or
+	// in doubt) only reads: its Txn need not wait for a put or delete of
+	// another key, nor for their commit to the log (the reads lane). One
+	// whose marker is being put reads after that put, in the same Txn or a
+	// later one of the writes lane.
+	l := &f.writes
+	if !o.put && !e.putting {
+		l = &f.reads
+	}
+	l.queue = append(l.queue, o)
 	f.mu.Unlock()
-	f.kick()
+	l.kick()
 	select {
 	case <-o.done:
 	case <-f.closing:
@@ -202,34 +211,45 @@ func (f *SharedFence) session(ctx context.Context, resource string) (*session, e
 	}
 }
 
-func (f *SharedFence) kick() {
+// lane is a queue of marker ops and the Txns that carry them, one at a
+// time: ops queued while one is in flight share the next. (More Txns in
+// flight at once cost etcd more requests per write, and its members'
+// CPU is what a busy cluster runs short of: docs/shared-fence.md.)
+type lane struct {
+	queue []*op // guarded by f.mu
+	wake  chan struct{}
+}
+
+func (l *lane) kick() {
 	select {
-	case f.wake <- struct{}{}:
+	case l.wake <- struct{}{}:
 	default:
 	}
 }
 
-// runMarkers sends the queued marker puts, deletes and record reads, as
-// few Txns as it can.
-func (f *SharedFence) runMarkers() {
+// runLane sends l's queued marker puts, deletes and record reads, as few
+// Txns as it can. The writes lane also lets go the idle markers.
+func (f *SharedFence) runLane(l *lane) {
 	tick := time.NewTicker(f.idle / 2)
 	defer tick.Stop()
 	busy := false
 	for {
 		select {
 		case <-f.closing:
-			f.failQueue(errClosed)
+			f.failQueue(l, errClosed)
 			return
-		case <-f.wake:
+		case <-l.wake:
 		case <-tick.C:
-			f.dropIdle(time.Now().Add(-f.idle))
+			if l == &f.writes {
+				f.dropIdle(time.Now().Add(-f.idle))
+			}
 		}
 		if busy && f.linger > 0 {
 			// Under load, wait a little for more writes to share the Txn.
 			deadline := time.Now().Add(f.linger)
 			for time.Now().Before(deadline) {
 				f.mu.Lock()
-				n := len(f.queue)
+				n := len(l.queue)
 				f.mu.Unlock()
 				if n >= lingerMarks {
 					break
@@ -238,7 +258,7 @@ func (f *SharedFence) runMarkers() {
 			}
 		}
 		for {
-			ops := f.take()
+			ops := f.take(l)
 			if len(ops) == 0 {
 				break
 			}
@@ -248,10 +268,10 @@ func (f *SharedFence) runMarkers() {
 	}
 }
 
-func (f *SharedFence) failQueue(err error) {
+func (f *SharedFence) failQueue(l *lane, err error) {
 	f.mu.Lock()
-	ops := f.queue
-	f.queue = nil
+	ops := l.queue
+	l.queue = nil
 	for _, o := range ops {
 		if o.kind == opMark {
 			f.release(o.e, o.s)
@@ -266,9 +286,9 @@ func (f *SharedFence) failQueue(err error) {
 	}
 }
 
-// take removes from the queue the ops of one Txn: at most maxOps etcd
+// take removes from l's queue the ops of one Txn: at most maxOps etcd
 // operations, each key put or deleted once.
-func (f *SharedFence) take() []*op {
+func (f *SharedFence) take(l *lane) []*op {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var ops []*op
@@ -276,8 +296,8 @@ func (f *SharedFence) take() []*op {
 	reads := make(map[string]bool)  // fence records read
 	belows := make(map[string]bool) // below records read
 	i := 0
-	for ; i < len(f.queue); i++ {
-		o := f.queue[i]
+	for ; i < len(l.queue); i++ {
+		o := l.queue[i]
 		cost := 0
 		switch o.kind {
 		case opDelete:
@@ -318,7 +338,7 @@ func (f *SharedFence) take() []*op {
 		}
 		ops = append(ops, o)
 	}
-	f.queue = f.queue[i:]
+	l.queue = l.queue[i:]
 	return ops
 }
 
@@ -372,6 +392,9 @@ func (f *SharedFence) send(ops []*op) {
 				then = append(then, clientv3.OpGet(f.belowKey(k)))
 			}
 		}
+	}
+	if h := testHookMarkerTxn.Load(); h != nil {
+		(*h)(then)
 	}
 	resp, err := f.markerTxn(then)
 	f.finish(cur, resp, reads, belows, err)
@@ -510,6 +533,10 @@ func isNoLeader(err error) bool {
 
 var errLeaseLost = errors.New("the replica's etcd lease was lost")
 
+// testHookMarkerTxn, if set (tests only), is called with each marker Txn's
+// operations before it is sent.
+var testHookMarkerTxn atomic.Pointer[func(then []clientv3.Op)]
+
 // release ends one write's hold on e (f.mu held). The last one leaves the
 // marker idle, or queues its delete if it must not linger.
 func (f *SharedFence) release(e *entry, s *session) {
@@ -537,8 +564,8 @@ func (f *SharedFence) queueDelete(e *entry, s *session) {
 		return
 	}
 	e.deleting = true
-	f.queue = append(f.queue, &op{kind: opDelete, e: e, s: s})
-	f.kick()
+	f.writes.queue = append(f.writes.queue, &op{kind: opDelete, e: e, s: s})
+	f.writes.kick()
 }
 
 // closeEntries runs close on each of the session's markers (by key) and

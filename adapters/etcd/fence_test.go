@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -548,4 +549,96 @@ func TestTreeContract(t *testing.T) {
 		n++
 		return c.open(fmt.Sprintf("/tree%d", n), SharedFenceOptions{LeaseTTL: 2 * time.Second, DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
 	})
+}
+
+// TestSharedFenceJoinNotBehindPut: a write that joins a marker already
+// put needs only a read, which does not wait for a Txn that puts another
+// key's marker (a commit to etcd's log) to come back. The put of /cold's
+// marker is held up; the writes of /hot, whose marker lingers, are still
+// admitted, each with its marker in etcd.
+func TestSharedFenceJoinNotBehindPut(t *testing.T) {
+	c := newCluster(t)
+	f := c.replica(t, SharedFenceOptions{MarkerIdle: time.Minute, MarkerLinger: -1})
+	for deadline := time.Now().Add(10 * time.Second); f.watchGen.Load()%2 == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the fence watch is not up after 10s")
+		}
+	}
+	p, err := admit(f, "/hot", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release() // the marker lingers
+
+	cold := f.markerDir("/cold")
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(then []clientv3.Op) {
+		for _, op := range then {
+			if op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), cold) {
+				once.Do(func() { close(entered) })
+				select {
+				case <-unblock:
+				case <-time.After(20 * time.Second):
+				}
+				return
+			}
+		}
+	}
+	testHookMarkerTxn.Store(&hook)
+	t.Cleanup(func() { testHookMarkerTxn.Store(nil) })
+	var released sync.Once
+	release := func() { released.Do(func() { close(unblock) }) }
+	defer release()
+
+	coldDone := make(chan error, 1)
+	go func() {
+		p, err := admit(f, "/cold", 1)
+		if err == nil {
+			p.Release()
+		}
+		coldDone <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the put of /cold's marker was not sent within 10s")
+	}
+
+	cli := c.client(t)
+	hotKey := f.markerKey("/hot", 1, f.Lease())
+	for i := range 5 {
+		got := make(chan error, 1)
+		var hp gateway.Permit
+		go func() {
+			var err error
+			hp, err = admit(f, "/hot", 1)
+			got <- err
+		}()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("write %d of /hot: %v", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			release()
+			<-got
+			t.Fatalf("write %d of /hot (its marker lingering) still waiting 5s behind the put of /cold's marker", i)
+		}
+		resp, err := cli.Get(context.Background(), hotKey, clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count != 1 {
+			t.Fatalf("write %d of /hot admitted while its marker %q is not in etcd", i, hotKey)
+		}
+		hp.Release()
+	}
+	release()
+	if err := <-coldDone; err != nil {
+		t.Fatalf("/cold: %v", err)
+	}
+	if r := c.stored(t, "/cold"); r.Highest != 1 || !r.Ready {
+		t.Fatalf("/cold's record in etcd: %+v, want highest 1, ready", r)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/adapters/etcd"
+	"github.com/fencegate/fencegate/bench/cpustat"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
@@ -56,7 +58,10 @@ fence: {mode: shared, max_advance: -1}
 	}
 	b.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f := etcd.NewSharedFence(st, etcd.SharedFenceOptions{LeaseTTL: e.LeaseTTL, ForwardTimeout: 31 * time.Second, Logger: log})
+	// FENCEGATE_BENCH_MARKER_IDLE (a Go duration) overrides how long an
+	// idle marker lingers, to compare.
+	idle, _ := time.ParseDuration(os.Getenv("FENCEGATE_BENCH_MARKER_IDLE"))
+	f := etcd.NewSharedFence(st, etcd.SharedFenceOptions{LeaseTTL: e.LeaseTTL, ForwardTimeout: 31 * time.Second, MarkerIdle: idle, Logger: log})
 	b.Cleanup(func() { f.Close() })
 	srv, _ := serveFence(b, f, cfg, log)
 	return &etcdReplica{fence: f, url: srv.URL}
@@ -119,13 +124,18 @@ func BenchmarkSharedEtcd(b *testing.B) {
 		}
 		path := func(c, i int) int { return (c*7919 + i*104729) % resources }
 		token := func(int, int) string { return "1" }
+		c0 := cpustat.Now()
 		l1, lbad1, le1 := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
 		req0 := rs[0].fence.Requests() + rs[1].fence.Requests()
 		p0, g0 := etcdCounters(b, c.Endpoints)
+		c1 := cpustat.Now()
 		s, sbad, se := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].url, path(c, i)) }, token)
+		c2 := cpustat.Now()
 		p1, g1 := etcdCounters(b, c.Endpoints)
 		reqs := rs[0].fence.Requests() + rs[1].fence.Requests() - req0
+		c3 := cpustat.Now()
 		l2, lbad2, le2 := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
+		c4 := cpustat.Now()
 		localWPS := (float64(l1)/le1.Seconds() + float64(l2)/le2.Seconds()) / 2
 		sharedWPS := float64(s) / se.Seconds()
 		writes := float64(s + sbad)
@@ -136,6 +146,16 @@ func BenchmarkSharedEtcd(b *testing.B) {
 		b.ReportMetric((p1-p0)/writes, tc.name+"_proposals/write")
 		b.ReportMetric((g1-g0)/writes, tc.name+"_grpc_calls/write")
 		b.ReportMetric(float64(sbad+lbad1+lbad2), tc.name+"_non2xx")
+		// The load of each side: the cores this process used (load
+		// generator, gateways, upstream) and the rest of the machine
+		// (etcd's members, and whatever else runs on it).
+		ls1, lo1 := cores(c0, c1, le1)
+		ls2, lo2 := cores(c3, c4, le2)
+		ss, so := cores(c1, c2, se)
+		b.ReportMetric((ls1+ls2)/2, tc.name+"_local_go_cores")
+		b.ReportMetric((lo1+lo2)/2, tc.name+"_local_other_cores")
+		b.ReportMetric(ss, tc.name+"_etcd_go_cores")
+		b.ReportMetric(so, tc.name+"_etcd_other_cores")
 	}
 
 	// Advances: each client its own resource, token i+1 on its i-th write.
@@ -149,6 +169,13 @@ func BenchmarkSharedEtcd(b *testing.B) {
 	b.ReportMetric(float64(rs[0].fence.Requests()+rs[1].fence.Requests()-req0)/float64(ok+bad), "advance_requests/write")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "advance_p50_ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "advance_p99_ms")
+}
+
+// cores is the CPU used from a to b, over wall: the cores this process
+// used and those the rest of the machine used.
+func cores(a, b cpustat.Sample, wall time.Duration) (self, other float64) {
+	u := a.To(b, 1)
+	return u.SelfUS / 1e6 / wall.Seconds(), u.OtherUS / 1e6 / wall.Seconds()
 }
 
 // driveLatency is drive, one request at a time per client, with each
