@@ -162,17 +162,8 @@ func TestS3CopySourceIsAReadOnFenceReadsRoutes(t *testing.T) {
 }
 
 func TestGCSCopySourceIsAReadOnFenceReadsRoutes(t *testing.T) {
-	srv := testenv.FakeGCS(t)
-	srv.CreateBucket(t, gcsBucket)
+	gw, direct := gcsFenceReadsGateway(t)
 	ctx := context.Background()
-	// The worker's API key is limited to fenced/mine/ (route auth).
-	route := strings.Replace(gcsRouteYAML("objects", "", srv.Endpoint, "", "30s"), "[{owner: worker, sha256:", "[{owner: worker, prefixes: ["+gcsBucket+"/mine/], sha256:", 1) +
-		"      fence_reads: true\n"
-	gw := copyReadsGateway(t, route, "")
-	direct := gcsDirect(t, srv.Endpoint)
-	if err := gcsPut(direct, "other/secret", "not yours", 0); err != nil {
-		t.Fatal(err)
-	}
 	absent := func(object string) {
 		t.Helper()
 		if _, err := direct.Bucket(gcsBucket).Object(object).Attrs(ctx); !errors.Is(err, storage.ErrObjectNotExist) {
@@ -189,9 +180,8 @@ func TestGCSCopySourceIsAReadOnFenceReadsRoutes(t *testing.T) {
 	worker := func(token int64) *storage.BucketHandle {
 		return gcsWorker(t, gw, func() int64 { return token }).Bucket(gcsBucket)
 	}
-	// The newer holder writes mine/src with token 9. (Not a read: the
-	// GCS dialect names no object for a GET, which a route with
-	// fence_reads refuses.)
+	// The newer holder writes mine/src with token 9 (GETs on such a
+	// route: TestGCSReadsOnFenceReadsRoutes).
 	if err := gcsPut(gcsWorker(t, gw, func() int64 { return 9 }), "mine/src", "source body", 0); err != nil {
 		t.Fatal(err)
 	}

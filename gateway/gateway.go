@@ -216,7 +216,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	}
 	req.Token, o.Token = token, token
 
-	// 4. The resource keys, and whether the sender may write them.
+	// 4. The resource keys, and whether the sender may write them. A read
+	// the upstream cannot name (ReadsUnnamed) is refused with its reason
+	// first: the keys of a request that names nothing would only say a
+	// template variable is missing.
+	if rt.fenceReads && insp.ReadsUnnamed != nil {
+		return rt, fencegate.AsError(insp.ReadsUnnamed)
+	}
 	keys, ref := rt.resources(host, cpath, segs, r.Header, insp)
 	if ref != nil {
 		return rt, ref

@@ -180,6 +180,13 @@ func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *sta
 	w := t.writes()
 	switch {
 	case t.op == opRead:
+		// Looked at on a route with fence_reads only, where a read is
+		// authorized and fenced like a write of what it reads (parseRead).
+		if t.unnamed != nil {
+			insp.ReadsUnnamed = t.unnamed
+			return insp, s, nil
+		}
+		insp.Vars, insp.Collection = vars(t.bucket, t.object), vars(t.bucket, "")
 		return insp, s, nil
 	case t.op == opBucket:
 		// A write of the bucket, which may change every object in it: on

@@ -51,6 +51,9 @@ type target struct {
 	multipart bool
 	// why says why an unsupported write is refused.
 	why string
+	// unnamed: a read parseRead names nothing for, refused with it on a
+	// route that fences reads (Inspection.ReadsUnnamed).
+	unnamed *fencegate.Error
 }
 
 // unsupported is a write outside the table: refused (501) in the JSON
@@ -77,7 +80,7 @@ func parseTarget(r *http.Request) (target, *fencegate.Error) {
 	}
 	t := target{path: resource.JoinPath(segs, len(segs) > 0 && strings.HasSuffix(escaped, "/"))}
 	if fencegate.ReadMethod(r.Method) {
-		return t, nil
+		return parseRead(r, t, escaped, segs), nil
 	}
 	if _, ok := r.Header["X-Http-Method-Override"]; ok {
 		// The store would act on another method than the one checked.
