@@ -581,14 +581,17 @@ func readTrailer(br *bufio.Reader, req *http.Request, maxFields int) error {
 	if err != nil {
 		return err
 	}
+	// buf is reassigned, not shadowed: a Peek that refills br slides the
+	// buffered bytes to its start, so only the last Peek's slice shows
+	// the trailer (TestTrailerReadAtBufferEnd).
 	end := 0
 	for size := 4; size <= maxTrailerBytes; size++ {
-		buf, err := br.Peek(size)
-		if bytes.HasSuffix(buf, doubleCRLF) {
+		var perr error
+		if buf, perr = br.Peek(size); bytes.HasSuffix(buf, doubleCRLF) {
 			end = size
 			break
 		}
-		if err != nil {
+		if perr != nil {
 			break
 		}
 	}
