@@ -303,6 +303,11 @@ func FuzzMatchesNetHTTP(f *testing.F) {
 	f.Add([]byte("POST /echo HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\nhi"+"\r\n"+put("/cl", "", "")), false, true)
 	f.Add([]byte(chunkedReq("/slow", "", "2\r\nhi\r\n0\r\n\r\n")+put("/echo", "", "x")), false, true)
 	f.Add([]byte(chunkedReq("/echo", "", "2\r\nhi\r\n0\r\nX-T: 1\r\n\r\n")), true, true)
+	// Trailers that start near the end of the connection's 8 KiB read
+	// buffer, so that finding their end refills it.
+	for _, n := range []int{8100, 8140, 8160} {
+		f.Add([]byte(chunkedReq("/echo", "", fmt.Sprintf("%x\r\n%s\r\n0\r\nX-Check: v1\r\nX-Other: v2\r\n\r\n", n, strings.Repeat("b", n)))+put("/cl", "", "")), false, false)
+	}
 	pairs := [2]*pair{startPair(f, 0), startPair(f, 1024)}
 	f.Fuzz(func(t *testing.T, raw []byte, small, split bool) {
 		if len(raw) > 32<<10 {
