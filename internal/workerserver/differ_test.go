@@ -325,7 +325,15 @@ func FuzzMatchesNetHTTP(f *testing.F) {
 			cut := len(raw) / 2
 			if end := bytes.Index(raw, []byte("\r\n\r\n")); end > 0 {
 				cut = end + 4
-				lower := bytes.ToLower(raw[:end])
+				// Byte by byte: bytes.ToLower turns invalid UTF-8 into
+				// three-byte runes, and lower's offsets must be raw's.
+				lower := make([]byte, end)
+				for k, c := range raw[:end] {
+					if 'A' <= c && c <= 'Z' {
+						c += 'a' - 'A'
+					}
+					lower[k] = c
+				}
 				if bytes.Contains(lower, []byte("transfer-encoding: chunked")) {
 					// After the last chunk and an empty trailer.
 					if k := bytes.Index(raw[cut:], []byte("\r\n0\r\n\r\n")); k >= 0 {
