@@ -607,7 +607,7 @@ func (f *SharedFence) superseded(resource string, highest int64) {
 // letGoBelow lets go this replica's markers of the keys below coll as
 // soon as no write holds them (at once if none does): a collection's
 // drain waits for them whatever their token (docs/design.md §4). Liveness
-// only: an idle marker is deleted within markerIdle anyway.
+// only: an idle marker not let go is deleted within markerIdle.
 func (f *SharedFence) letGoBelow(coll string) {
 	members := resource.MemberPrefix(coll)
 	f.letGo(func(res string) bool { return strings.HasPrefix(res, members) })

@@ -339,8 +339,9 @@ func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []sh
 		}
 	}
 	// This replica's idle markers of the collections go now; the other
-	// replicas' within markerIdle (a raise of a below level is not
-	// announced: liveness only).
+	// replicas' when their watch sees the level raised (runWatch: the put
+	// of P/b/C not ready announces the raise), so the wait is not
+	// markerIdle (TestSharedFenceIdleMarkersNotWaitedOut).
 	f.letGo(func(res string) bool {
 		return slices.ContainsFunc(acts, func(a sharedfence.Action) bool { return a.Key == res })
 	})
