@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,4 +128,86 @@ func (c *testCluster) level(t *testing.T, coll string) level {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestSharedFenceMarkerAfterRaiseNotWaitedOut: replica A's first write of
+// a collection's own key lands after B raised the collection's below
+// level (and after A's watch let go A's markers of the key) but before
+// B's below drain reads the markers, so B waits for it. A's write read
+// the level raised, not ready: its marker must not linger idle for B to
+// wait out (A keeps idle markers a minute; B's drain timeout is 20s).
+func TestSharedFenceMarkerAfterRaiseNotWaitedOut(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{MarkerIdle: time.Minute, MarkerLinger: -1})
+	b := c.replica(t, SharedFenceOptions{MarkerLinger: -1})
+	ctx := context.Background()
+	cli := c.client(t)
+	key := a.markerKey("/c/", 1, a.Lease())
+	var once sync.Once
+	aDone := make(chan error, 1)
+	hook := func() {
+		once.Do(func() {
+			// A's watch lets go what A holds now (nothing of /c/); the
+			// write below puts A's first marker of /c/.
+			time.Sleep(300 * time.Millisecond)
+			go func() {
+				p, err := a.AdmitTree(ctx, gateway.Write{Resource: "/c/", Token: 1}, nil)
+				if err == nil {
+					p.Release()
+				}
+				aDone <- err
+			}()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				resp, err := cli.Get(ctx, key, clientv3.WithCountOnly())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.Count == 1 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Error("A's marker of /c/ not in etcd after 10s")
+					return
+				}
+			}
+		})
+	}
+	// /c/ written through B: A holds no marker of it.
+	cp, err := b.AdmitTree(ctx, gateway.Write{Resource: "/c/", Token: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Release()
+	testHookBelowRaised.Store(&hook)
+	t.Cleanup(func() { testHookBelowRaised.Store(nil) })
+	start := time.Now()
+	p, err := b.AdmitTree(ctx, gateway.Write{Resource: "/c/k", Token: 2}, []string{"/c/"})
+	took := time.Since(start)
+	t.Logf("B's member write took %s", took)
+	if err != nil {
+		t.Fatalf("B's member write: %v (after %s)", err, took)
+	}
+	p.Release()
+	select {
+	case err := <-aDone:
+		if err != nil {
+			t.Fatalf("A's write of /c/: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("B's below drain did not run (the hook), or A's write of /c/ still waits after 20s")
+	}
+	if took > 5*time.Second {
+		t.Fatalf("B's member write took %s: it waited out A's idle marker of /c/", took)
+	}
+	resp, err := cli.Get(ctx, key, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Fatalf("A's marker of /c/ still in etcd after B's drain")
+	}
+	if l := c.level(t, "/c/"); l.Below != 2 || !l.Ready {
+		t.Fatalf("/c/'s below level in etcd: %+v, want 2, ready", l)
+	}
 }
