@@ -72,14 +72,14 @@ func TestSharedFenceIdleMarkersNotWaitedOut(t *testing.T) {
 			}
 		},
 	}, {
-		name: "below raise of a collection", res: "/c2/", token: 1,
-		// A write of the collection's own key (a tree write's first
-		// lets its own marker go: testTreeKeyOwnMarker).
-		idle:  func() error { return tree(a, gateway.Write{Resource: "/c2/", Token: 1}) },
-		drain: func() error { return tree(b, gateway.Write{Resource: "/c2/k", Token: 2}, "/c2/") },
+		name: "below raise of a collection", res: "/c2", token: 1,
+		// A write of the collection's own key, not a tree key (K/: its
+		// new record lets go the markers below it, its own among them).
+		idle:  func() error { return tree(a, gateway.Write{Resource: "/c2", Token: 1}) },
+		drain: func() error { return tree(b, gateway.Write{Resource: "/c2/k", Token: 2}, "/c2") },
 		check: func(t *testing.T) {
-			if l := c.level(t, "/c2/"); l.Below != 2 || !l.Ready {
-				t.Fatalf("/c2/'s below level in etcd: %+v, want 2, ready", l)
+			if l := c.level(t, "/c2"); l.Below != 2 || !l.Ready {
+				t.Fatalf("/c2's below level in etcd: %+v, want 2, ready", l)
 			}
 		},
 	}} {
