@@ -70,8 +70,10 @@ import (
 // commit to etcd's log: the marker they join exists at their read's
 // revision whatever else is in flight (nothing deletes a marker a write
 // holds, but its lease). Every replica
-// watches P/f/ and lets its idle markers of an older token go when a
-// record is raised, so a drain does not wait for them.
+// watches P/f/ and P/b/ and lets its idle markers go when a drain waits for
+// them (an older token's when a record is raised, those below a raised
+// collection, a collection's own when its below level is raised), so a
+// drain does not wait out markerIdle.
 type SharedFence struct {
 	*Store
 	ttl            time.Duration
@@ -127,7 +129,7 @@ type SharedFenceOptions struct {
 	// share it while writes are queued behind one in flight. Default 1ms;
 	// negative: none.
 	MarkerLinger time.Duration
-	// MarkerIdle is how long a marker no write holds is kept. Default 1s.
+	// MarkerIdle is how long a marker no write holds is kept. Default 10s.
 	MarkerIdle time.Duration
 	// NoMarkers: this process admits no write (a coordinator alone); it
 	// takes no lease.
@@ -140,7 +142,16 @@ var _ gateway.Fence = (*SharedFence)(nil)
 
 const (
 	markerLinger = time.Millisecond
-	markerIdle   = time.Second
+	// markerIdle: a marker no write has held for this long is deleted.
+	// The drains let idle markers go through the watch, not on this time
+	// (runWatch), so it is what a resource's next write on this replica
+	// saves a put for: at 1s, 1,000 resources over two replicas at 4,000
+	// writes/s re-put one marker in seven writes; at 10s none. Its cost is
+	// a key on the replica's lease and an entry (about 300 bytes) per
+	// resource written in the last 10s, and the wait of a drain or a
+	// reset in the rare cases the watch does not cover (docs/design.md,
+	// "Markers linger").
+	markerIdle = 10 * time.Second
 	// maxOps caps the operations of one Txn (etcd's --max-txn-ops
 	// defaults to 128).
 	maxOps = 120

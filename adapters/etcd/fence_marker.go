@@ -309,6 +309,9 @@ func (f *SharedFence) take(l *lane) []*op {
 		case opMark:
 			if o.put {
 				cost++
+				if !belows[o.e.resource] {
+					cost++ // its own below level (ownLevel)
+				}
 			}
 			if !reads[o.e.resource] {
 				cost++
@@ -330,6 +333,9 @@ func (f *SharedFence) take(l *lane) []*op {
 		n += cost
 		if o.kind == opMark {
 			reads[o.e.resource] = true
+			if o.put {
+				belows[o.e.resource] = true
+			}
 			for _, k := range o.scope {
 				reads[k], belows[k] = true, true
 			}
@@ -382,7 +388,11 @@ func (f *SharedFence) send(ops []*op) {
 			reads[o.e.resource] = len(then)
 			then = append(then, clientv3.OpGet(f.fenceKey(o.e.resource)))
 		}
-		for _, k := range o.scope {
+		ks := o.scope
+		if o.put {
+			ks = append(ks[:len(ks):len(ks)], o.e.resource)
+		}
+		for _, k := range ks {
 			if _, ok := reads[k]; !ok {
 				reads[k] = len(then)
 				then = append(then, clientv3.OpGet(f.fenceKey(k)))
@@ -461,6 +471,13 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, below
 		if o.m.exists && o.m.rec.Highest > e.token {
 			e.closed = true
 		}
+		if drainingRow(o.m.rows) || o.put && ownLevelRaised(resp, belows[e.resource]) {
+			// A tree or below drain is under way, which may have raised
+			// before this replica's watch let go what it held, and read
+			// the markers after this one was put: it waits for this one
+			// whatever its token, so it must not linger idle.
+			e.noLinger = true
+		}
 		if e.unsure {
 			// Joined while the put that failed was in flight: no proof the
 			// marker exists.
@@ -537,6 +554,25 @@ var errLeaseLost = errors.New("the replica's etcd lease was lost")
 // operations before it is sent.
 var testHookMarkerTxn atomic.Pointer[func(then []clientv3.Op)]
 
+// drainingRow reports whether a row of a marker Txn's scope shows a drain
+// not done: a record or a below level not ready.
+func drainingRow(rows map[string]sharedfence.Row) bool {
+	for _, r := range rows {
+		if !r.Ready || !r.BelowReady {
+			return true
+		}
+	}
+	return false
+}
+
+// ownLevelRaised reports whether the below level read at i (a put marker's
+// own key's, read even without a scope) is raised and not ready: a member
+// write's below drain waits for the marker.
+func ownLevelRaised(resp *clientv3.TxnResponse, i int) bool {
+	l, _, err := decodeLevel(first(resp.Responses[i].GetResponseRange().Kvs))
+	return err != nil || !l.Ready
+}
+
 // release ends one write's hold on e (f.mu held). The last one leaves the
 // marker idle, or queues its delete if it must not linger.
 func (f *SharedFence) release(e *entry, s *session) {
@@ -607,7 +643,7 @@ func (f *SharedFence) superseded(resource string, highest int64) {
 // letGoBelow lets go this replica's markers of the keys below coll as
 // soon as no write holds them (at once if none does): a collection's
 // drain waits for them whatever their token (docs/design.md §4). Liveness
-// only: an idle marker is deleted within markerIdle anyway.
+// only: an idle marker not let go is deleted within markerIdle.
 func (f *SharedFence) letGoBelow(coll string) {
 	members := resource.MemberPrefix(coll)
 	f.letGo(func(res string) bool { return strings.HasPrefix(res, members) })

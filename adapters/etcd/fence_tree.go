@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -338,9 +339,13 @@ func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []sh
 			}
 		}
 	}
+	if h := testHookBelowRaised.Load(); h != nil {
+		(*h)()
+	}
 	// This replica's idle markers of the collections go now; the other
-	// replicas' within markerIdle (a raise of a below level is not
-	// announced: liveness only).
+	// replicas' when their watch sees the level raised (runWatch: the put
+	// of P/b/C not ready announces the raise), so the wait is not
+	// markerIdle (TestSharedFenceIdleMarkersNotWaitedOut).
 	f.letGo(func(res string) bool {
 		return slices.ContainsFunc(acts, func(a sharedfence.Action) bool { return a.Key == res })
 	})
@@ -401,6 +406,10 @@ func (f *SharedFence) belowDrain(ctx context.Context, w gateway.Write, acts []sh
 		return nil
 	}
 }
+
+// testHookBelowRaised, if set (tests only), is called by a below drain
+// after its raises, before its first read of the markers.
+var testHookBelowRaised atomic.Pointer[func()]
 
 // raiseBelow raises coll's below level to token (never lowers it), not
 // ready: the wait for coll's own writes in flight is not done for it.
