@@ -129,7 +129,7 @@ type SharedFenceOptions struct {
 	// share it while writes are queued behind one in flight. Default 1ms;
 	// negative: none.
 	MarkerLinger time.Duration
-	// MarkerIdle is how long a marker no write holds is kept. Default 10s.
+	// MarkerIdle is how long a marker no write holds is kept. Default 1s.
 	MarkerIdle time.Duration
 	// NoMarkers: this process admits no write (a coordinator alone); it
 	// takes no lease.
@@ -146,12 +146,14 @@ const (
 	// The drains let idle markers go through the watch, not on this time
 	// (runWatch), so it is what a resource's next write on this replica
 	// saves a put for: at 1s, 1,000 resources over two replicas at 4,000
-	// writes/s re-put one marker in seven writes; at 10s none. Its cost is
-	// a key on the replica's lease and an entry (about 300 bytes) per
-	// resource written in the last 10s, and the wait of a drain or a
-	// reset in the rare cases the watch does not cover (docs/design.md,
-	// "Markers linger").
-	markerIdle = 10 * time.Second
+	// writes/s re-put one marker in seven writes; at 10s none. 10s was
+	// measured side by side and bought no throughput (the machine was
+	// CPU-bound), while it costs a key on the replica's lease and an entry
+	// (about 300 bytes) per resource written in the last 10s, a fence
+	// reset refused while a marker above its value idles, and advances
+	// through another replica that waited longer (docs/shared-fence.md,
+	// "Cost per write"); so 1s stays.
+	markerIdle = time.Second
 	// maxOps caps the operations of one Txn (etcd's --max-txn-ops
 	// defaults to 128).
 	maxOps = 120
