@@ -150,6 +150,17 @@ func TestSharedFenceMarkerAfterRaiseNotWaitedOut(t *testing.T) {
 			// A's watch lets go what A holds now (nothing of /c/); the
 			// write below puts A's first marker of /c/.
 			time.Sleep(300 * time.Millisecond)
+			// Watched from the revision before A's write: the marker may
+			// be put and deleted again (A's write is released at once)
+			// between two polls.
+			cur, err := cli.Get(ctx, key)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			wch := cli.Watch(wctx, key, clientv3.WithRev(cur.Header.Revision+1), clientv3.WithFilterDelete())
 			go func() {
 				p, err := a.AdmitTree(ctx, gateway.Write{Resource: "/c/", Token: 1}, nil)
 				if err == nil {
@@ -157,20 +168,16 @@ func TestSharedFenceMarkerAfterRaiseNotWaitedOut(t *testing.T) {
 				}
 				aDone <- err
 			}()
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				resp, err := cli.Get(ctx, key, clientv3.WithCountOnly())
-				if err != nil {
+			for wr := range wch {
+				if err := wr.Err(); err != nil {
 					t.Error(err)
 					return
 				}
-				if resp.Count == 1 {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Error("A's marker of /c/ not in etcd after 10s")
-					return
+				if len(wr.Events) > 0 {
+					return // put
 				}
 			}
+			t.Error("A's marker of /c/ not put in etcd within 10s")
 		})
 	}
 	// /c/ written through B: A holds no marker of it.
