@@ -13,10 +13,12 @@ import (
 
 // names are the objects a request body names: an object resource's
 // bucket and name (or an access control's object), and a compose's
-// destination.
+// destination and sources (sourceObjects, one names each, in the order
+// sent; nil if the member is absent or null).
 type names struct {
 	bucket, name, object *string
 	dest                 *names
+	sources              []*names
 }
 
 // sensitive are the members the gateway reads from a body, or stamps. A
@@ -25,7 +27,7 @@ type names struct {
 // members case-insensitively, the store reads proto field names too.
 var sensitive = map[string]string{
 	"bucket": "bucket", "name": "name", "object": "object",
-	"metadata": "metadata", "destination": "destination",
+	"metadata": "metadata", "destination": "destination", "sourceobjects": "sourceObjects",
 }
 
 // fold is the form two member names share if some reader takes them for
@@ -127,6 +129,11 @@ func readObject(dec *json.Decoder, depth int, capture bool) (*names, error) {
 				return nil, errors.New("destination is not an object")
 			}
 			continue
+		case capture && depth == 0 && k == "sourceObjects":
+			if n.sources, err = readSources(dec, depth+1); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if into != nil {
 			tok, err := dec.Token()
@@ -144,6 +151,35 @@ func readObject(dec *json.Decoder, depth int, capture bool) (*names, error) {
 			return nil, err
 		}
 	}
+}
+
+// readSources reads a compose's sourceObjects: null, or an array of
+// objects whose names the gateway reads (each source's name, and a bucket
+// or object member if one is sent, which must agree with it).
+func readSources(dec *json.Decoder, depth int) ([]*names, error) {
+	tok, err := dec.Token()
+	if err != nil || tok == nil {
+		return nil, err
+	}
+	if tok != json.Delim('[') || depth > maxDepth {
+		return nil, errors.New("sourceObjects is not an array")
+	}
+	var srcs []*names
+	for dec.More() {
+		if tok, err = dec.Token(); err != nil {
+			return nil, err
+		}
+		if tok != json.Delim('{') {
+			return nil, fmt.Errorf("sourceObjects[%d] is not an object", len(srcs))
+		}
+		s, err := readObject(dec, depth+1, true)
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, s)
+	}
+	_, err = dec.Token() // "]"
+	return srcs, err
 }
 
 // skipValue reads one value, checking the members of its objects.

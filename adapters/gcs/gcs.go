@@ -216,10 +216,11 @@ func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *sta
 		// authorizes and fences it as a GET of it.
 		insp.Reads = []map[string]string{vars(t.srcBucket, t.srcObject)}
 	case opCompose:
-		// Its sources are named in the body, which the gateway does not
-		// read before the fence: on a route with fence_reads, refused.
-		insp.ReadsUnnamed = httprefusal.WithStatus(http.StatusNotImplemented, &fencegate.Error{Code: fencegate.CodeInvalidRequest,
-			Message: "compose is not supported on a route that fences reads: its sources, which such a route authorizes and fences as reads, are named in the body, which the gateway does not read"})
+		// Its sources, named in the body, read before the fence.
+		var ref *fencegate.Error
+		if insp.Reads, insp.ReadsUnnamed, ref = composeReads(r, &t); ref != nil {
+			return gateway.Inspection{}, nil, ref
+		}
 	}
 	return insp, s, nil
 }

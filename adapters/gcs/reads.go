@@ -1,6 +1,8 @@
 package gcs
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 
 	"github.com/fencegate/fencegate"
@@ -11,6 +13,9 @@ import (
 // route with fence_reads, which authorizes and fences a read like a write:
 // the object of GET or HEAD /storage/v1/b/BUCKET/o/NAME (its metadata, or
 // its content with alt=media) and /download/storage/v1/b/BUCKET/o/NAME;
+// the object of a GET of its ACL (/storage/v1/b/BUCKET/o/NAME/acl, and
+// .../acl/ENTITY), which the store and fake-gcs-server both read as a read
+// of NAME, when they read the same NAME in the path;
 // the bucket alone (no object) for any other read of /storage/v1/b/BUCKET,
 // a listing included, which a "{bucket}/{object}" template has no key for
 // (refused, as an S3 ListObjects or an Azure List Blobs is). A read is
@@ -57,20 +62,81 @@ func parseRead(r *http.Request, t target, escaped string, segs []string) target 
 		return unnamed(ref)
 	}
 	t.bucket = rest[0]
+	o := rest[min(2, len(rest)):]
 	switch {
 	case len(rest) == 3 && rest[1] == "o":
-		if ref := checkName(rest[2]); ref != nil {
-			return unnamed(ref)
-		}
 		// One segment after o/: fake-gcs-server's greedy object name
 		// reads the same object (its ACL routes need a /acl after it).
-		t.object = rest[2]
 	case download:
 		return refused("a download is /download/storage/v1/b/BUCKET/o/NAME, the object's name one segment (its / sent as %%2F)")
 	case len(rest) > 3 && rest[1] == "o":
-		return refused("a read below an object (its ACL) is not named by the gateway: read the object itself")
+		if r.Method != http.MethodGet || len(o) > 3 || o[1] != wACL {
+			return refused("a read below an object other than a GET of its ACL (.../o/NAME/acl, .../o/NAME/acl/ENTITY) is not named by the gateway")
+		}
+		// The object's ACL (objectAccessControls.list, .get of one
+		// entity), a read of the object, as the store reads it: its name
+		// one segment. fake-gcs-server's routes match the name greedily,
+		// the list's first: the path must name the same object for it
+		// (not NAME/acl/acl, the ACL of "NAME/acl" there). Not HEAD,
+		// which it reads as a HEAD of the object "NAME/acl".
+		if _, fo := fakeReading(r.Method, t.bucket, o); fo != o[0] {
+			return refused("the path names the ACL of object %q for the store and of %q for another reading of it (fake-gcs-server's): read it another way", o[0], fo)
+		}
+	default:
+		// A read of the bucket (its metadata, ACL, a listing): the
+		// bucket, with no object.
+		return t
 	}
-	// Else a read of the bucket (its metadata, ACL, a listing): the
-	// bucket, with no object.
+	if ref := checkName(o[0]); ref != nil {
+		return unnamed(ref)
+	}
+	t.object = o[0]
 	return t
+}
+
+// maxComposeSources is the store's limit on the sources of one compose.
+const maxComposeSources = 32
+
+// composeReads reads a compose's body before the fence, bounded as body
+// reads it after (bodyDoc: JSON's Content-Type, at most maxMetadataDoc
+// bytes), puts the bytes back on r (they are forwarded as sent, or
+// stamped by body), and refuses, as body would, a document not read one
+// way or naming another destination than t's (checkNames). It names the
+// sources the compose reads (sourceObjects[].name, in the destination's
+// bucket): on a route with fence_reads each is authorized and fenced as a
+// GET of it. A source the gateway cannot name as the store reads it (no
+// name, a name checkName refuses, another bucket, more sources than the
+// store takes) is unnamed, refused on such a route only: elsewhere a
+// compose's sources are not looked at, as before.
+func composeReads(r *http.Request, t *target) (reads []map[string]string, unnamed error, ref *fencegate.Error) {
+	doc, err := bodyDoc(r, nil)
+	if err != nil {
+		return nil, nil, fencegate.AsError(err)
+	}
+	if doc != nil {
+		r.Body = io.NopCloser(bytes.NewReader(doc))
+	}
+	if err := checkNames(doc, t.bucket, t.object, true); err != nil {
+		return nil, nil, fencegate.InvalidRequest("the request body: %v", err)
+	}
+	n, _ := readNames(doc) // read without error by checkNames
+	refused := func(format string, a ...any) error {
+		return fencegate.InvalidResource("on a route that fences reads, a compose's sources are reads: "+format, a...)
+	}
+	if len(n.sources) > maxComposeSources {
+		return nil, refused("%d sources, more than the store's %d", len(n.sources), maxComposeSources), nil
+	}
+	for i, s := range n.sources {
+		if s.name == nil {
+			return nil, refused("sourceObjects[%d] names no object", i), nil
+		}
+		if ref := checkName(*s.name); ref != nil {
+			return nil, refused("sourceObjects[%d]: %s", i, ref.Message), nil
+		}
+		if !s.agree(t.bucket, *s.name) {
+			return nil, refused("sourceObjects[%d] names another bucket or object than %s/%s (a compose reads its sources in the destination's bucket)", i, t.bucket, *s.name), nil
+		}
+		reads = append(reads, vars(t.bucket, *s.name))
+	}
+	return reads, nil, nil
 }

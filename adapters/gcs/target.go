@@ -285,8 +285,9 @@ func parseBucketWrite(method string, t target, rest []string) (target, *fencegat
 	return unsupported(t, "this bucket operation is not known to the gateway")
 }
 
-// fakeReading is the bucket and object a write on /storage/v1/b/BUCKET/o/
-// followed by the segments o is for fake-gcs-server's router (gorilla/mux
+// fakeReading is the bucket and object a write (or a GET) on
+// /storage/v1/b/BUCKET/o/ followed by the segments o is for
+// fake-gcs-server's router (gorilla/mux
 // on the escaped path, routes in their order, object names matching ".+"
 // greedily): the object whose ACL, content or metadata it changes.
 func fakeReading(method, bucket string, o []string) (string, string) {
@@ -304,6 +305,14 @@ func fakeReading(method, bucket string, o []string) (string, string) {
 		}
 		if n >= 2 && o[n-1] == wCompose {
 			return bucket, join(o[:n-1])
+		}
+	case http.MethodGet:
+		// An ACL read: the list's route comes first.
+		if n >= 2 && o[n-1] == wACL {
+			return bucket, join(o[:n-1])
+		}
+		if n >= 3 && o[n-2] == wACL {
+			return bucket, join(o[:n-2])
 		}
 	case http.MethodPut, http.MethodDelete:
 		if n >= 3 && o[n-2] == wACL {
