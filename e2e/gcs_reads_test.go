@@ -100,7 +100,7 @@ func TestGCSReadsOnFenceReadsRoutes(t *testing.T) {
 		{"/" + gcsBucket + "/mine/src", 501},                      // the XML API
 		{o + "mine%2Fsrc%2F?alt=media", 400},                      // a trailing slash in the name
 		{o + "mine%2F..%2Fother%2Fsecret?alt=media", 400},         // a .. component
-		{o + "mine%2Fsrc/acl", 400},                               // below the object
+		{o + "mine%2Fsrc/acl/acl", 400},                           // the ACL of "mine/src/acl" for fake-gcs-server
 		{o + "mine%2Fsrc?alt=media&Alt=json", 400},                // a parameter twice
 	} {
 		if code, body := get(tc.path, 10); code != tc.code || strings.Contains(body, "not yours") {

@@ -119,24 +119,15 @@ func gcsPut(c *storage.Client, object, body string, chunkSize int) error {
 // or "<absent>".
 func (e *gcsEnv) stored(t *testing.T, object string) (body, stamp string) {
 	t.Helper()
-	o := e.direct(t).Bucket(gcsBucket).Object(object)
-	attrs, err := o.Attrs(context.Background())
+	bkt := e.direct(t).Bucket(gcsBucket)
+	attrs, err := bkt.Object(object).Attrs(context.Background())
 	if errors.Is(err, storage.ErrObjectNotExist) {
 		return "<absent>", ""
 	}
 	if err != nil {
 		t.Fatalf("attrs of %s: %v", object, err)
 	}
-	r, err := o.NewReader(context.Background())
-	if err != nil {
-		t.Fatalf("read %s: %v", object, err)
-	}
-	defer r.Close()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b), attrs.Metadata["fencing-token"]
+	return readDirect(t, bkt, object), attrs.Metadata["fencing-token"]
 }
 
 // gcsRaw sends one JSON API request to the gateway with the worker's key
