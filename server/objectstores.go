@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/fencegate/fencegate/adapters/azure"
 	"github.com/fencegate/fencegate/adapters/gcs"
@@ -231,6 +232,23 @@ func opened[U storeUpstream](u U, err error) (storeUpstream, error) {
 		return nil, err
 	}
 	return u, nil
+}
+
+// ObjectStoreNames names the registered dialects for messages and help,
+// in the order of config's sections: "S3, GCS or Azure" (conj "or"). A
+// where other than "" keeps those whose probe place is that flag
+// ("--bucket": "S3 or GCS").
+func ObjectStoreNames(conj, where string) string {
+	var names []string
+	for _, kind := range config.ObjectStoreKinds() {
+		if o, ok := objectStores[kind]; ok && (where == "" || o.Where == where) {
+			names = append(names, o.name)
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " " + conj + " " + names[len(names)-1]
 }
 
 // ObjectStoreOf is the registered dialect of the route's object-store

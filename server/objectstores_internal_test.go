@@ -235,3 +235,27 @@ func TestFourthDialectIsOneEntry(t *testing.T) {
 }
 
 var _ precondition.Store = versionStore{}
+
+// The stores that commands' help and messages name come from the
+// registry, in the order of config's sections, and every registered
+// dialect is named.
+func TestObjectStoreNames(t *testing.T) {
+	for _, tc := range []struct{ conj, where, want string }{
+		{"or", "", "S3, GCS or Azure"},
+		{"and", "", "S3, GCS and Azure"},
+		{"or", "--bucket", "S3 or GCS"},
+		{"or", "--container", "Azure"},
+		{"or", "--nowhere", ""},
+	} {
+		if got := ObjectStoreNames(tc.conj, tc.where); got != tc.want {
+			t.Errorf("ObjectStoreNames(%q, %q) = %q; want %q", tc.conj, tc.where, got, tc.want)
+		}
+	}
+	all := ObjectStoreNames("or", "")
+	for _, kind := range config.ObjectStoreKinds() {
+		o, ok := objectStores[kind]
+		if !ok || !strings.Contains(all, o.name) {
+			t.Errorf("section %s: registered %v, named in %q", kind, ok, all)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/adapters/bolt"
@@ -398,10 +399,9 @@ func newFenceRebuildCmd() *cobra.Command {
 	c := &fenceRebuildCmd{}
 	cmd := &cobra.Command{
 		Use:   "rebuild [-c FILE] --bucket NAME [--route NAME] [--prefix P] [--max-advance N]",
-		Short: "raise fences from the token stamps on S3, GCS or Azure objects",
-		Long: `Rebuild scans the objects of an S3 or GCS route's bucket (an Azure
-route's container, --container) for the token stamps that s3.stamp: true
-(gcs.stamp, azure.stamp) leaves on them, and raises
+		Short: "raise fences from the token stamps on " + server.ObjectStoreNames("or", "") + " objects",
+		Long: `Rebuild scans the objects of an ` + server.ObjectStoreNames("or", "--bucket") + ` route's bucket (an Azure
+route's container, --container) for the token stamps that ` + stampKeys() + ` leaves on them, and raises
 each object's fence to at least its stamped token. A stamp more than
 fence.max_advance above what the store holds stops the rebuild (an object
 written around the gateway can carry any stamp); the fences raised before
@@ -413,12 +413,26 @@ it stay raised, and a rebuild can be run again.
 		Args: noArgs,
 	}
 	configFlag(cmd.Flags(), &c.config)
-	cmd.Flags().StringVar(&c.route, "route", "", "S3, GCS or Azure route whose objects are scanned (default: the only one)")
+	cmd.Flags().StringVar(&c.route, "route", "", server.ObjectStoreNames("or", "")+" route whose objects are scanned (default: the only one)")
 	cmd.Flags().StringVar(&c.bucket, "bucket", "", "bucket to scan (required)")
 	cmd.Flags().StringVar(&c.bucket, "container", "", "Azure container to scan (the same as --bucket)")
 	cmd.Flags().StringVar(&c.prefix, "prefix", "", "scan only keys starting with this prefix")
 	c.ceiling.flag(cmd, "stamp")
 	return wrap(cmd, c)
+}
+
+// stampKeys names the object-store sections' stamp settings, from the
+// registry: "s3.stamp: true\n(gcs.stamp, azure.stamp)".
+func stampKeys() string {
+	kinds := config.ObjectStoreKinds()
+	if len(kinds) == 0 {
+		return "stamp: true"
+	}
+	k := kinds[0] + ".stamp: true"
+	if len(kinds) > 1 {
+		k += "\n(" + strings.Join(kinds[1:], ".stamp, ") + ".stamp)"
+	}
+	return k
 }
 
 func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
@@ -441,13 +455,13 @@ func (c *fenceRebuildCmd) Run(ctx context.Context, args []string) error {
 				continue
 			}
 			if rc != nil {
-				return usagef("several S3, GCS or Azure routes: choose one with --route")
+				return usagef("several %s routes: choose one with --route", server.ObjectStoreNames("or", ""))
 			}
 			rc = r
 		}
 	}
 	if rc == nil {
-		return usagef("no S3, GCS or Azure route %q in %s", routeName, path)
+		return usagef("no %s route %q in %s", server.ObjectStoreNames("or", ""), routeName, path)
 	}
 	dia, ok := server.ObjectStoreOf(*rc)
 	if !ok {
