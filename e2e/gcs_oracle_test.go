@@ -417,6 +417,10 @@ func gcsCorpus() []gcsShape {
 		{fix: 1, name: "multipart, upper-case members", method: "POST", path: up + "uploadType=multipart&name=own", ct: mpCT, body: mpOwnUpper},
 		{fix: 1, name: "multipart, quoted-printable metadata", method: "POST", path: up + "uploadType=multipart&name=own", ct: mpCT, body: qp},
 		{fix: 1, name: "compose, destination in another bucket", method: "POST", path: ob + "own/compose", ct: js, body: `{"sourceObjects":[{"name":"own2"}],"destination":{"bucket":"other","name":"victim"}}`},
+		{fix: 1, name: "compose, sourceObjects in another case", method: "POST", path: ob + "own/compose", ct: js, body: `{"SourceObjects":[{"name":"victim"}]}`},
+		{fix: 1, name: "compose, sourceObjects twice", method: "POST", path: ob + "own/compose", ct: js, body: `{"sourceObjects":[{"name":"own2"}],"sourceObjects":[{"name":"victim"}]}`},
+		{fix: 1, name: "compose, a source's name in two cases", method: "POST", path: ob + "own/compose", ct: js, body: `{"sourceObjects":[{"name":"own2","Name":"victim"}]}`},
+		{fix: 1, name: "compose, a source in another bucket", method: "POST", path: ob + "own/compose", ct: js, body: `{"sourceObjects":[{"name":"victim","bucket":"other"}]}`, own: true},
 		{fix: 1, name: "copy, body names another object", method: "POST", path: ob + "own2/copyTo/b/fenced/o/own", ct: js, body: `{"name":"victim","bucket":"other"}`},
 		{fix: 1, name: "a request on a session opens another", method: "POST", onSession: true, path: "", ct: js, body: `{"bucket":"fenced","name":"victim"}`, session: true, own: true},
 
@@ -445,6 +449,7 @@ func gcsCorpus() []gcsShape {
 		{fix: 4, name: "../ in a name", method: "DELETE", path: ob + "own%2F..%2Fvictim"},
 		{fix: 4, name: "../ into another bucket", method: "DELETE", path: ob + "..%2Fother%2Fvictim"},
 		{fix: 4, name: "// in a name", method: "DELETE", path: ob + "dir%2F%2Fjob"},
+		{fix: 4, name: "compose from a cleaned source name", method: "POST", path: ob + "own/compose", ct: js, body: `{"sourceObjects":[{"name":"own2"},{"name":"own2/../victim"}]}`, own: true},
 		{fix: 4, name: "copy to a cleaned name", method: "POST", path: ob + "own/copyTo/b/fenced/o/own2%2F..%2Fvictim", ct: js, body: `{}`},
 		{fix: 4, name: "upload name ../", method: "POST", path: up + "uploadType=media&name=own%2F..%2Fvictim", ct: "text/plain", body: "EVIL"},
 		{fix: 4, name: "upload name into another bucket", method: "POST", path: up + "uploadType=media&name=..%2Fother%2Fvictim", ct: "text/plain", body: "EVIL"},
