@@ -20,10 +20,17 @@ import (
 // admitted with the request's token, as a GET of it is. A body that a
 // reader could read another way (a case-variant or repeated member, which
 // fake-gcs-server's decoder folds) is refused, and so is a source name a
-// backend would clean. The store is read directly: a refused compose
-// writes no object and leaves the existing ones as they were.
+// backend would clean. The store (fake-gcs-server, memory and filesystem
+// backends) is read directly: a refused compose writes no object and
+// leaves the existing ones as they were.
 func TestGCSComposeSourcesAreReadsOnFenceReadsRoutes(t *testing.T) {
-	gw, direct := gcsFenceReadsGateway(t)
+	for _, backend := range []string{"memory", "filesystem"} {
+		t.Run(backend, func(t *testing.T) { testGCSComposeSourcesAreReads(t, backend) })
+	}
+}
+
+func testGCSComposeSourcesAreReads(t *testing.T, backend string) {
+	gw, direct := gcsFenceReadsGatewayOn(t, backend)
 	ctx := context.Background()
 	bkt := direct.Bucket(gcsBucket)
 	worker := func(token int64) *storage.BucketHandle {
@@ -140,7 +147,13 @@ func TestGCSComposeSourcesAreReadsOnFenceReadsRoutes(t *testing.T) {
 // /acl) is refused: the object "mine/x/acl", written with token 9, is not
 // read around its fence by a token-7 reader naming "mine/x".
 func TestGCSObjectACLReadsOnFenceReadsRoutes(t *testing.T) {
-	gw, direct := gcsFenceReadsGateway(t)
+	for _, backend := range []string{"memory", "filesystem"} {
+		t.Run(backend, func(t *testing.T) { testGCSObjectACLReads(t, backend) })
+	}
+}
+
+func testGCSObjectACLReads(t *testing.T, backend string) {
+	gw, direct := gcsFenceReadsGatewayOn(t, backend)
 	bkt := direct.Bucket(gcsBucket)
 	for _, o := range []string{"mine/src", "mine/x/acl"} {
 		if err := gcsPut(gcsWorker(t, gw, func() int64 { return 9 }), o, "written with 9", 0); err != nil {

@@ -114,8 +114,14 @@ func TestGCSReadsOnFenceReadsRoutes(t *testing.T) {
 // fake-gcs-server holding other/secret ("not yours"), which direct reads
 // and writes itself.
 func gcsFenceReadsGateway(t *testing.T) (gw string, direct *storage.Client) {
+	return gcsFenceReadsGatewayOn(t, "memory")
+}
+
+// gcsFenceReadsGatewayOn is gcsFenceReadsGateway on fake-gcs-server with
+// the backend named ("memory", "filesystem").
+func gcsFenceReadsGatewayOn(t *testing.T, backend string) (gw string, direct *storage.Client) {
 	t.Helper()
-	srv := testenv.FakeGCS(t)
+	srv := testenv.FakeGCSBackend(t, backend)
 	srv.CreateBucket(t, gcsBucket)
 	route := strings.Replace(gcsRouteYAML("objects", "", srv.Endpoint, "", "30s"), "[{owner: worker, sha256:", "[{owner: worker, prefixes: ["+gcsBucket+"/mine/], sha256:", 1) +
 		"      fence_reads: true\n"
