@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,10 @@ type uploadStore struct {
 //	(cd /path/to/main-checkout && go build -o /tmp/fencegate-before ./cmd/fencegate)
 //	UPLOADBENCH_BEFORE=/tmp/fencegate-before bench/upload.sh
 //
+// UPLOADBENCH_BEFORE_ENV="GOMAXPROCS=1 GOGC=400" runs "before" with those
+// settings in its environment (this tree's build if UPLOADBENCH_BEFORE is
+// unset), to compare runtime settings the same way.
+//
 // UPLOADBENCH_FAST=1 adds the target "fast": the same route with the
 // HTTP/1.1 fast path on (gateway.fast_path: true), beside the default.
 func BenchmarkUpload(b *testing.B) {
@@ -84,8 +89,11 @@ func BenchmarkUpload(b *testing.B) {
 				p := startFencegate(b, fastPathYAML(yaml))
 				targets = append(targets, uploadTarget{"fast", st.worker(b, p.URL("gateway")), p.cmd.Process.Pid})
 			}
-			if bin := os.Getenv("UPLOADBENCH_BEFORE"); bin != "" {
-				p := startFencegateBin(b, bin, yaml)
+			if bin, env := os.Getenv("UPLOADBENCH_BEFORE"), os.Getenv("UPLOADBENCH_BEFORE_ENV"); bin != "" || env != "" {
+				if bin == "" {
+					bin = testenv.BuildBinary(b, "./cmd/fencegate")
+				}
+				p := startFencegateBin(b, bin, yaml, strings.Fields(env)...)
 				targets = append(targets, uploadTarget{"before", st.worker(b, p.URL("gateway")), p.cmd.Process.Pid})
 			}
 			for _, c := range []struct{ size, perRound int }{{4 << 10, 200}, {16 << 20, 4}} {
