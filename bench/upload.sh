@@ -5,6 +5,9 @@
 # GCS (fake-gcs-server) and Azure (Azurite). docs/performance.md explains
 # the figures; "%_of_direct" is the gateway's throughput as a percentage of
 # direct's (direct time / gateway time; 100 = as fast as direct).
+# "T-store-cpu-µs/object" and "T-client-cpu-µs/object" are the store's and
+# the clients' CPU per object of each target T: direct and the gateway ask
+# the same of both, or the comparison is not fair.
 #
 # The output is go test's benchmark format, ready for benchstat:
 #
@@ -13,9 +16,11 @@
 # Usage: bench/upload.sh [count (default 5)] [rounds per count (default 10)] [stores, e.g. "gcs|azure" (default s3|gcs|azure)]
 # UPLOADBENCH_BEFORE=PATH adds another fencegate binary as the target
 # "before" (before/after in one run); UPLOADBENCH_FAST=1 adds the target
-# "fast", the same route with gateway.fast_path: true. The load average is
-# printed first: other work on the machine slows every target alike but
-# widens the spread.
+# "fast", the same route with gateway.fast_path: true;
+# UPLOADBENCH_BEFORE_ENV="GOMAXPROCS=1 GOGC=400" runs "before" (this tree's
+# build unless UPLOADBENCH_BEFORE names another) with those settings. The
+# load average is printed first: other work on the machine slows every
+# target alike but widens the spread.
 # With a count above 1, benchstat's medians of every figure end the output.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"

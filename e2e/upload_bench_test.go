@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +30,12 @@ type uploadTarget struct {
 }
 
 // uploadStore is one store of BenchmarkUpload: start runs it and returns
-// the gateway config of a route in front of it (its default settings) and
-// the client writing to it directly; worker is the same client through the
+// the gateway config of a route in front of it (its default settings), the
+// client writing to it directly and the store's process; worker is the same client through the
 // gateway at url, sending the token 1.
 type uploadStore struct {
 	name   string
-	start  func(b *testing.B) (yaml string, direct func(string, []byte) error)
+	start  func(b *testing.B) (yaml string, direct func(string, []byte) error, pid int)
 	worker func(b *testing.B, url string) func(string, []byte) error
 }
 
@@ -59,19 +60,26 @@ type uploadStore struct {
 // work on the machine falls on all targets alike; the µs/object figures are
 // medians over the rounds. "gateway-cpu-µs/object" is the gateway process's
 // CPU per object (/proc/PID/task/*/schedstat), which load from other work
-// on the machine leaves alone. UPLOADBENCH_BEFORE=PATH adds the target
+// on the machine leaves alone. "T-store-cpu-µs/object" is the store's CPU
+// per object of target T, and "T-client-cpu-µs/object" the benchmark
+// process's (the clients'), so that direct and gateway can be checked to
+// ask the same of the store and of the client. UPLOADBENCH_BEFORE=PATH adds the target
 // "before": the same route served by another fencegate binary (say one
 // built from main), for before/after figures in one run:
 //
 //	(cd /path/to/main-checkout && go build -o /tmp/fencegate-before ./cmd/fencegate)
 //	UPLOADBENCH_BEFORE=/tmp/fencegate-before bench/upload.sh
 //
+// UPLOADBENCH_BEFORE_ENV="GOMAXPROCS=1 GOGC=400" runs "before" with those
+// settings in its environment (this tree's build if UPLOADBENCH_BEFORE is
+// unset), to compare runtime settings the same way.
+//
 // UPLOADBENCH_FAST=1 adds the target "fast": the same route with the
 // HTTP/1.1 fast path on (gateway.fast_path: true), beside the default.
 func BenchmarkUpload(b *testing.B) {
 	for _, st := range uploadStores {
 		b.Run(st.name, func(b *testing.B) {
-			yaml, direct := st.start(b)
+			yaml, direct, store := st.start(b)
 			gw := startFencegate(b, yaml)
 			targets := []uploadTarget{
 				{"direct", direct, 0},
@@ -81,8 +89,11 @@ func BenchmarkUpload(b *testing.B) {
 				p := startFencegate(b, fastPathYAML(yaml))
 				targets = append(targets, uploadTarget{"fast", st.worker(b, p.URL("gateway")), p.cmd.Process.Pid})
 			}
-			if bin := os.Getenv("UPLOADBENCH_BEFORE"); bin != "" {
-				p := startFencegateBin(b, bin, yaml)
+			if bin, env := os.Getenv("UPLOADBENCH_BEFORE"), os.Getenv("UPLOADBENCH_BEFORE_ENV"); bin != "" || env != "" {
+				if bin == "" {
+					bin = testenv.BuildBinary(b, "./cmd/fencegate")
+				}
+				p := startFencegateBin(b, bin, yaml, strings.Fields(env)...)
 				targets = append(targets, uploadTarget{"before", st.worker(b, p.URL("gateway")), p.cmd.Process.Pid})
 			}
 			for _, c := range []struct{ size, perRound int }{{4 << 10, 200}, {16 << 20, 4}} {
@@ -91,17 +102,21 @@ func BenchmarkUpload(b *testing.B) {
 					name = fmt.Sprintf("%dMiB", c.size>>20)
 				}
 				data := bytes.Repeat([]byte("x"), c.size)
-				b.Run(name, func(b *testing.B) { uploadRounds(b, targets, data, c.perRound) })
+				b.Run(name, func(b *testing.B) { uploadRounds(b, targets, store, data, c.perRound) })
 			}
 		})
 	}
 }
 
 // uploadRounds runs b.N rounds of perRound uploads of data per target and
-// reports the figures described on BenchmarkUpload.
-func uploadRounds(b *testing.B, targets []uploadTarget, data []byte, perRound int) {
+// reports the figures described on BenchmarkUpload (store: the store's
+// process).
+func uploadRounds(b *testing.B, targets []uploadTarget, store int, data []byte, perRound int) {
 	per := make([][]float64, len(targets)) // µs per object, per round
 	cpu := make([]time.Duration, len(targets))
+	storeCPU := make([]time.Duration, len(targets))
+	clientCPU := make([]time.Duration, len(targets))
+	self := os.Getpid()
 	for round := 0; b.Loop(); round++ {
 		for k := range targets {
 			i := (k + round) % len(targets)
@@ -111,12 +126,15 @@ func uploadRounds(b *testing.B, targets []uploadTarget, data []byte, perRound in
 			if t.pid != 0 {
 				cpu0 = testenv.ProcCPU(b, t.pid)
 			}
+			store0, client0 := testenv.ProcCPU(b, store), testenv.ProcCPU(b, self)
 			for range perRound {
 				if err := t.put(obj, data); err != nil {
 					b.Fatalf("%s: %v", t.name, err)
 				}
 			}
 			per[i] = append(per[i], float64(time.Since(start).Microseconds())/float64(perRound))
+			storeCPU[i] += testenv.ProcCPU(b, store) - store0
+			clientCPU[i] += testenv.ProcCPU(b, self) - client0
 			if t.pid != 0 {
 				cpu[i] += testenv.ProcCPU(b, t.pid) - cpu0
 			}
@@ -124,6 +142,9 @@ func uploadRounds(b *testing.B, targets []uploadTarget, data []byte, perRound in
 	}
 	for i, t := range targets {
 		b.ReportMetric(median(per[i]), t.name+"-µs/object")
+		objects := float64(len(per[i]) * perRound)
+		b.ReportMetric(float64(storeCPU[i].Microseconds())/objects, t.name+"-store-cpu-µs/object")
+		b.ReportMetric(float64(clientCPU[i].Microseconds())/objects, t.name+"-client-cpu-µs/object")
 		if i == 0 {
 			continue
 		}
@@ -138,7 +159,7 @@ func uploadRounds(b *testing.B, targets []uploadTarget, data []byte, perRound in
 			unit = t.name + "-%_of_direct"
 		}
 		b.ReportMetric(median(ratios), unit)
-		b.ReportMetric(float64(cpu[i].Microseconds())/float64(len(per[i])*perRound), t.name+"-cpu-µs/object")
+		b.ReportMetric(float64(cpu[i].Microseconds())/objects, t.name+"-cpu-µs/object")
 	}
 	// Wall time per op is a round of every target: meaningless beside
 	// the figures above.
@@ -148,11 +169,11 @@ func uploadRounds(b *testing.B, targets []uploadTarget, data []byte, perRound in
 var uploadStores = []uploadStore{
 	{
 		name: "s3",
-		start: func(b *testing.B) (string, func(string, []byte) error) {
+		start: func(b *testing.B) (string, func(string, []byte) error, int) {
 			srv := testenv.Versity(b)
 			srv.CreateBucket(b, s3Bucket)
 			return s3GatewayYAML(s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s")),
-				s3Putter(s3Worker(srv.Endpoint, srv.AccessKey, srv.SecretKey, awsfence.Fixed(0)))
+				s3Putter(s3Worker(srv.Endpoint, srv.AccessKey, srv.SecretKey, awsfence.Fixed(0))), srv.Pid
 		},
 		worker: func(b *testing.B, url string) func(string, []byte) error {
 			return s3Putter(s3Worker(url, s3WorkerKey, s3WorkerSecret, func() int64 { return 1 }))
@@ -160,7 +181,7 @@ var uploadStores = []uploadStore{
 	},
 	{
 		name: "gcs",
-		start: func(b *testing.B) (string, func(string, []byte) error) {
+		start: func(b *testing.B) (string, func(string, []byte) error, int) {
 			srv := testenv.FakeGCS(b)
 			srv.CreateBucket(b, gcsBucket)
 			c, err := storage.NewClient(context.Background(), option.WithEndpoint(srv.Endpoint+"/storage/v1/"), option.WithoutAuthentication())
@@ -168,7 +189,7 @@ var uploadStores = []uploadStore{
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { c.Close() })
-			return s3GatewayYAML(gcsRouteYAML("objects", "", srv.Endpoint, "", "30s")), gcsPutter(c)
+			return s3GatewayYAML(gcsRouteYAML("objects", "", srv.Endpoint, "", "30s")), gcsPutter(c), srv.Pid
 		},
 		worker: func(b *testing.B, url string) func(string, []byte) error {
 			return gcsPutter(gcsWorker(b, url, func() int64 { return 1 }))
@@ -176,10 +197,10 @@ var uploadStores = []uploadStore{
 	},
 	{
 		name: "azure",
-		start: func(b *testing.B) (string, func(string, []byte) error) {
+		start: func(b *testing.B) (string, func(string, []byte) error, int) {
 			srv := testenv.Azurite(b)
 			srv.CreateContainer(b, azContainer)
-			return s3GatewayYAML(azRouteYAML("blobs", "", srv.Endpoint, "", "30s")), azPutter(srv.Client(b))
+			return s3GatewayYAML(azRouteYAML("blobs", "", srv.Endpoint, "", "30s")), azPutter(srv.Client(b)), srv.Pid
 		},
 		worker: func(b *testing.B, url string) func(string, []byte) error {
 			return azPutter(azWorker(b, url, func() int64 { return 1 }))

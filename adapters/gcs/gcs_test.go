@@ -264,3 +264,28 @@ func TestForwardNeedsInspection(t *testing.T) {
 		t.Fatalf("Forward without inspection: %v, %d requests to the store; want a refusal and none", err, hits)
 	}
 }
+
+// appendJSONString writes what json.Marshal writes for any string: the
+// plain ones (a stamp's usual key and token) quoted in place, the others
+// (a custom stamp key with characters JSON or its HTML escaping changes)
+// through json.Marshal.
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"", "fencing-token", "42", "9223372036854775807", "a b~", `a"b`, `a\b`, "<k>", "a&b",
+		"\x00", "\x1f", "\x7f", "é", "\u2028", "\xff", "tab\there"} {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := appendJSONString([]byte("x"), s)
+		if !ok || string(got) != "x"+string(want) {
+			t.Errorf("appendJSONString(%q) = %s, %v; want x%s", s, got, ok, want)
+		}
+	}
+	// A custom key that needs escaping still stamps a document that reads
+	// back with that key.
+	out, ok := stampPlain([]byte(`{"name":"o"}`), `k"<&>`+"\u2028", "7")
+	var doc struct{ Metadata map[string]string }
+	if !ok || json.Unmarshal(out, &doc) != nil || doc.Metadata[`k"<&>`+"\u2028"] != "7" {
+		t.Errorf("stampPlain with an escaped key = %s, %v", out, ok)
+	}
+}

@@ -27,6 +27,7 @@ type AzuriteServer struct {
 	Endpoint string // http://127.0.0.1:PORT/devstoreaccount1, the account's service URL
 	Account  string
 	Key      string
+	Pid      int // the server's process (its CPU: ProcCPU)
 }
 
 // Azurite starts azurite-blob (installed by scripts/tools.sh azurite) on
@@ -38,7 +39,7 @@ func Azurite(t testing.TB) *AzuriteServer {
 	}
 	bin := tool(t, "azurite-blob", "azurite")
 	dir := t.TempDir()
-	_, ports := startServer(t, "azurite", 1, nil, bin,
+	proc, ports := startServer(t, "azurite", 1, nil, bin,
 		func(p []int) []string {
 			// --skipApiVersionCheck: the SDKs send newer service versions
 			// than the emulator names; --loose: it ignores headers it does
@@ -49,7 +50,7 @@ func Azurite(t testing.TB) *AzuriteServer {
 		func(ctx context.Context, p *process, ports []int) error {
 			return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/%s?comp=list", ports[0], AzuriteAccount), 60*time.Second, p.done)
 		})
-	return &AzuriteServer{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/%s", ports[0], AzuriteAccount), Account: AzuriteAccount, Key: AzuriteKey}
+	return &AzuriteServer{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/%s", ports[0], AzuriteAccount), Account: AzuriteAccount, Key: AzuriteKey, Pid: proc.cmd.Process.Pid}
 }
 
 // Client is azblob's client of the server with the development account.

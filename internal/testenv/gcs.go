@@ -18,6 +18,7 @@ type GCSServer struct {
 	// Root is the directory of the filesystem backend ("" in memory), in
 	// a directory of its own.
 	Root string
+	Pid  int // the server's process (its CPU: ProcCPU)
 }
 
 // FakeGCS starts fake-gcs-server on 127.0.0.1 with its memory backend and
@@ -37,7 +38,7 @@ func FakeGCSBackend(t testing.TB, backend string) *GCSServer {
 		// cleans into "../x" lands beside it, not among other files.
 		root = filepath.Join(t.TempDir(), "root")
 	}
-	_, ports := startServer(t, "fake-gcs-server", 1, nil, bin,
+	proc, ports := startServer(t, "fake-gcs-server", 1, nil, bin,
 		func(p []int) []string {
 			addr := fmt.Sprintf("127.0.0.1:%d", p[0])
 			args := []string{"-scheme", "http", "-host", "127.0.0.1", "-port", fmt.Sprint(p[0]),
@@ -50,7 +51,7 @@ func FakeGCSBackend(t testing.TB, backend string) *GCSServer {
 		func(ctx context.Context, p *process, ports []int) error {
 			return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/_internal/healthcheck", ports[0]), 30*time.Second, p.done)
 		})
-	return &GCSServer{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), Root: root}
+	return &GCSServer{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), Root: root, Pid: proc.cmd.Process.Pid}
 }
 
 // CreateBucket creates a bucket through the JSON API.

@@ -17,6 +17,7 @@ type S3Server struct {
 	SecretKey string
 	Region    string // us-east-1
 	Dir       string // bucket directories live here
+	Pid       int    // the server's process (its CPU: ProcCPU)
 }
 
 // Versity starts versitygw (posix backend, root credentials, 127.0.0.1 only)
@@ -32,7 +33,7 @@ func Versity(t testing.TB, flags ...string) *S3Server {
 		Dir:       t.TempDir(),
 	}
 	env := []string{"ROOT_ACCESS_KEY=" + s.AccessKey, "ROOT_SECRET_KEY=" + s.SecretKey}
-	_, ports := startServer(t, "versitygw", 1, env, bin,
+	proc, ports := startServer(t, "versitygw", 1, env, bin,
 		func(p []int) []string {
 			args := []string{"--port", fmt.Sprintf("127.0.0.1:%d", p[0]), "--region", s.Region, "--quiet"}
 			return append(append(args, flags...), "posix", s.Dir)
@@ -40,7 +41,7 @@ func Versity(t testing.TB, flags ...string) *S3Server {
 		func(ctx context.Context, p *process, ports []int) error {
 			return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/", ports[0]), 30*time.Second, p.done)
 		})
-	s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	s.Endpoint, s.Pid = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), proc.cmd.Process.Pid
 	return s
 }
 
