@@ -42,7 +42,9 @@
 # profile of each phase, labelled by side (go tool pprof -tags: load,
 # upstream, gateway, etcdclient); FENCEGATE_BENCH_ETCD_PPROF=dir starts the
 # members with --enable-pprof and profiles each during the shared phases;
-# FENCEGATE_BENCH_ETCD_LEADER=1 points both replicas at the leader only.
+# FENCEGATE_BENCH_ETCD_LEADER=1 points both replicas at the leader only;
+# the etcd side is warmed (each resource through each replica) just before
+# its phase, FENCEGATE_BENCH_ETCD_COLD=1: not.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
