@@ -43,8 +43,10 @@
 # upstream, gateway, etcdclient); FENCEGATE_BENCH_ETCD_PPROF=dir starts the
 # members with --enable-pprof and profiles each during the shared phases;
 # FENCEGATE_BENCH_ETCD_LEADER=1 points both replicas at the leader only;
-# the etcd side is warmed (each resource through each replica) just before
-# its phase, FENCEGATE_BENCH_ETCD_COLD=1: not.
+# the etcd side is warmed (its writes for 2 s, unmeasured) just before
+# its phase, FENCEGATE_BENCH_ETCD_COLD=1: not; FENCEGATE_BENCH_ETCD_STRIDE=1
+# writes the resources in the bursts of the old path function (a marker
+# put in 7 writes).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

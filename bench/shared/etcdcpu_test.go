@@ -74,7 +74,8 @@ func membersCPU(pids []int) []time.Duration {
 func etcdMetrics(b *testing.B, endpoints []string) map[string]float64 {
 	want := []string{"grpc_server_handled_total{", "etcd_debugging_mvcc_", "etcd_mvcc_", "etcd_server_proposals_",
 		"etcd_disk_wal_fsync_duration_seconds_count", "etcd_disk_backend_commit_duration_seconds_count",
-		"etcd_server_read_indexes_failed_total", "etcd_network_client_grpc_received_bytes_total", "etcd_network_client_grpc_sent_bytes_total"}
+		"etcd_server_read_indexes_failed_total", "etcd_server_slow_read_indexes_total", "etcd_server_leader_changes_seen_total",
+		"etcd_server_heartbeat_send_failures_total", "etcd_server_slow_apply_total", "etcd_network_client_grpc_received_bytes_total", "etcd_network_client_grpc_sent_bytes_total"}
 	m := make(map[string]float64)
 	for _, ep := range endpoints {
 		scanMetrics(b, ep, func(k string, v float64) {
