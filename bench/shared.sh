@@ -23,9 +23,11 @@
 #     0 ms (64 writers) and 50 ms (256 writers), etcd requests per write
 #     counted by the replicas and from etcd's /metrics (proposals committed,
 #     gRPC calls handled), the cores each side used (this process: load
-#     generator, gateways, upstream; the rest of the machine: the etcd
-#     members and whatever else runs); advances: writes/s, p50/p99,
-#     requests per write.
+#     generator, gateways, upstream; each etcd member's own process, from
+#     /proc/PID/stat; the rest of the machine: whatever else runs) and
+#     the CPU per write of each (_us/write); etcd's counters per write
+#     (gRPC calls by method, MVCC operations, WAL fsyncs) printed per
+#     phase; advances: writes/s, p50/p99, requests per write.
 #     BenchmarkSharedEtcdSize (BENCH=EtcdSize): etcd's database size per
 #     million fences.
 #
@@ -36,7 +38,15 @@
 # route (local and shared alike); FENCEGATE_BENCH_MARKER_LINGER (a Go
 # duration, negative: none) overrides the marker sessions' linger;
 # FENCEGATE_BENCH_MARKER_IDLE (a Go duration) how long an idle etcd marker
-# is kept (BENCH=Etcd).
+# is kept (BENCH=Etcd). FENCEGATE_BENCH_CPUPROFILE=base writes a CPU
+# profile of each phase, labelled by side (go tool pprof -tags: load,
+# upstream, gateway, etcdclient); FENCEGATE_BENCH_ETCD_PPROF=dir starts the
+# members with --enable-pprof and profiles each during the shared phases;
+# FENCEGATE_BENCH_ETCD_LEADER=1 points both replicas at the leader only;
+# the etcd side is warmed (its writes for 2 s, unmeasured) just before
+# its phase, FENCEGATE_BENCH_ETCD_COLD=1: not; FENCEGATE_BENCH_ETCD_STRIDE=1
+# writes the resources in the bursts of the old path function (a marker
+# put in 7 writes).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

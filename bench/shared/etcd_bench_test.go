@@ -1,12 +1,12 @@
 package shared
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -52,7 +52,11 @@ fence: {mode: shared, max_advance: -1}
 		b.Fatal(err)
 	}
 	e := cfg.Store.Etcd
-	st, err := etcd.OpenStore(etcd.StoreOptions{Client: etcd.ClientOptions{Endpoints: e.Endpoints}, Prefix: e.Prefix, Timeout: e.Timeout})
+	st := labeled("etcdclient", func() *etcd.Store {
+		st, oerr := etcd.OpenStore(etcd.StoreOptions{Client: etcd.ClientOptions{Endpoints: e.Endpoints}, Prefix: e.Prefix, Timeout: e.Timeout})
+		err = oerr
+		return st
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,9 +65,13 @@ fence: {mode: shared, max_advance: -1}
 	// FENCEGATE_BENCH_MARKER_IDLE (a Go duration) overrides how long an
 	// idle marker lingers, to compare.
 	idle, _ := time.ParseDuration(os.Getenv("FENCEGATE_BENCH_MARKER_IDLE"))
-	f := etcd.NewSharedFence(st, etcd.SharedFenceOptions{LeaseTTL: e.LeaseTTL, ForwardTimeout: 31 * time.Second, MarkerIdle: idle, Logger: log})
+	// FENCEGATE_BENCH_MARKER_LINGER likewise (negative: none).
+	linger, _ := time.ParseDuration(os.Getenv("FENCEGATE_BENCH_MARKER_LINGER"))
+	f := labeled("etcdclient", func() *etcd.SharedFence {
+		return etcd.NewSharedFence(st, etcd.SharedFenceOptions{LeaseTTL: e.LeaseTTL, ForwardTimeout: 31 * time.Second, MarkerIdle: idle, MarkerLinger: linger, Logger: log})
+	})
 	b.Cleanup(func() { f.Close() })
-	srv, _ := serveFence(b, f, cfg, log)
+	srv := labeled("gateway", func() *httptest.Server { srv, _ := serveFence(b, f, cfg, log); return srv })
 	return &etcdReplica{fence: f, url: srv.URL}
 }
 
@@ -72,30 +80,14 @@ fence: {mode: shared, max_advance: -1}
 // calls handled (all members).
 func etcdCounters(b *testing.B, endpoints []string) (proposals, calls float64) {
 	for _, ep := range endpoints {
-		resp, err := http.Get(ep + "/metrics")
-		if err != nil {
-			b.Fatal(err)
-		}
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			i := strings.LastIndexByte(line, ' ')
-			if i < 0 || strings.HasPrefix(line, "#") {
-				continue
-			}
-			v, err := strconv.ParseFloat(line[i+1:], 64)
-			if err != nil {
-				continue
-			}
+		scanMetrics(b, ep, func(key string, v float64) {
 			switch {
-			case strings.HasPrefix(line, "etcd_server_proposals_committed_total "):
+			case key == "etcd_server_proposals_committed_total":
 				proposals = max(proposals, v)
-			case strings.HasPrefix(line, "grpc_server_handled_total{"):
+			case strings.HasPrefix(key, "grpc_server_handled_total{"):
 				calls += v
 			}
-		}
-		resp.Body.Close()
+		})
 	}
 	return proposals, calls
 }
@@ -109,29 +101,63 @@ func etcdCounters(b *testing.B, endpoints []string) (proposals, calls float64) {
 // p99.
 func BenchmarkSharedEtcd(b *testing.B) {
 	d := seconds()
-	c := testenv.Etcd(b, 3)
+	// FENCEGATE_BENCH_ETCD_PPROF (a directory): the members serve
+	// /debug/pprof and each takes a CPU profile of each shared phase.
+	pprofDir := os.Getenv("FENCEGATE_BENCH_ETCD_PPROF")
+	var o testenv.EtcdOptions
+	if pprofDir != "" {
+		o.AutoCompaction = append(slices.Clone(testenv.EtcdAutoCompaction), "--enable-pprof")
+	}
+	c := testenv.EtcdWith(b, 3, o)
+	pids := etcdPIDs(c.Endpoints)
+	eps, leader := c.Endpoints, etcdLeader(b, c.Endpoints)
+	fmt.Printf("etcd leader: m%d\n", slices.Index(c.Endpoints, leader))
+	if os.Getenv("FENCEGATE_BENCH_ETCD_LEADER") == "1" {
+		// An experiment: the replicas send everything to the leader.
+		eps = []string{leader}
+	}
 	for _, tc := range []struct {
 		name    string
 		delay   time.Duration
 		clients int
 	}{{"0ms", 0, 64}, {"50ms", 50 * time.Millisecond, 256}} {
-		up := slowUpstream(b, tc.delay)
-		local := localGateway(b, up)
-		rs := []*etcdReplica{newEtcdReplica(b, c.Endpoints, up), newEtcdReplica(b, c.Endpoints, up)}
+		up := labeled("upstream", func() string { return slowUpstream(b, tc.delay) })
+		local := labeled("gateway", func() string { return localGateway(b, up) })
+		rs := []*etcdReplica{newEtcdReplica(b, eps, up), newEtcdReplica(b, eps, up)}
 		for i := range resources {
 			mustPut(b, fmt.Sprintf("%s/bench/%d", local, i), "1")
 			mustPut(b, fmt.Sprintf("%s/bench/%d", rs[i%2].url, i), "1")
 		}
-		path := func(c, i int) int { return (c*7919 + i*104729) % resources }
+		path := scattered
+		if os.Getenv("FENCEGATE_BENCH_ETCD_STRIDE") == "1" {
+			path = strided
+		}
 		token := func(int, int) string { return "1" }
-		c0 := cpustat.Now()
-		l1, lbad1, le1 := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
+		c0, m0 := cpustat.Now(), membersCPU(pids)
+		stop := profilePhase(b, tc.name+"-local")
+		l1, lbad1, le1 := driveLabeled(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
+		stop()
+		shared := func(c, i int) string { return fmt.Sprintf("%s/bench/%d", rs[path(c, i)%2].url, path(c, i)) }
+		if os.Getenv("FENCEGATE_BENCH_ETCD_COLD") != "1" {
+			// The same writes for 2 s just before the phase, unmeasured, so
+			// it starts with the markers a running workload holds: otherwise
+			// it counts as its own the marker puts of its cold start (idle
+			// markers go after 1 s, and the local phase took 5), most of the
+			// raft proposals of a 5 s phase.
+			driveLabeled(tc.clients, 2*time.Second, shared, token)
+		}
 		req0 := rs[0].fence.Requests() + rs[1].fence.Requests()
 		p0, g0 := etcdCounters(b, c.Endpoints)
-		c1 := cpustat.Now()
-		s, sbad, se := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].url, path(c, i)) }, token)
-		c2 := cpustat.Now()
+		e0 := etcdMetrics(b, c.Endpoints)
+		c1, m1 := cpustat.Now(), membersCPU(pids)
+		stop = profilePhase(b, tc.name+"-shared")
+		wait := etcdProfiles(c.Endpoints, pprofDir, tc.name, d)
+		s, sbad, se := driveLabeled(tc.clients, d, shared, token)
+		stop()
+		c2, m2 := cpustat.Now(), membersCPU(pids)
+		wait()
 		p1, g1 := etcdCounters(b, c.Endpoints)
+		logMetrics(tc.name, e0, etcdMetrics(b, c.Endpoints), float64(s+sbad))
 		reqs := rs[0].fence.Requests() + rs[1].fence.Requests() - req0
 		c3 := cpustat.Now()
 		l2, lbad2, le2 := drive(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
@@ -156,6 +182,21 @@ func BenchmarkSharedEtcd(b *testing.B) {
 		b.ReportMetric((lo1+lo2)/2, tc.name+"_local_other_cores")
 		b.ReportMetric(ss, tc.name+"_etcd_go_cores")
 		b.ReportMetric(so, tc.name+"_etcd_other_cores")
+		// Per write, measured per side: this process in the local phase
+		// (load generator, upstream, local gateway) and in the shared one
+		// (the same plus two replicas and their etcd clients), and each
+		// etcd member's own process (/proc/PID/stat).
+		lw := float64(l1 + lbad1)
+		b.ReportMetric(ls1*le1.Seconds()*1e6/lw, tc.name+"_local_go_us/write")
+		b.ReportMetric(ss*se.Seconds()*1e6/writes, tc.name+"_etcd_go_us/write")
+		var members time.Duration
+		for i := range pids {
+			members += m2[i] - m1[i]
+			b.ReportMetric(float64(m2[i]-m1[i])/float64(se), fmt.Sprintf("%s_etcd_m%d_cores", tc.name, i))
+			b.ReportMetric(float64((m1[i]-m0[i]).Microseconds())/lw, fmt.Sprintf("%s_local_m%d_us/write", tc.name, i))
+		}
+		b.ReportMetric(float64(members.Microseconds())/writes, tc.name+"_etcd_members_us/write")
+		b.ReportMetric(so-float64(members)/float64(se), tc.name+"_etcd_rest_cores")
 	}
 
 	// Advances: each client its own resource, token i+1 on its i-th write.
@@ -169,6 +210,47 @@ func BenchmarkSharedEtcd(b *testing.B) {
 	b.ReportMetric(float64(rs[0].fence.Requests()+rs[1].fence.Requests()-req0)/float64(ok+bad), "advance_requests/write")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "advance_p50_ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "advance_p99_ms")
+}
+
+// strided was the benchmark's path: client c's i-th write. Its writes to
+// one resource come in bursts: c·919 + i·729 (mod 1,000) is the same
+// resource for the clients c, c+9, c+18... a step apart, and for c+1 111
+// steps later, so a resource got about 7 writes in a row and then none
+// for about 104 steps of every client (2 s at 3,000 writes/s). Every burst
+// found its marker idled out: one marker put in 7 writes, an artifact of
+// the pattern (at 0.3 s between writes of a resource, spread at random,
+// about one gap in 30 exceeds the marker's idle time of 1 s).
+func strided(c, i int) int { return (c*7919 + i*104729) % resources }
+
+// scattered is client c's i-th resource, spread at random (a fixed
+// pseudo-random function of c and i: splitmix64).
+func scattered(c, i int) int {
+	x := uint64(c)<<32 | uint64(i)
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return int(x % resources)
+}
+
+// etcdLeader is the client URL of the cluster's leader.
+func etcdLeader(b *testing.B, endpoints []string) string {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	for _, ep := range endpoints {
+		st, err := cli.Status(context.Background(), ep)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.Leader == st.Header.MemberId {
+			return ep
+		}
+	}
+	b.Fatal("no etcd leader")
+	return ""
 }
 
 // cores is the CPU used from a to b, over wall: the cores this process
