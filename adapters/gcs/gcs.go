@@ -218,7 +218,7 @@ func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *sta
 	case opCompose:
 		// Its sources, named in the body, read before the fence.
 		var ref *fencegate.Error
-		if insp.Reads, insp.ReadsUnnamed, ref = composeReads(r, &t); ref != nil {
+		if insp.Reads, ref, insp.ReadsUnnamed = composeReads(r, &t); ref != nil {
 			return gateway.Inspection{}, nil, ref
 		}
 	}

@@ -108,33 +108,33 @@ const maxComposeSources = 32
 // name, a name checkName refuses, another bucket, more sources than the
 // store takes) is unnamed, refused on such a route only: elsewhere a
 // compose's sources are not looked at, as before.
-func composeReads(r *http.Request, t *target) (reads []map[string]string, unnamed error, ref *fencegate.Error) {
+func composeReads(r *http.Request, t *target) (reads []map[string]string, ref *fencegate.Error, unnamed error) {
 	doc, err := bodyDoc(r, nil)
 	if err != nil {
-		return nil, nil, fencegate.AsError(err)
+		return nil, fencegate.AsError(err), nil
 	}
 	if doc != nil {
 		r.Body = io.NopCloser(bytes.NewReader(doc))
 	}
 	if err := checkNames(doc, t.bucket, t.object, true); err != nil {
-		return nil, nil, fencegate.InvalidRequest("the request body: %v", err)
+		return nil, fencegate.InvalidRequest("the request body: %v", err), nil
 	}
 	n, _ := readNames(doc) // read without error by checkNames
 	refused := func(format string, a ...any) error {
 		return fencegate.InvalidResource("on a route that fences reads, a compose's sources are reads: "+format, a...)
 	}
 	if len(n.sources) > maxComposeSources {
-		return nil, refused("%d sources, more than the store's %d", len(n.sources), maxComposeSources), nil
+		return nil, nil, refused("%d sources, more than the store's %d", len(n.sources), maxComposeSources)
 	}
 	for i, s := range n.sources {
 		if s.name == nil {
-			return nil, refused("sourceObjects[%d] names no object", i), nil
+			return nil, nil, refused("sourceObjects[%d] names no object", i)
 		}
 		if ref := checkName(*s.name); ref != nil {
-			return nil, refused("sourceObjects[%d]: %s", i, ref.Message), nil
+			return nil, nil, refused("sourceObjects[%d]: %s", i, ref.Message)
 		}
 		if !s.agree(t.bucket, *s.name) {
-			return nil, refused("sourceObjects[%d] names another bucket or object than %s/%s (a compose reads its sources in the destination's bucket)", i, t.bucket, *s.name), nil
+			return nil, nil, refused("sourceObjects[%d] names another bucket or object than %s/%s (a compose reads its sources in the destination's bucket)", i, t.bucket, *s.name)
 		}
 		reads = append(reads, vars(t.bucket, *s.name))
 	}
