@@ -128,24 +128,14 @@ func BenchmarkSharedEtcd(b *testing.B) {
 			mustPut(b, fmt.Sprintf("%s/bench/%d", local, i), "1")
 			mustPut(b, fmt.Sprintf("%s/bench/%d", rs[i%2].url, i), "1")
 		}
-		path := scattered
-		if os.Getenv("FENCEGATE_BENCH_ETCD_STRIDE") == "1" {
-			path = strided
-		}
+		path := writePath(resources)
 		token := func(int, int) string { return "1" }
 		c0, m0 := cpustat.Now(), membersCPU(pids)
 		stop := profilePhase(b, tc.name+"-local")
 		l1, lbad1, le1 := driveLabeled(tc.clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
 		stop()
 		shared := func(c, i int) string { return fmt.Sprintf("%s/bench/%d", rs[path(c, i)%2].url, path(c, i)) }
-		if os.Getenv("FENCEGATE_BENCH_ETCD_COLD") != "1" {
-			// The same writes for 2 s just before the phase, unmeasured, so
-			// it starts with the markers a running workload holds: otherwise
-			// it counts as its own the marker puts of its cold start (idle
-			// markers go after 1 s, and the local phase took 5), most of the
-			// raft proposals of a 5 s phase.
-			driveLabeled(tc.clients, 2*time.Second, shared, token)
-		}
+		warmUp(tc.clients, shared, token)
 		req0 := rs[0].fence.Requests() + rs[1].fence.Requests()
 		p0, g0 := etcdCounters(b, c.Endpoints)
 		e0 := etcdMetrics(b, c.Endpoints)
@@ -210,27 +200,6 @@ func BenchmarkSharedEtcd(b *testing.B) {
 	b.ReportMetric(float64(rs[0].fence.Requests()+rs[1].fence.Requests()-req0)/float64(ok+bad), "advance_requests/write")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "advance_p50_ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "advance_p99_ms")
-}
-
-// strided was the benchmark's path: client c's i-th write. Its writes to
-// one resource come in bursts: c·919 + i·729 (mod 1,000) is the same
-// resource for the clients c, c+9, c+18... a step apart, and for c+1 111
-// steps later, so a resource got about 7 writes in a row and then none
-// for about 104 steps of every client (2 s at 3,000 writes/s). Every burst
-// found its marker idled out: one marker put in 7 writes, an artifact of
-// the pattern (at 0.3 s between writes of a resource, spread at random,
-// about one gap in 30 exceeds the marker's idle time of 1 s).
-func strided(c, i int) int { return (c*7919 + i*104729) % resources }
-
-// scattered is client c's i-th resource, spread at random (a fixed
-// pseudo-random function of c and i: splitmix64).
-func scattered(c, i int) int {
-	x := uint64(c)<<32 | uint64(i)
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	x ^= x >> 31
-	return int(x % resources)
 }
 
 // etcdLeader is the client URL of the cluster's leader.

@@ -30,12 +30,12 @@ func TestProcCPU(t *testing.T) {
 // in 5 s at 3,000 writes/s, few of a resource's writes follow a gap of
 // 100 steps or more (2 s, twice the marker idle time).
 func TestScatteredNoBursts(t *testing.T) {
-	long := func(path func(c, i int) int) float64 {
+	long := func(path func(c, i, n int) int) float64 {
 		last := make(map[int]int)
 		n, gaps := 0, 0
 		for i := range 300 {
 			for c := range 64 {
-				r := path(c, i)
+				r := path(c, i, resources)
 				if l, ok := last[r]; ok {
 					n++
 					if i-l >= 100 {
@@ -49,5 +49,38 @@ func TestScatteredNoBursts(t *testing.T) {
 	}
 	if s, b := long(scattered), long(strided); s > 0.01 || b < 0.05 {
 		t.Fatalf("writes after a gap of 100 steps: scattered %.3f (want < 0.01), strided %.3f (want > 0.05: the bursts)", s, b)
+	}
+}
+
+// TestWritePath: every shared benchmark (PostgreSQL and etcd) writes
+// scattered by default, and strided with FENCEGATE_BENCH_STRIDE=1 or the
+// etcd benchmark's older FENCEGATE_BENCH_ETCD_STRIDE=1; both stay within
+// the n resources.
+func TestWritePath(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want func(c, i, n int) int
+	}{
+		{"", scattered},
+		{"FENCEGATE_BENCH_STRIDE", strided},
+		{"FENCEGATE_BENCH_ETCD_STRIDE", strided},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv("FENCEGATE_BENCH_STRIDE", "")
+			t.Setenv("FENCEGATE_BENCH_ETCD_STRIDE", "")
+			if tc.env != "" {
+				t.Setenv(tc.env, "1")
+			}
+			for _, n := range []int{resources, pairResources} {
+				path := writePath(n)
+				for c := range 64 {
+					for i := range 50 {
+						if got := path(c, i); got != tc.want(c, i, n) || got < 0 || got >= n {
+							t.Fatalf("n %d: writePath(%d, %d) = %d, want %d", n, c, i, got, tc.want(c, i, n))
+						}
+					}
+				}
+			}
+		})
 	}
 }

@@ -57,9 +57,10 @@ func BenchmarkSharedPair(b *testing.B) {
 		b.Fatalf("pg_stat_statements (internal/testenv preloads it): %v", err)
 	}
 	tokens := pairLeases(b, pg.URL)
-	res := func(c, i int) int { return (c*7919 + i*104729) % pairResources }
+	res := writePath(pairResources)
 	url := func(base string, r int) string { return fmt.Sprintf("%s/bench/p%d", base, r) }
 	tok := func(r int) string { return strconv.FormatInt(tokens[r], 10) }
+	token := func(c, i int) string { return tok(res(c, i)) }
 
 	// 1. Fast upstream.
 	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -79,10 +80,12 @@ func BenchmarkSharedPair(b *testing.B) {
 		if round == 0 {
 			stop = profilePhase(b, "pair-local")
 		}
-		ok, bad, el := drive(writers, d, func(c, i int) string { return url(local, res(c, i)) }, func(c, i int) string { return tok(res(c, i)) })
+		ok, bad, el := drive(writers, d, func(c, i int) string { return url(local, res(c, i)) }, token)
 		stop()
 		localRPS = append(localRPS, float64(ok)/el.Seconds())
 		errs += bad
+		shared := func(c, i int) string { return url(rs[res(c, i)%2].srv.URL, res(c, i)) }
+		warmUp(writers, shared, token)
 		if _, err := conn.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 			b.Fatal(err)
 		}
@@ -90,7 +93,7 @@ func BenchmarkSharedPair(b *testing.B) {
 		if round == 0 {
 			stop = profilePhase(b, "pair-shared")
 		}
-		ok, bad, el = drive(writers, d, func(c, i int) string { return url(rs[(c+i)%2].srv.URL, res(c, i)) }, func(c, i int) string { return tok(res(c, i)) })
+		ok, bad, el = drive(writers, d, shared, token)
 		stop()
 		var calls int64
 		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
@@ -121,18 +124,20 @@ func BenchmarkSharedPair(b *testing.B) {
 	rs50 := []*replica{newReplicaNamed(b, pg.URL, slow, "bench_s1"), newReplicaNamed(b, pg.URL, slow, "bench_s2")}
 	pairWarm(b, []string{local50, rs50[0].srv.URL, rs50[1].srv.URL}, url, tok)
 	const slowWriters = 256
-	l1, lbad1, le1 := drive(slowWriters, d, func(c, i int) string { return url(local50, res(c, i)) }, func(c, i int) string { return tok(res(c, i)) })
+	l1, lbad1, le1 := drive(slowWriters, d, func(c, i int) string { return url(local50, res(c, i)) }, token)
 	var maxConns [2]int
+	shared50 := func(c, i int) string { return url(rs50[res(c, i)%2].srv.URL, res(c, i)) }
+	warmUp(slowWriters, shared50, token)
 	stopSampling := sampleConns(conn, []string{"bench_s1", "bench_s2"}, maxConns[:])
-	s, sbad, se := drive(slowWriters, d, func(c, i int) string { return url(rs50[(c+i)%2].srv.URL, res(c, i)) }, func(c, i int) string { return tok(res(c, i)) })
+	s, sbad, se := drive(slowWriters, d, shared50, token)
 	stopSampling()
-	l2, lbad2, le2 := drive(slowWriters, d, func(c, i int) string { return url(local50, res(c, i)) }, func(c, i int) string { return tok(res(c, i)) })
+	l2, lbad2, le2 := drive(slowWriters, d, func(c, i int) string { return url(local50, res(c, i)) }, token)
 	localWPS := (float64(l1)/le1.Seconds() + float64(l2)/le2.Seconds()) / 2
 	sharedWPS := float64(s) / se.Seconds()
 	const inFlight = 2000
 	var maxFlight [2]int
 	stopSampling = sampleConns(conn, []string{"bench_s1", "bench_s2"}, maxFlight[:])
-	fok, fbad, _ := drive(inFlight, min(d, 5*time.Second), func(c, i int) string { return url(rs50[c%2].srv.URL, res(c, i)) }, func(c, i int) string { return tok(res(c, i)) })
+	fok, fbad, _ := drive(inFlight, min(d, 5*time.Second), func(c, i int) string { return url(rs50[c%2].srv.URL, res(c, i)) }, token)
 	stopSampling()
 	fmt.Fprintf(out, "\n== 50 ms upstream, %d writers, %v each (local, shared, local)\n", slowWriters, d)
 	fmt.Fprintf(out, "%-44s %12.0f\n", "one local gateway req/s (mean)", localWPS)

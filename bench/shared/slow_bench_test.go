@@ -125,8 +125,9 @@ func BenchmarkSharedSlowUpstream(b *testing.B) {
 	local := localGateway(b, up)
 	rs := []*replica{newReplicaNamed(b, pg.URL, up, "bench_r1"), newReplicaNamed(b, pg.URL, up, "bench_r2")}
 	warm(b, local, rs)
-	path := func(c, i int) int { return (c*7919 + i*104729) % resources }
+	path := writePath(resources)
 	token := func(int, int) string { return "1" }
+	shared := func(c, i int) string { return fmt.Sprintf("%s/bench/%d", rs[path(c, i)%2].srv.URL, path(c, i)) }
 	b.ResetTimer()
 	l1, lbad1, le1 := drive(clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
 
@@ -136,8 +137,9 @@ func BenchmarkSharedSlowUpstream(b *testing.B) {
 	}
 	defer conn.Close(context.Background())
 	var maxConns [2]int
+	warmUp(clients, shared, token)
 	stopSampling := sampleConns(conn, []string{"bench_r1", "bench_r2"}, maxConns[:])
-	s, sbad, se := drive(clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", rs[(c+i)%2].srv.URL, path(c, i)) }, token)
+	s, sbad, se := drive(clients, d, shared, token)
 	stopSampling()
 	l2, lbad2, le2 := drive(clients, d, func(c, i int) string { return fmt.Sprintf("%s/bench/%d", local, path(c, i)) }, token)
 	b.StopTimer()
