@@ -30,6 +30,15 @@
 #     phase; advances: writes/s, p50/p99, requests per write.
 #     BenchmarkSharedEtcdSize (BENCH=EtcdSize): etcd's database size per
 #     million fences.
+#  6. BenchmarkSharedStores (BENCH=Stores; not in the default run): the
+#     side by side of issue 44 in one run: one local gateway, two shared
+#     replicas on PostgreSQL, two on a three-member etcd cluster, the same
+#     workload (0 ms, 64 writers; 50 ms, 256 writers): writes/s and ratio
+#     to local, requests and the store's own counts per write
+#     (statements; raft proposals, gRPC calls), CPU per write of this
+#     process and of the store's processes (PostgreSQL's postmaster and
+#     backends, the etcd members), the rest of the machine's cores (other
+#     jobs); then advances on each store: writes/s, p50/p99.
 #
 # BENCH=Pair (or any -bench pattern) runs only that part.
 # Usage: bench/shared.sh [writes for 1 (default 30000)] [clients for 1 and 3 (default 16)]
@@ -42,11 +51,13 @@
 # profile of each phase, labelled by side (go tool pprof -tags: load,
 # upstream, gateway, etcdclient); FENCEGATE_BENCH_ETCD_PPROF=dir starts the
 # members with --enable-pprof and profiles each during the shared phases;
-# FENCEGATE_BENCH_ETCD_LEADER=1 points both replicas at the leader only;
-# the etcd side is warmed (its writes for 2 s, unmeasured) just before
-# its phase, FENCEGATE_BENCH_ETCD_COLD=1: not; FENCEGATE_BENCH_ETCD_STRIDE=1
-# writes the resources in the bursts of the old path function (a marker
-# put in 7 writes).
+# FENCEGATE_BENCH_ETCD_LEADER=1 points both replicas at the leader only.
+# Every benchmark with repeated tokens (PostgreSQL and etcd) writes its
+# resources at random, each through one replica, and warms each shared
+# side (its writes for 2 s, unmeasured) just before its phase;
+# FENCEGATE_BENCH_COLD=1: no warm-up; FENCEGATE_BENCH_STRIDE=1 writes the
+# resources in the bursts of the old path function (a marker taken again
+# in 7 writes). FENCEGATE_BENCH_ETCD_COLD and _ETCD_STRIDE still work.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/goenv.sh"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -116,13 +116,8 @@ func BenchmarkSharedEtcd(b *testing.B) {
 		// An experiment: the replicas send everything to the leader.
 		eps = []string{leader}
 	}
-	for _, tc := range []struct {
-		name    string
-		delay   time.Duration
-		clients int
-	}{{"0ms", 0, 64}, {"50ms", 50 * time.Millisecond, 256}} {
-		up := labeled("upstream", func() string { return slowUpstream(b, tc.delay) })
-		local := labeled("gateway", func() string { return localGateway(b, up) })
+	for _, tc := range setups {
+		up, local := tc.start(b)
 		rs := []*etcdReplica{newEtcdReplica(b, eps, up), newEtcdReplica(b, eps, up)}
 		for i := range resources {
 			mustPut(b, fmt.Sprintf("%s/bench/%d", local, i), "1")

@@ -43,19 +43,56 @@ func etcdPIDs(endpoints []string) []int {
 // procCPU is the CPU time (user and system) process pid used so far, from
 // /proc/pid/stat (USER_HZ = 100); 0 if it cannot be read.
 func procCPU(pid int) time.Duration {
+	st, _ := procStat(pid)
+	return st.cpu
+}
+
+// stat is what procStat reads of a process: its parent, its CPU time
+// (user and system) and that of its children it waited for.
+type stat struct {
+	ppid          int
+	cpu, children time.Duration
+}
+
+// procStat reads /proc/pid/stat; false if it cannot.
+func procStat(pid int) (stat, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return stat{}, false
 	}
 	// The command name (field 2) may hold spaces: count from after it.
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
+	if len(f) < 15 {
+		return stat{}, false
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i], 10, 64); return v }
+	tick := 10 * time.Millisecond
+	return stat{
+		ppid:     int(n(1)),                         // field 4
+		cpu:      time.Duration(n(11)+n(12)) * tick, // fields 14, 15
+		children: time.Duration(n(13)+n(14)) * tick, // fields 16, 17
+	}, true
+}
+
+// treeCPU is the CPU time process pid and its children used so far: its
+// own, that of the children it waited for, and that of the live ones
+// (PostgreSQL: the postmaster and its backends, whether they have exited
+// or not). A grandchild counts only once its parent waited for it.
+func treeCPU(pid int) time.Duration {
+	root, ok := procStat(pid)
+	if !ok {
 		return 0
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64) // field 14
-	st, _ := strconv.ParseInt(f[12], 10, 64) // field 15
-	return time.Duration(ut+st) * 10 * time.Millisecond
+	d := root.cpu + root.children
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		child, _ := strconv.Atoi(filepath.Base(dir))
+		if st, ok := procStat(child); ok && st.ppid == pid {
+			d += st.cpu
+		}
+	}
+	return d
 }
 
 // membersCPU samples procCPU of each pid.

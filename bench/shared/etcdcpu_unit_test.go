@@ -2,6 +2,7 @@ package shared
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -82,5 +83,33 @@ func TestWritePath(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTreeCPU: treeCPU counts a child's CPU while it runs (a PostgreSQL
+// backend) and after its parent waited for it (one that exited), so
+// PostgreSQL's figure loses no backend that came and went.
+func TestTreeCPU(t *testing.T) {
+	self := os.Getpid()
+	children := func() time.Duration { return treeCPU(self) - procCPU(self) }
+	before := children()
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var live time.Duration
+	for end := time.Now().Add(20 * time.Second); live < 200*time.Millisecond && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		live = children() - before
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if live < 200*time.Millisecond {
+		t.Fatalf("a running child's CPU: %v after 20 s (want >= 200ms)", live)
+	}
+	if reaped := children() - before; reaped < live-20*time.Millisecond {
+		t.Fatalf("the child's CPU once waited for: %v, %v while it ran", reaped, live)
+	}
+	if treeCPU(-1) != 0 {
+		t.Fatal("treeCPU of no process is not 0")
 	}
 }

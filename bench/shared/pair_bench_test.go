@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/postgres"
-	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
@@ -46,16 +45,8 @@ const pairResources = 64
 // FENCEGATE_BENCH_CPUPROFILE profiles the first 0 ms round of each side.
 func BenchmarkSharedPair(b *testing.B) {
 	d := seconds()
-	pg := testenv.Postgres(b)
+	pg, conn := pgStatements(b)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pg.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-		b.Fatalf("pg_stat_statements (internal/testenv preloads it): %v", err)
-	}
 	tokens := pairLeases(b, pg.URL)
 	res := writePath(pairResources)
 	url := func(base string, r int) string { return fmt.Sprintf("%s/bench/p%d", base, r) }
@@ -95,11 +86,7 @@ func BenchmarkSharedPair(b *testing.B) {
 		}
 		ok, bad, el = drive(writers, d, shared, token)
 		stop()
-		var calls int64
-		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
- WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`).Scan(&calls); err != nil {
-			b.Fatal(err)
-		}
+		calls := statementCalls(b, conn)
 		sharedRPS = append(sharedRPS, float64(ok)/el.Seconds())
 		perWrite = append(perWrite, float64(calls)/float64(ok+bad))
 		rtPerWrite = append(rtPerWrite, float64(rs[0].fence.RoundTrips()+rs[1].fence.RoundTrips()-rt0)/float64(ok+bad))

@@ -164,17 +164,25 @@ func warm(b *testing.B, local string, rs []*replica) {
 
 // mustPut writes url with token and fails b unless it is answered 200.
 func mustPut(b *testing.B, url, token string) {
+	if err := put(url, token); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// put writes url with token; an error unless it is answered 200.
+func put(url, token string) error {
 	req, _ := http.NewRequest("PUT", url, strings.NewReader("v"))
 	req.Header.Set("Fencing-Token", token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
-		b.Fatalf("warm-up %s: %d", url, resp.StatusCode)
+		return fmt.Errorf("warm-up %s: %d", url, resp.StatusCode)
 	}
+	return nil
 }
 
 // BenchmarkSharedAdvance: every write advances its resource's fence (each
