@@ -116,10 +116,10 @@ func composeReads(r *http.Request, t *target) (reads []map[string]string, ref *f
 	if doc != nil {
 		r.Body = io.NopCloser(bytes.NewReader(doc))
 	}
-	if err := checkNames(doc, t.bucket, t.object, true); err != nil {
+	n, err := checkedNames(doc, t.bucket, t.object, true)
+	if err != nil {
 		return nil, fencegate.InvalidRequest("the request body: %v", err), nil
 	}
-	n, _ := readNames(doc) // read without error by checkNames
 	refused := func(format string, a ...any) error {
 		return fencegate.InvalidResource("on a route that fences reads, a compose's sources are reads: "+format, a...)
 	}

@@ -159,20 +159,26 @@ func bodyDoc(r *http.Request, whole []byte) ([]byte, error) {
 // names is bucket/object; with nameRequired, a doc that names the bucket
 // must name the object too.
 func checkNames(doc []byte, bucket, object string, nameRequired bool) error {
+	_, err := checkedNames(doc, bucket, object, nameRequired)
+	return err
+}
+
+// checkedNames is checkNames, with the names it read.
+func checkedNames(doc []byte, bucket, object string, nameRequired bool) (*names, error) {
 	n, err := readNames(doc)
 	if err != nil {
-		return fmt.Errorf("not one JSON object read one way: %w", err)
+		return n, fmt.Errorf("not one JSON object read one way: %w", err)
 	}
 	if !n.agree(bucket, object) {
-		return fmt.Errorf("it names another bucket or object than the request's %s/%s (the store may write the one it names)", bucket, object)
+		return n, fmt.Errorf("it names another bucket or object than the request's %s/%s (the store may write the one it names)", bucket, object)
 	}
 	if nameRequired && n.bucket != nil && n.name == nil && n.object == nil {
 		// fake-gcs-server takes a resumable upload's resource that names
 		// a bucket for the whole name: the object's name is then the
 		// resource's, "" if it has none.
-		return fmt.Errorf("it names the bucket but not the object: name it too (%q)", object)
+		return n, fmt.Errorf("it names the bucket but not the object: name it too (%q)", object)
 	}
-	return nil
+	return n, nil
 }
 
 // stampJSON sets metadata[key] = val in the object resource doc (at: the
