@@ -1,7 +1,9 @@
 package gcs
 
 import (
+	"bytes"
 	"cmp"
+	"compress/gzip"
 	"io"
 	"net/http/httptest"
 	"reflect"
@@ -151,40 +153,60 @@ func TestComposeReads(t *testing.T) {
 		{name: "another bucket", body: `{"sourceObjects":[{"name":"a","bucket":"other"}]}`, status: 400},
 		{name: "another object member", body: `{"sourceObjects":[{"name":"a","object":"b"}]}`, status: 400},
 		{name: "more than the store takes", body: many, status: 400},
+		// Bytes a store might decompress (Content-Encoding: gzip) are
+		// not JSON to the gateway: refused, not passed unread.
+		{name: "gzip bytes", body: gzipped(`{"sourceObjects":[{"name":"other"}]}`), status: 400, everywhere: true},
 	} {
-		ct := cmp.Or(tc.ct, "application/json")
-		r := httptest.NewRequest("POST", "http://gw/storage/v1/b/bk/o/dst/compose", strings.NewReader(tc.body))
-		r.Header.Set("Content-Type", ct)
-		insp, _, err := dialect{&Upstream{}}.Inspect(r, 5)
-		switch {
-		case tc.everywhere:
-			if got := httprefusal.Status(fencegate.AsError(err)); err == nil || got != tc.status {
-				t.Errorf("%s: %v (%d); want refused %d", tc.name, err, got, tc.status)
+		for _, chunked := range []bool{false, true} {
+			name := tc.name
+			ct := cmp.Or(tc.ct, "application/json")
+			r := httptest.NewRequest("POST", "http://gw/storage/v1/b/bk/o/dst/compose", strings.NewReader(tc.body))
+			r.Header.Set("Content-Type", ct)
+			if chunked {
+				// Sent chunked: the length is not known before the body.
+				r.ContentLength = -1
+				name += " (chunked)"
 			}
-			continue
-		case err != nil:
-			t.Errorf("%s: %v; want no refusal on every route", tc.name, err)
-			continue
-		case tc.status != 0:
-			if got := httprefusal.Status(fencegate.AsError(insp.ReadsUnnamed)); insp.ReadsUnnamed == nil || got != tc.status || insp.Reads != nil {
-				t.Errorf("%s: reads %v, unnamed %v (%d); want unnamed %d", tc.name, insp.Reads, insp.ReadsUnnamed, got, tc.status)
+			insp, _, err := dialect{&Upstream{}}.Inspect(r, 5)
+			switch {
+			case tc.everywhere:
+				if got := httprefusal.Status(fencegate.AsError(err)); err == nil || got != tc.status {
+					t.Errorf("%s: %v (%d); want refused %d", name, err, got, tc.status)
+				}
+				continue
+			case err != nil:
+				t.Errorf("%s: %v; want no refusal on every route", name, err)
+				continue
+			case tc.status != 0:
+				if got := httprefusal.Status(fencegate.AsError(insp.ReadsUnnamed)); insp.ReadsUnnamed == nil || got != tc.status || insp.Reads != nil {
+					t.Errorf("%s: reads %v, unnamed %v (%d); want unnamed %d", name, insp.Reads, insp.ReadsUnnamed, got, tc.status)
+				}
+			default:
+				var want []map[string]string
+				for _, o := range tc.reads {
+					want = append(want, vars("bk", o))
+				}
+				if insp.ReadsUnnamed != nil || !reflect.DeepEqual(insp.Reads, want) {
+					t.Errorf("%s: reads %v, unnamed %v; want %v", name, insp.Reads, insp.ReadsUnnamed, want)
+				}
 			}
-		default:
-			var want []map[string]string
-			for _, o := range tc.reads {
-				want = append(want, vars("bk", o))
+			// The destination is the written object, as before.
+			if !reflect.DeepEqual(insp.Vars, vars("bk", "dst")) {
+				t.Errorf("%s: writes %v; want bk/dst", name, insp.Vars)
 			}
-			if insp.ReadsUnnamed != nil || !reflect.DeepEqual(insp.Reads, want) {
-				t.Errorf("%s: reads %v, unnamed %v; want %v", tc.name, insp.Reads, insp.ReadsUnnamed, want)
+			// The bytes read go on to the store as sent.
+			if b, err := io.ReadAll(r.Body); err != nil || string(b) != tc.body {
+				t.Errorf("%s: the body forwarded is %q, %v; want the one sent", name, b, err)
 			}
-		}
-		// The destination is the written object, as before.
-		if !reflect.DeepEqual(insp.Vars, vars("bk", "dst")) {
-			t.Errorf("%s: writes %v; want bk/dst", tc.name, insp.Vars)
-		}
-		// The bytes read go on to the store as sent.
-		if b, err := io.ReadAll(r.Body); err != nil || string(b) != tc.body {
-			t.Errorf("%s: the body forwarded is %q, %v; want the one sent", tc.name, b, err)
 		}
 	}
+}
+
+// gzipped is s gzip-compressed.
+func gzipped(s string) string {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	w.Write([]byte(s))
+	w.Close()
+	return b.String()
 }
