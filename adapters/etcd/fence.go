@@ -64,16 +64,15 @@ import (
 //
 // Markers of finished writes linger (markerIdle) so a repeated token costs
 // no request of its own; marker puts, deletes and record reads of
-// concurrent writes go out in one Txn (markerLinger). The reads of writes
-// that join a marker already put go out apart, in read-only Txns of their
-// own, so they wait neither for a put of another marker nor for its
-// commit to etcd's log: the marker they join exists at their read's
-// revision whatever else is in flight (nothing deletes a marker a write
-// holds, but its lease). Every replica
+// concurrent writes go out in one Txn (markerLinger). Every replica
 // watches P/f/ and P/b/ and lets its idle markers go when a drain waits for
 // them (an older token's when a record is raised, those below a raised
 // collection, a collection's own when its below level is raised), so a
-// drain does not wait out markerIdle.
+// drain does not wait out markerIdle. A key's write that joins a marker
+// already put, whose record was read (or watched) at its token and ready,
+// sends nothing (join); other writes that join a held marker read the
+// record in read-only Txns of their own, so they wait neither for a put of
+// another marker nor for its commit to etcd's log.
 type SharedFence struct {
 	*Store
 	ttl            time.Duration
@@ -102,6 +101,8 @@ type SharedFence struct {
 	// watchGen counts the fence watch's ups and downs: odd while up. An
 	// idle marker is kept only within one up generation.
 	watchGen atomic.Int64
+	// joins counts the writes admitted without a request (join).
+	joins atomic.Int64
 
 	closing   chan struct{}
 	ctx       context.Context // cancelled by Close
@@ -634,12 +635,45 @@ func (f *SharedFence) deadBound(ctx context.Context) (time.Duration, error) {
 }
 
 // Advance implements gateway.Fence: an operator's raise (never a lowering).
+// It returns once no marker of an older token is left on the resource
+// (the drain of the raise, without setting it ready), or the drain timeout
+// has passed: a replica whose watch has not brought the raise yet admits
+// writes of a token it holds a marker of without a read (join), so a raise
+// is known everywhere only when those markers are gone. Past the drain
+// timeout (an older write still in flight) it returns the record not
+// ready; the replica holding that write refuses older tokens as soon as
+// its watch brings the raise.
 func (f *SharedFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
 	st, err := f.Store.AdvanceFence(ctx, resource, token, owner)
-	if err == nil {
-		f.superseded(resource, st.Highest)
+	if err != nil {
+		return st, err
 	}
-	return st, err
+	f.superseded(resource, st.Highest)
+	if st.Ready {
+		return st, nil
+	}
+	dir := f.markerDir(resource)
+	older := dir + pad(st.Highest)
+	deadline := time.Now().Add(f.drainTimeout)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
+		f.requests.Add(1)
+		resp, err := f.client.Get(rctx, dir, clientv3.WithRange(older), clientv3.WithKeysOnly(), clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			return st, fencegate.Unavailable(resource, fmt.Errorf("advance: read the markers of older tokens: %w", err))
+		}
+		if resp.Count == 0 {
+			return f.State(ctx, resource)
+		}
+		err = f.waitGone(ctx, dir, older, resp.Header.Revision, deadline)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return f.State(ctx, resource)
+		}
+		if err != nil {
+			return st, fencegate.Unavailable(resource, fmt.Errorf("advance: watch the markers of older tokens: %w", err))
+		}
+	}
 }
 
 // AdvanceFence is Advance (gateway.Store, for the server's other users).

@@ -64,10 +64,16 @@ type entry struct {
 	// noLinger: a collection above the key was raised, and its drain
 	// waits for this marker whatever its token: it is not kept idle.
 	noLinger bool
-	// watchGen is the fence watch's generation at the entry's last read;
-	// idleSince is when its last write ended.
+	// watchGen is the fence watch's generation at the entry's last read
+	// (0 if the watch was down or restarted while it ran); idleSince is
+	// when its last write ended.
 	watchGen  int64
 	idleSince time.Time
+	// ready: the record, as last read or watched since (at revision seen),
+	// is at this token and ready. A write of the token then joins the held
+	// marker without a read (join).
+	ready bool
+	seen  int64
 	flights   map[*permit]struct{}
 }
 
@@ -134,6 +140,11 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write, scope []string)
 		return f.closedState(ctx, w)
 	}
 	e.count++
+	if p := f.join(e, s, w, scope); p != nil {
+		f.mu.Unlock()
+		p.Arm(f.forwardTimeout)
+		return marked{permit: p}, nil
+	}
 	o := &op{kind: opMark, e: e, w: w, scope: scope, start: time.Now(), done: make(chan struct{}), s: s}
 	if (!e.held || e.deleteSent || e.unsure) && !e.putting {
 		// No marker, or its delete is in flight: put it (again). Marker
@@ -163,6 +174,35 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write, scope []string)
 	// it took; a write whose ctx ends meanwhile still waits the Txn out
 	// (it is bounded by the store timeout), so its count stays right.
 	return o.m, o.err
+}
+
+// join admits w on e without a Txn (f.mu held, e counted), or returns nil:
+// the write then reads the record. It does when the marker is held (put,
+// not being deleted or put again, not in doubt), the record was at w's
+// token and ready when read, and the watch has run since that read without
+// a restart, so every change of the record after it reached this replica
+// or is on its way. One on its way is a raise by another replica (or an
+// operator) past the token, and that raise's drain waits for this marker,
+// which this replica deletes only once its last write has ended: a write
+// joined meanwhile is ordered before the raise's write, as if it had come
+// first (I1, I2). An operator's Advance waits for these markers too
+// (Advance), so a token it raised past is refused everywhere once it
+// returns. Only a key's own write joins so: a tree's or member's decision
+// reads the records above and below it.
+func (f *SharedFence) join(e *entry, s *session, w gateway.Write, scope []string) *permit {
+	if w.Scope != gateway.ScopeKey || len(scope) > 0 || !e.ready || e.closed || e.noLinger ||
+		!e.held || e.putting || e.deleteSent || e.unsure || s.lost {
+		return nil
+	}
+	if gen := f.watchGen.Load(); gen%2 == 0 || e.watchGen != gen {
+		return nil
+	}
+	e.deleting = false
+	p := &permit{f: f, s: s, e: e, Flight: sharedfence.Flight{
+		Resource: e.resource, Abort: w.Abort, BodySent: w.BodySent, Start: time.Now()}}
+	e.flights[p] = struct{}{}
+	f.joins.Add(1)
+	return p
 }
 
 // closedState answers a write of a closed entry's token: the record read
@@ -364,7 +404,7 @@ func (f *SharedFence) send(ops []*op) {
 		}
 	}
 	if len(stale) > 0 {
-		f.finish(stale, nil, nil, nil, errLeaseLost)
+		f.finish(stale, nil, nil, nil, 0, errLeaseLost)
 	}
 	if len(cur) == 0 {
 		return
@@ -406,8 +446,12 @@ func (f *SharedFence) send(ops []*op) {
 	if h := testHookMarkerTxn.Load(); h != nil {
 		(*h)(then)
 	}
+	// The watch's generation before the Txn: a watch up (odd) since then
+	// started at or before the Txn's revision, so it brings every change
+	// after the reads (join).
+	gen := f.watchGen.Load()
 	resp, err := f.markerTxn(then)
-	f.finish(cur, resp, reads, belows, err)
+	f.finish(cur, resp, reads, belows, gen, err)
 	if isLeaseGone(err) {
 		f.lose(s, err)
 	}
@@ -416,9 +460,11 @@ func (f *SharedFence) send(ops []*op) {
 // finish hands the ops of one marker Txn their results: resp (with the
 // index of each resource's record read in reads, and of its below level
 // in belows), or err.
-func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, belows map[string]int, err error) {
-	gen := f.watchGen.Load()
+func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, belows map[string]int, gen int64, err error) {
 	f.mu.Lock()
+	if gen%2 == 0 || f.watchGen.Load() != gen {
+		gen = 0 // down, or restarted meanwhile: it may have missed a change
+	}
 	var permits []*permit
 	for _, o := range ops {
 		e := o.e
@@ -470,6 +516,10 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, below
 		e.watchGen = gen
 		if o.m.exists && o.m.rec.Highest > e.token {
 			e.closed = true
+		}
+		if rev := resp.Header.Revision; rev >= e.seen {
+			// (A watched change newer than this read is kept.)
+			e.seen, e.ready = rev, o.m.exists && o.m.rec.Highest == e.token && o.m.rec.Ready
 		}
 		if drainingRow(o.m.rows) || o.put && ownLevelRaised(resp, belows[e.resource]) {
 			// A tree or below drain is under way, which may have raised
@@ -554,6 +604,11 @@ var errLeaseLost = errors.New("the replica's etcd lease was lost")
 // operations before it is sent.
 var testHookMarkerTxn atomic.Pointer[func(then []clientv3.Op)]
 
+// testHookWatched, if set (tests only), is called with each event of the
+// fence watch before it is handled: a test holds it to play a watch that
+// lags.
+var testHookWatched atomic.Pointer[func(ev *clientv3.Event)]
+
 // drainingRow reports whether a row of a marker Txn's scope shows a drain
 // not done: a record or a below level not ready.
 func drainingRow(rows map[string]sharedfence.Row) bool {
@@ -633,6 +688,26 @@ func (f *SharedFence) superseded(resource string, highest int64) {
 	dir := f.markerDir(resource)
 	f.closeEntries(func(k string, e *entry) bool {
 		if strings.HasPrefix(k, dir) && e.token < highest {
+			e.closed = true
+			return true
+		}
+		return false
+	})
+}
+
+// observed is superseded for a change of resource's record the watch saw
+// (at revision rev); it also keeps the markers' view of the record for
+// join.
+func (f *SharedFence) observed(resource string, rec record, rev int64) {
+	dir := f.markerDir(resource)
+	f.closeEntries(func(k string, e *entry) bool {
+		if !strings.HasPrefix(k, dir) {
+			return false
+		}
+		if rev > e.seen {
+			e.seen, e.ready = rev, rec.Highest == e.token && rec.Ready
+		}
+		if e.token < rec.Highest {
 			e.closed = true
 			return true
 		}
@@ -946,6 +1021,9 @@ func (f *SharedFence) runWatch() {
 				f.watchGen.Add(1)
 			}
 			for _, ev := range resp.Events {
+				if h := testHookWatched.Load(); h != nil {
+					(*h)(ev)
+				}
 				f.watched(ev, fdir, bdir)
 			}
 		}
@@ -972,7 +1050,7 @@ func (f *SharedFence) watched(ev *clientv3.Event, fdir, bdir string) {
 			return
 		}
 		res := strings.TrimPrefix(key, fdir)
-		f.superseded(res, rec.Highest)
+		f.observed(res, rec, ev.Kv.ModRevision)
 		if !rec.Ready || ev.IsCreate() {
 			// Raised (or new): its drain, if it is a collection's, waits
 			// for every marker below it.
