@@ -72,9 +72,9 @@ type entry struct {
 	// ready: the record, as last read or watched since (at revision seen),
 	// is at this token and ready. A write of the token then joins the held
 	// marker without a read (join).
-	ready bool
-	seen  int64
-	flights   map[*permit]struct{}
+	ready   bool
+	seen    int64
+	flights map[*permit]struct{}
 }
 
 type opKind int
