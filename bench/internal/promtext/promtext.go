@@ -95,8 +95,8 @@ func Get(ctx context.Context, url string) (*Page, error) {
 
 // Parse reads a page in the text format.
 func Parse(r io.Reader) (*Page, error) {
-	// Metric names as any exposition may write them (this expfmt has no
-	// default scheme: a zero TextParser refuses every name).
+	// Metric names as any exposition may write them. This expfmt has no
+	// default scheme: a zero TextParser panics at the first name.
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(r)
 	if err != nil {
