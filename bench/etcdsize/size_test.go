@@ -141,7 +141,7 @@ func write(b *testing.B, cli *clientv3.Client, n, round int) {
 // metric reads one unlabelled gauge from the Prometheus text page at
 // base/metrics.
 func metric(b *testing.B, base, name string) float64 {
-	p, err := promtext.Get(context.Background(), base+"/metrics")
+	p, err := promtext.Get(context.Background(), nil, base+"/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func etcdMetrics(b *testing.B, endpoints []string) map[string]float64 {
 
 // scrape reads the page of the member at ep's /metrics.
 func scrape(b *testing.B, ep string) *promtext.Page {
-	p, err := promtext.Get(context.Background(), ep+"/metrics")
+	p, err := promtext.Get(context.Background(), nil, ep+"/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}

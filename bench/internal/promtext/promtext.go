@@ -72,13 +72,17 @@ type Page struct {
 	samples []Sample
 }
 
-// Get fetches url (a /metrics page) and parses it.
-func Get(ctx context.Context, url string) (*Page, error) {
+// Get fetches url (a /metrics page) with client (nil: http.DefaultClient)
+// and parses it.
+func Get(ctx context.Context, client *http.Client, url string) (*Page, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}

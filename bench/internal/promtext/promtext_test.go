@@ -46,7 +46,7 @@ func TestSum(t *testing.T) {
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
 
-	p, err := Get(context.Background(), srv.URL)
+	p, err := Get(context.Background(), srv.Client(), srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +89,30 @@ func TestSum(t *testing.T) {
 	checkLines(t, srv.URL, p)
 }
 
+// TestGetRefuses: a page that is not one (an error status, or text
+// that is no exposition) is an error naming the URL, not an empty page.
+func TestGetRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"status", http.StatusServiceUnavailable, "# TYPE x counter\nx 1\n"},
+		{"not a page", http.StatusOK, "<html>metrics</html>\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			if p, err := Get(context.Background(), nil, srv.URL+"/metrics"); err == nil || !strings.Contains(err.Error(), srv.URL+"/metrics") {
+				t.Fatalf("Get = %v, %v; want an error naming the URL", p, err)
+			}
+		})
+	}
+}
+
 // TestKeyEscapes: a label value with a quote, a backslash and a newline
 // keeps them through the parser, and Key writes it back as the page did.
 func TestKeyEscapes(t *testing.T) {
@@ -122,7 +146,7 @@ func TestEtcdPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := c.MetricsURLs[0] + "/metrics"
-	before, err := Get(ctx, url)
+	before, err := Get(ctx, nil, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +159,7 @@ func TestEtcdPage(t *testing.T) {
 	if _, err := cli.Get(ctx, "k0"); err != nil {
 		t.Fatal(err)
 	}
-	after, err := Get(ctx, url)
+	after, err := Get(ctx, nil, url)
 	if err != nil {
 		t.Fatal(err)
 	}
