@@ -5,7 +5,7 @@
 package crash
 
 import (
-	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/bench/internal/promtext"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
@@ -376,24 +377,12 @@ func (g *gatewayProc) mustPut(b *testing.B, path, token string) time.Duration {
 // metric is the value of the unlabelled series name on /metrics, -1
 // when there is none.
 func (g *gatewayProc) metric(b *testing.B, name string) float64 {
-	resp, err := g.client.Get("http://" + g.admin + "/metrics")
+	p, err := promtext.Get(context.Background(), g.client, "http://"+g.admin+"/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatalf("%s: %v", name, err)
-			}
-			return f
-		}
-	}
-	if err := sc.Err(); err != nil {
-		b.Fatalf("/metrics: %v", err)
+	if v, ok := p.Sum(name); ok {
+		return v
 	}
 	return -1 // a build without it
 }

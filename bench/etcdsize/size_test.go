@@ -6,19 +6,17 @@
 package etcdsize
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencegate/fencegate/bench/internal/promtext"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
 
@@ -140,26 +138,18 @@ func write(b *testing.B, cli *clientv3.Client, n, round int) {
 	}
 }
 
-// metric reads one unlabelled gauge from a Prometheus text page.
+// metric reads one unlabelled gauge from the Prometheus text page at
+// base/metrics.
 func metric(b *testing.B, base, name string) float64 {
-	resp, err := http.Get(base + "/metrics")
+	p, err := promtext.Get(context.Background(), nil, base+"/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return f
-		}
+	v, ok := p.Sum(name)
+	if !ok {
+		b.Fatalf("%s/metrics: no %s", base, name)
 	}
-	b.Fatalf("%s/metrics: no %s", base, name)
-	return 0
+	return v
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -80,14 +80,10 @@ fence: {mode: shared, max_advance: -1}
 // calls handled (all members).
 func etcdCounters(b *testing.B, endpoints []string) (proposals, calls float64) {
 	for _, ep := range endpoints {
-		scanMetrics(b, ep, func(key string, v float64) {
-			switch {
-			case key == "etcd_server_proposals_committed_total":
-				proposals = max(proposals, v)
-			case strings.HasPrefix(key, "grpc_server_handled_total{"):
-				calls += v
-			}
-		})
+		p := scrape(b, ep)
+		committed, _ := p.Sum("etcd_server_proposals_committed_total")
+		handled, _ := p.Sum("grpc_server_handled_total")
+		proposals, calls = max(proposals, committed), calls+handled
 	}
 	return proposals, calls
 }

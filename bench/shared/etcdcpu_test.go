@@ -1,7 +1,6 @@
 package shared
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/bench/internal/promtext"
 )
 
 // etcdPIDs finds the process of each member of endpoints: the one whose
@@ -115,50 +116,28 @@ func etcdMetrics(b *testing.B, endpoints []string) map[string]float64 {
 		"etcd_server_heartbeat_send_failures_total", "etcd_server_slow_apply_total", "etcd_network_client_grpc_received_bytes_total", "etcd_network_client_grpc_sent_bytes_total"}
 	m := make(map[string]float64)
 	for _, ep := range endpoints {
-		scanMetrics(b, ep, func(k string, v float64) {
+		for _, s := range scrape(b, ep).Samples() {
+			k := s.Key()
 			if !slices.ContainsFunc(want, func(p string) bool { return strings.HasPrefix(k, p) }) {
-				return
+				continue
 			}
-			if strings.HasPrefix(k, "grpc_server_handled_total{") {
+			if s.Name == "grpc_server_handled_total" {
 				// Only the method and code: the service adds nothing here.
-				k = "grpc " + label(k, "grpc_method") + " " + label(k, "grpc_code")
+				k = "grpc " + s.Label("grpc_method") + " " + s.Label("grpc_code")
 			}
-			m[k] += v
-		})
+			m[k] += s.Value
+		}
 	}
 	return m
 }
 
-// scanMetrics calls fn with each sample of the member at ep's /metrics:
-// the line without its value, and the value.
-func scanMetrics(b *testing.B, ep string, fn func(key string, v float64)) {
-	resp, err := http.Get(ep + "/metrics")
+// scrape reads the page of the member at ep's /metrics.
+func scrape(b *testing.B, ep string) *promtext.Page {
+	p, err := promtext.Get(context.Background(), nil, ep+"/metrics")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			fn(line[:i], v)
-		}
-	}
-}
-
-// label is the value of label name in a metric line's key.
-func label(key, name string) string {
-	_, v, ok := strings.Cut(key, name+`="`)
-	if !ok {
-		return ""
-	}
-	v, _, _ = strings.Cut(v, `"`)
-	return v
+	return p
 }
 
 // logMetrics prints what grew from a to c, per write, by name (on stdout:
