@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
+
+	"github.com/fencegate/fencegate/internal/testenv"
 )
 
 // On a GCS route with fence_reads, a compose's sources, named in its
@@ -46,25 +49,7 @@ func testGCSComposeSourcesAreReads(t *testing.T, backend string) {
 			t.Fatal(err)
 		}
 	}
-	// The store as it is: every object's name, generation and
-	// metageneration.
-	state := func() []string {
-		t.Helper()
-		var s []string
-		it := bkt.Objects(ctx, nil)
-		for {
-			a, err := it.Next()
-			if errors.Is(err, iterator.Done) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			s = append(s, a.Name+"@"+strconv.FormatInt(a.Generation, 10)+"."+strconv.FormatInt(a.Metageneration, 10))
-		}
-		slices.Sort(s)
-		return s
-	}
+	state := func() []string { return gcsObjects(t, bkt) }
 	before := state()
 	unchanged := func(what string) {
 		t.Helper()
@@ -225,6 +210,26 @@ func fencedOutBy(t *testing.T, gw string, bkt *storage.BucketHandle, object, wha
 	}
 }
 
+// gcsObjects is the store's state as bkt lists it: every object's name,
+// generation, metageneration and content, sorted.
+func gcsObjects(t *testing.T, bkt *storage.BucketHandle) []string {
+	t.Helper()
+	var s []string
+	it := bkt.Objects(context.Background(), nil)
+	for {
+		a, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = append(s, a.Name+"@"+strconv.FormatInt(a.Generation, 10)+"."+strconv.FormatInt(a.Metageneration, 10)+"="+readDirect(t, bkt, a.Name))
+	}
+	slices.Sort(s)
+	return s
+}
+
 // readDirect is an object's content, read from the store itself.
 func readDirect(t *testing.T, bkt *storage.BucketHandle, object string) string {
 	t.Helper()
@@ -248,4 +253,74 @@ func storedGeneration(t *testing.T, bkt *storage.BucketHandle, object string) st
 		t.Fatal(err)
 	}
 	return strconv.FormatInt(a.Generation, 10)
+}
+
+// A compose body over the route's max_body_bytes is refused 413
+// body_too_large in the JSON API's error format before the gateway reads
+// its names (a declared length over the limit is not read at all; a
+// chunked body is read up to the limit), before the fence and before
+// fake-gcs-server: the destination is not composed, and its fence is not
+// advanced by the compose's newer token. So is a resumable upload's
+// metadata sent chunked over the limit (read after the fence, as it was:
+// nothing is forwarded). Before, the compose body was read (up to 1 MiB)
+// and its names checked first: a body read two ways was answered 400, a
+// chunked one was admitted (its token 9 advanced the destination's fence,
+// and the holder's token 4 was then refused) and answered 400 "the request
+// body ended early", as was the chunked metadata.
+func TestGCSComposeOverMaxBodyBytes(t *testing.T) {
+	const limit = 1000
+	srv := testenv.FakeGCS(t)
+	srv.CreateBucket(t, gcsBucket)
+	p := startFencegate(t, s3GatewayYAML(gcsRouteYAML("objects", "", srv.Endpoint, "", "30s")+
+		fmt.Sprintf("      max_body_bytes: %d\n", limit)))
+	gw := p.URL("gateway")
+	bkt := gcsDirect(t, srv.Endpoint).Bucket(gcsBucket)
+	for _, o := range []string{"a", "b", "dst"} {
+		if err := gcsPut(gcsWorker(t, gw, func() int64 { return 4 }), o, o+" body", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := gcsObjects(t, bkt)
+	send := func(method, path, body string, chunked bool, token int64) (int, string) {
+		t.Helper()
+		var rd io.Reader = strings.NewReader(body)
+		if chunked {
+			rd = io.MultiReader(rd) // a length the client cannot know
+		}
+		resp, b := gcsSend(t, method, gw+path, token, map[string]string{"Content-Type": "application/json"}, rd)
+		return resp.StatusCode, b
+	}
+	composePath := "/storage/v1/b/" + gcsBucket + "/o/dst/compose"
+	pad := `"destination":{"metadata":{"pad":"` + strings.Repeat("x", limit) + `"}}`
+	for _, tc := range []struct {
+		name, path, body string
+		chunked          bool
+	}{
+		{"compose with a length", composePath, `{"sourceObjects":[{"name":"a"},{"name":"b"}],` + pad + `}`, false},
+		{"compose with a length, read two ways", composePath, `{"sourceObjects":[{"name":"a"}],"SourceObjects":[{"name":"b"}],` + pad + `}`, false},
+		{"compose chunked", composePath, `{"sourceObjects":[{"name":"a"},{"name":"b"}],` + pad + `}`, true},
+		{"compose chunked, read two ways", composePath, `{"sourceObjects":[{"name":"a"}],"SourceObjects":[{"name":"b"}],` + pad + `}`, true},
+		{"resumable upload's metadata chunked", "/upload/storage/v1/b/" + gcsBucket + "/o?uploadType=resumable&name=dst",
+			`{"name":"dst","metadata":{"pad":"` + strings.Repeat("x", limit) + `"}}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := send(http.MethodPost, tc.path, tc.body, tc.chunked, 9)
+			if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, `"reason":"body_too_large"`) {
+				t.Fatalf("%d %s; want 413 body_too_large", code, body)
+			}
+			if h := fenceHighest(t, p.URL("admin"), gcsBucket+"/dst"); !strings.HasPrefix(tc.name, "resumable") && h != 4 {
+				t.Fatalf("the fence of dst is %d after a refused compose with token 9; want 4", h)
+			}
+		})
+	}
+	if after := gcsObjects(t, bkt); !slices.Equal(after, before) {
+		t.Fatalf("the store holds %v after refused requests; want %v unchanged", after, before)
+	}
+	// Within the limit, chunked, a compose goes through.
+	if code, body := send(http.MethodPost, composePath, `{"sourceObjects":[{"name":"a"},{"name":"b"}]}`, true, 9); code != http.StatusOK {
+		t.Fatalf("compose within the limit: %d %s", code, body)
+	}
+	if got := readDirect(t, bkt, "dst"); got != "a bodyb body" {
+		t.Fatalf("dst holds %q after a compose within the limit; want the sources' bodies", got)
+	}
 }

@@ -134,7 +134,14 @@ func (e *gcsEnv) stored(t *testing.T, object string) (body, stamp string) {
 // and token (0: none).
 func gcsRaw(t *testing.T, method, url string, token int64, hdr map[string]string, body []byte) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	return gcsSend(t, method, url, token, hdr, bytes.NewReader(body))
+}
+
+// gcsSend is gcsRaw with the body read from body: sent with a length if
+// net/http knows it (a bytes or strings reader), chunked otherwise.
+func gcsSend(t *testing.T, method, url string, token int64, hdr map[string]string, body io.Reader) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,19 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/fencegate/fencegate/internal/testenv"
 )
 
 // signedDeleteObjects posts body as a DeleteObjects request to the
@@ -21,7 +26,18 @@ import (
 // hash and Content-MD5 of the exact bytes), and returns the answer.
 func (e *s3Env) signedDeleteObjects(t *testing.T, token, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", e.GW+"/"+s3Bucket+"?delete=", strings.NewReader(body))
+	return e.signedDeleteObjectsSent(t, token, body, false)
+}
+
+// signedDeleteObjectsSent is signedDeleteObjects, the body sent chunked
+// (no Content-Length) if chunked.
+func (e *s3Env) signedDeleteObjectsSent(t *testing.T, token, body string, chunked bool) (int, string) {
+	t.Helper()
+	var rd io.Reader = strings.NewReader(body)
+	if chunked {
+		rd = io.MultiReader(rd) // a length the client cannot know
+	}
+	req, err := http.NewRequest("POST", e.GW+"/"+s3Bucket+"?delete=", rd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,4 +113,78 @@ func TestS3DeleteObjectsCraftedBodyRefused(t *testing.T) {
 	if got := e.objectBody(t, "obj"); got != "<absent>" {
 		t.Fatalf("obj = %q after current DeleteObjects; want it deleted", got)
 	}
+}
+
+// A DeleteObjects body over the route's max_body_bytes is refused 413
+// body_too_large in S3's XML error format before the gateway parses it
+// (a declared length over the limit is not read at all; a chunked body is
+// read up to the limit), before the fence and before VersityGW: both
+// objects it names stay, and their fences are not advanced by its newer
+// token. Before, the body was read (up to 2 MiB) and parsed first: a body
+// S3 would not read one way was answered 400 MalformedXML, and a chunked
+// one was admitted (its token 9 advanced the fences, so the holder's own
+// token 4 was then refused) and cut while forwarded.
+func TestS3DeleteObjectsOverMaxBodyBytes(t *testing.T) {
+	const limit = 1000
+	srv := testenv.Versity(t)
+	srv.CreateBucket(t, s3Bucket)
+	p := startFencegate(t, s3GatewayYAML(s3RouteYAML("objects", "", srv.Endpoint, srv, "", "30s")+
+		fmt.Sprintf("      max_body_bytes: %d\n", limit)))
+	e := &s3Env{S3: srv, Proc: p, GW: p.URL("gateway")}
+	for _, k := range []string{"obj", "fresh"} {
+		if err := putObject(t, e.worker(tokenOf(4)), k, k+" body"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objects := "<Object><Key>obj</Key></Object><Object><Key>fresh</Key></Object>"
+	for i := 0; len(objects) <= limit; i++ {
+		objects += fmt.Sprintf("<Object><Key>pad/%04d</Key></Object>", i)
+	}
+	for _, tc := range []struct {
+		name, body string
+		chunked    bool
+	}{
+		{"with a length", "<Delete>" + objects + "</Delete>", false},
+		{"with a length, read two ways", "<Delete><Object><Key>pad</Key><Key>obj</Key></Object>" + objects + "</Delete>", false},
+		{"chunked", "<Delete>" + objects + "</Delete>", true},
+		{"chunked, read two ways", "<Delete><Object><Key>pad</Key><Key>obj</Key></Object>" + objects + "</Delete>", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, body := e.signedDeleteObjectsSent(t, "9", tc.body, tc.chunked)
+			if st != http.StatusRequestEntityTooLarge || !strings.Contains(body, "<Code>body_too_large</Code>") {
+				t.Fatalf("%d %s; want 413 body_too_large", st, body)
+			}
+		})
+	}
+	for _, k := range []string{"obj", "fresh"} {
+		if got := e.objectBody(t, k); got != k+" body" {
+			t.Errorf("%s = %q after refused DeleteObjects; want it untouched", k, got)
+		}
+		if h := fenceHighest(t, p.URL("admin"), s3Bucket+"/"+k); h != 4 {
+			t.Errorf("the fence of %s is %d after refused DeleteObjects with token 9; want 4", k, h)
+		}
+	}
+	// Within the limit, the holder's token deletes.
+	if st, body := e.signedDeleteObjects(t, "4", "<Delete><Object><Key>obj</Key></Object></Delete>"); st != http.StatusOK {
+		t.Fatalf("DeleteObjects within the limit: %d %s", st, body)
+	}
+	if got := e.objectBody(t, "obj"); got != "<absent>" {
+		t.Fatalf("obj = %q after DeleteObjects within the limit; want it deleted", got)
+	}
+}
+
+// fenceHighest is the highest token of resource's fence, read from the
+// gateway's admin API (0: no fence).
+func fenceHighest(t *testing.T, admin, resource string) int64 {
+	t.Helper()
+	resp, err := http.Get(admin + "/v1/fences?resource=" + url.QueryEscape(resource))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct{ Highest int64 }
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("fence of %s: %s: %v", resource, resp.Status, err)
+	}
+	return st.Highest
 }

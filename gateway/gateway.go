@@ -193,9 +193,28 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	if vs := r.Header.Values(g.tokenHeader); fenced || len(vs) > 0 {
 		token, tokenRef = fencegate.ParseToken(g.tokenHeader, vs)
 	}
+	// The route's body limit holds before the inspection, which may read
+	// the body (the objects a DeleteObjects or a compose names): a body
+	// declared larger is refused unread, one of unknown length is read
+	// through the limit, and a read it stopped refuses the request as too
+	// large whatever the inspection made of the error (limitedBody).
+	var limit *limitedBody
+	if fenced && rt.maxBody > 0 {
+		if r.ContentLength > rt.maxBody {
+			return rt, fencegate.BodyTooLarge(rt.maxBody)
+		}
+		if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
+			limit = &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, rt.maxBody)}
+			r.Body = limit
+		}
+	}
 	var insp Inspection
 	if rt.inspector != nil {
-		if insp, err = rt.inspector.Inspect(r, token); err != nil {
+		insp, err = rt.inspector.Inspect(r, token)
+		if limit.exceeded() {
+			return rt, fencegate.BodyTooLarge(rt.maxBody)
+		}
+		if err != nil {
 			return rt, fencegate.AsError(err)
 		}
 		o.Owner = insp.Owner
@@ -273,9 +292,6 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 			admitted = slices.Compact(admitted)
 		}
 	}
-	if rt.maxBody > 0 && r.ContentLength > rt.maxBody {
-		return rt, fencegate.BodyTooLarge(rt.maxBody)
-	}
 	// Answered even when the read cancelled the request's context: a
 	// client that half-closed its connection still reads the answer, and
 	// an empty one would be a 200.
@@ -293,7 +309,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 	// 5. The fence.
 	var body *sentBody // nil: nothing left to send once forwarded
 	if small == nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		body = &sentBody{rc: r.Body, want: r.ContentLength}
+		body = &sentBody{rc: r.Body, want: r.ContentLength, limit: limit}
 	}
 	// An admitted write counts as in flight until the upstream is done with
 	// it, whatever its client does (I2): a client that hangs up once its
@@ -354,9 +370,6 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, o *Outcome) (*Ro
 		req.Body = small
 		out = io.NopCloser(bytes.NewReader(small))
 	case body != nil:
-		if rt.maxBody > 0 {
-			body.rc = http.MaxBytesReader(w, r.Body, rt.maxBody)
-		}
 		out = body
 	}
 	return rt, g.forward(w, r, rt, req, o, ctx, out)
@@ -546,7 +559,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rt *Route, req
 		// timeout passed); the refusal it stands for is what the client is
 		// told.
 		ref = causeRef
-	case errors.As(err, &mbe):
+	case errors.As(err, &mbe), overLimit(body):
+		// The body went over the route's limit while the forward read it
+		// (also where the upstream's own reading of it turned the error
+		// into another).
 		ref = fencegate.BodyTooLarge(rt.maxBody)
 	case errors.Is(err, context.DeadlineExceeded):
 		ref = fencegate.UpstreamTimeout(rt.timeout)
@@ -734,6 +750,37 @@ type sentBody struct {
 	failed atomic.Bool
 	// cut is the permit's reason when live stopped the body.
 	cut atomic.Pointer[error]
+	// limit is the route's body limit the body is read through, if it
+	// has a limit and no length (nil otherwise: a length was checked).
+	limit *limitedBody
+}
+
+// limitedBody is a body of unknown length read through the route's limit
+// (http.MaxBytesReader). It records that the limit stopped a read, which
+// the reader (an inspection, an upstream preparing the body) may have
+// answered with an error of its own: the request is refused as too large
+// all the same, before the fence if the inspection read it.
+type limitedBody struct {
+	io.ReadCloser
+	over atomic.Bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if err != nil && errors.As(err, &mbe) {
+		b.over.Store(true)
+	}
+	return n, err
+}
+
+// exceeded reports whether the limit stopped a read of b (false for nil).
+func (b *limitedBody) exceeded() bool { return b != nil && b.over.Load() }
+
+// overLimit reports whether body went over the route's limit.
+func overLimit(body io.ReadCloser) bool {
+	sb, ok := body.(*sentBody)
+	return ok && sb.limit.exceeded()
 }
 
 // liveCut returns why a permit stopped holding while body was sent (nil:

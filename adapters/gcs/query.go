@@ -5,46 +5,32 @@ import (
 	"github.com/fencegate/fencegate/resource"
 )
 
-// param is how the gateway accepts a query parameter of a write.
-type param int
+// text and integer are the rules of a write's query parameters: any
+// non-empty value; decimal digits (a generation, a metageneration, a byte
+// count).
+const text, integer = resource.ParamText, resource.ParamInteger
 
-const (
-	pText    param = iota // any non-empty value
-	pInteger              // a generation, a metageneration, a byte count: decimal digits
-	pUpload               // on the upload paths only
-)
-
-// writeParams are the query parameters a write through the gateway may
+// queryRules are the query parameters a write through the gateway may
 // carry: the JSON API's standard ones and those of the writes in the
 // table, spelled as the API spells them. Any other name is refused, and so
 // is a known one in another case (a store that folds case would read it),
 // so that no parameter the gateway did not read can change what a write
-// does.
-var writeParams = map[string]param{
-	"alt": pText, "fields": pText, "key": pText, "prettyPrint": pText, "quotaUser": pText,
-	"userIp": pText, "userProject": pText, "projection": pText, "provisionalUserProject": pText,
-	"ifGenerationMatch": pInteger, "ifGenerationNotMatch": pInteger,
-	"ifMetagenerationMatch": pInteger, "ifMetagenerationNotMatch": pInteger,
-	"ifSourceGenerationMatch": pInteger, "ifSourceGenerationNotMatch": pInteger,
-	"ifSourceMetagenerationMatch": pInteger, "ifSourceMetagenerationNotMatch": pInteger,
-	"generation": pInteger, "sourceGeneration": pInteger, "maxBytesRewrittenPerCall": pInteger,
-	"predefinedAcl": pText, "destinationPredefinedAcl": pText, "predefinedDefaultObjectAcl": pText,
-	"kmsKeyName": pText, "destinationKmsKeyName": pText, "contentEncoding": pText,
-	"rewriteToken": pText, "overrideUnlockedRetention": pText,
-	"uploadType": pUpload, "name": pUpload, "upload_id": pUpload, sessionParam: pUpload,
-}
+// does. The uploadParams are accepted on the upload paths only.
+var queryRules = &resource.QueryRules{EncodedNames: true, Params: map[string]resource.ParamRule{
+	"alt": text, "fields": text, "key": text, "prettyPrint": text, "quotaUser": text,
+	"userIp": text, "userProject": text, "projection": text, "provisionalUserProject": text,
+	"ifGenerationMatch": integer, "ifGenerationNotMatch": integer,
+	"ifMetagenerationMatch": integer, "ifMetagenerationNotMatch": integer,
+	"ifSourceGenerationMatch": integer, "ifSourceGenerationNotMatch": integer,
+	"ifSourceMetagenerationMatch": integer, "ifSourceMetagenerationNotMatch": integer,
+	"generation": integer, "sourceGeneration": integer, "maxBytesRewrittenPerCall": integer,
+	"predefinedAcl": text, "destinationPredefinedAcl": text, "predefinedDefaultObjectAcl": text,
+	"kmsKeyName": text, "destinationKmsKeyName": text, "contentEncoding": text,
+	"rewriteToken": text, "overrideUnlockedRetention": text,
+	"uploadType": text, "name": text, "upload_id": text, sessionParam: text,
+}}
 
-// queryRules are writeParams as resource.ParseQuery takes them.
-var queryRules = func() *resource.QueryRules {
-	r := &resource.QueryRules{Params: make(map[string]resource.ParamRule, len(writeParams)), EncodedNames: true}
-	for k, kind := range writeParams {
-		r.Params[k] = resource.ParamText
-		if kind == pInteger {
-			r.Params[k] = resource.ParamInteger
-		}
-	}
-	return r
-}()
+var uploadParams = map[string]bool{"uploadType": true, "name": true, "upload_id": true, sessionParam: true}
 
 // parseQuery reads a write's query string as the gateway and the store
 // must both read it (resource.ParseQuery: every parameter known, in its
@@ -57,7 +43,7 @@ func parseQuery(raw string, upload bool) (resource.Query, *fencegate.Error) {
 		return nil, fencegate.InvalidRequest("%s", err)
 	}
 	for _, p := range q {
-		if writeParams[p.Name] == pUpload && !upload {
+		if uploadParams[p.Name] && !upload {
 			return nil, fencegate.InvalidRequest("the query parameter %s is accepted on uploads only", p.Name)
 		}
 	}

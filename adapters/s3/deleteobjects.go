@@ -23,8 +23,7 @@ var deleteObjectFields = map[string]bool{
 	"Key": true, "VersionId": true, "ETag": true, "LastModifiedTime": true, "Size": true,
 }
 
-// parseDeleteObjects returns the keys of a DeleteObjects body, as XML text
-// (entities decoded, not yet checked as object keys).
+// parseDeleteDoc parses a DeleteObjects body.
 //
 // The gateway fences the keys it reads here and forwards the body byte for
 // byte, so any document that another XML reader could understand as naming
@@ -46,16 +45,15 @@ var deleteObjectFields = map[string]bool{
 // Character data split by CDATA sections is joined, as every conforming
 // reader does. Entities are the five predefined ones and character
 // references (encoding/xml in strict mode refuses the rest).
-func parseDeleteObjects(body []byte) ([]string, *s3Error) {
-	doc, err := parseDeleteDoc(body)
+func parseDeleteDoc(body []byte) (*deleteDoc, *s3Error) {
+	d := xml.NewDecoder(bytes.NewReader(body))
+	d.Strict = true
+	p := deleteParser{d: d}
+	doc, err := p.parse()
 	if err != nil {
-		return nil, err
+		return nil, errMalformedXML("DeleteObjects body: " + err.Error())
 	}
-	keys := make([]string, len(doc.objects))
-	for i, o := range doc.objects {
-		keys[i] = o.fields["Key"]
-	}
-	return keys, nil
+	return doc, nil
 }
 
 // deleteDoc is a parsed DeleteObjects body: what the gateway needs to write
@@ -70,19 +68,6 @@ type deleteDoc struct {
 type deleteObject struct {
 	fields map[string]string
 	order  []string
-}
-
-// parseDeleteDoc parses a DeleteObjects body by the rules of
-// parseDeleteObjects.
-func parseDeleteDoc(body []byte) (*deleteDoc, *s3Error) {
-	d := xml.NewDecoder(bytes.NewReader(body))
-	d.Strict = true
-	p := deleteParser{d: d}
-	doc, err := p.parse()
-	if err != nil {
-		return nil, errMalformedXML("DeleteObjects body: " + err.Error())
-	}
-	return doc, nil
 }
 
 type deleteParser struct {

@@ -317,18 +317,6 @@ const maxQueryPairs = 10000
 // 1024 bytes each, with some XML around them.
 const maxDeleteBody = 2 << 20
 
-// deleteObjectKeys reads and parses a DeleteObjects body and puts the bytes
-// back on r so they are forwarded unchanged. The body is parsed strictly
-// (parseDeleteObjects) so that no store can read other keys from the same
-// bytes; the keys are validated like path keys.
-func deleteObjectKeys(r *http.Request) ([]string, *s3Error) {
-	d, err := readDeleteObjects(r)
-	if err != nil {
-		return nil, err
-	}
-	return d.keys, nil
-}
-
 // deleteRequest is a DeleteObjects request as Inspect read it: the body's
 // bytes, its parsed document and the validated key of each <Object>.
 type deleteRequest struct {
@@ -337,6 +325,10 @@ type deleteRequest struct {
 	keys []string
 }
 
+// readDeleteObjects reads and parses a DeleteObjects body and puts the
+// bytes back on r so they are forwarded unchanged. The body is parsed
+// strictly (parseDeleteDoc) so that no store can read other keys from the
+// same bytes; the keys are validated like path keys.
 func readDeleteObjects(r *http.Request) (*deleteRequest, *s3Error) {
 	if strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Content-Encoding"), ",")), "aws-chunked") {
 		return nil, errNotImplemented("DeleteObjects with an aws-chunked body is not supported by the gateway")
