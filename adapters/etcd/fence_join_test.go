@@ -2,7 +2,9 @@ package etcd
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +45,25 @@ func holdWatch(t *testing.T, f *SharedFence, resource string) (release func()) {
 	return release
 }
 
+// countTxns counts the marker Txns that read or write a key of resource
+// (the lease's renewals and the replica's reports, which f.Requests also
+// counts, run whatever the writes do).
+func countTxns(t *testing.T, f *SharedFence, resource string) *atomic.Int64 {
+	var n atomic.Int64
+	fk, mdir := f.fenceKey(resource), f.markerDir(resource)
+	hook := func(then []clientv3.Op) {
+		for _, op := range then {
+			if k := string(op.KeyBytes()); k == fk || strings.HasPrefix(k, mdir) {
+				n.Add(1)
+				return
+			}
+		}
+	}
+	testHookMarkerTxn.Store(&hook)
+	t.Cleanup(func() { testHookMarkerTxn.Store(nil) })
+	return &n
+}
+
 // markerCount counts f's markers of resource at token in etcd (the durable
 // state the drains read).
 func (c *testCluster) markerCount(t *testing.T, f *SharedFence, resource string, token int64) int64 {
@@ -66,7 +87,8 @@ func TestSharedFenceJoinSendsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Release()
-	before, joins := f.Requests(), f.joins.Load()
+	txns := countTxns(t, f, "/hot")
+	joins := f.joins.Load()
 	for i := range 20 {
 		p, err := admit(f, "/hot", 3)
 		if err != nil {
@@ -77,8 +99,8 @@ func TestSharedFenceJoinSendsNothing(t *testing.T) {
 		}
 		p.Release()
 	}
-	if n := f.Requests() - before; n != 0 {
-		t.Fatalf("20 writes of a repeated token sent %d etcd requests, want none", n)
+	if n := txns.Load(); n != 0 {
+		t.Fatalf("20 writes of a repeated token sent %d marker Txns, want none", n)
 	}
 	if n := f.joins.Load() - joins; n != 20 {
 		t.Fatalf("%d of 20 writes joined without a request", n)
@@ -179,5 +201,155 @@ func TestSharedFenceAdvanceRefusesJoinsAtOnce(t *testing.T) {
 	}
 	if rec := c.stored(t, "/h"); rec.Highest != 9 {
 		t.Fatalf("/h's record in etcd: %+v, want highest 9", rec)
+	}
+}
+
+// treeWrite admits a write of key k below the collections above (ScopeKey
+// on k, ScopeMember on each of above), or a collection's own write
+// (scope ScopeTree).
+func treeWrite(f *SharedFence, k string, token int64, scope gateway.Scope, above ...string) (gateway.Permit, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return f.AdmitTree(ctx, gateway.Write{Resource: k, Token: token, Scope: scope}, above)
+}
+
+// A repeated token on a key below a written collection joins too, with
+// the rows its last read found; a change of the collection's record or
+// below level the watch brings (a put or a delete, as a reset's) sends the
+// next write to read again.
+func TestSharedFenceTreeJoin(t *testing.T) {
+	c := newCluster(t)
+	f := c.replica(t, SharedFenceOptions{MarkerIdle: time.Minute})
+	waitWatch(t, f)
+	p, err := treeWrite(f, "/c", 3, gateway.ScopeTree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	write := func(i int) {
+		t.Helper()
+		p, err := treeWrite(f, "/c/k", 3, gateway.ScopeKey, "/c")
+		if err != nil {
+			t.Fatalf("write %d of /c/k: %v", i, err)
+		}
+		if n := c.markerCount(t, f, "/c/k", 3); n != 1 {
+			t.Fatalf("write %d of /c/k admitted while its marker is not in etcd", i)
+		}
+		p.Release()
+	}
+	write(0)
+	txns := countTxns(t, f, "/c/k")
+	for i := range 10 {
+		write(1 + i)
+	}
+	if n := txns.Load(); n != 0 {
+		t.Fatalf("10 writes of a repeated token below a collection sent %d marker Txns, want none", n)
+	}
+	cli := c.client(t)
+	level := f.belowKey("/c")
+	for _, change := range []struct {
+		name string
+		do   func() error
+	}{
+		{"the below level put again", func() error {
+			resp, err := cli.Get(context.Background(), level)
+			if err == nil {
+				_, err = cli.Put(context.Background(), level, string(resp.Kvs[0].Value))
+			}
+			return err
+		}},
+		{"the below level deleted", func() error { _, err := cli.Delete(context.Background(), level); return err }},
+	} {
+		if err := change.do(); err != nil {
+			t.Fatal(err)
+		}
+		// The watch brings the change; then the next write reads.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			before := txns.Load()
+			write(0)
+			if txns.Load() > before {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: writes of /c/k still join without a read 10s later", change.name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		before := txns.Load()
+		write(1)
+		if n := txns.Load() - before; n != 0 {
+			t.Fatalf("%s: the write after the read sent %d marker Txns, want none (joined again)", change.name, n)
+		}
+	}
+}
+
+// A write below a collection that joins while the watch has not brought
+// another replica's raise of the collection is ordered before the
+// collection's write: its tree drain waits for the joined write (I2 across
+// the hierarchy), and the key's token is refused below the collection
+// afterwards.
+func TestSharedFenceTreeJoinDuringLagOrderedBeforeCollection(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{})
+	b := c.replica(t, SharedFenceOptions{})
+	waitWatch(t, a)
+	waitWatch(t, b)
+	p, err := treeWrite(a, "/c", 3, gateway.ScopeTree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	p, err = treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release() // lingers with its rows: the next write of 5 joins
+	release := holdWatch(t, a, "/c")
+
+	type result struct {
+		p   gateway.Permit
+		err error
+		at  time.Time
+	}
+	bDone := make(chan result, 1)
+	go func() {
+		p, err := treeWrite(b, "/c", 6, gateway.ScopeTree)
+		bDone <- result{p, err, time.Now()}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); c.stored(t, "/c").Highest != 6; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("B did not raise /c to 6 within 10s")
+		}
+	}
+	joins := a.joins.Load()
+	pa, err := treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c")
+	if err != nil {
+		t.Fatalf("A's write of /c/k at 5 before its watch brought /c's raise: %v (want joined)", err)
+	}
+	if a.joins.Load() != joins+1 {
+		t.Fatal("A's write of /c/k at 5 was not a join")
+	}
+	select {
+	case r := <-bDone:
+		t.Fatalf("B's write of /c at 6 admitted (%v) while A's write of /c/k at 5 is in flight", r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	ended := time.Now()
+	pa.Release()
+	r := <-bDone
+	if r.err != nil {
+		t.Fatalf("B's write of /c at 6: %v", r.err)
+	}
+	if r.at.Before(ended) {
+		t.Fatal("B's write of /c at 6 admitted before A's write of /c/k at 5 ended")
+	}
+	r.p.Release()
+	release()
+	if _, err := treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c"); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("A's write of /c/k at 5 after /c's write at 6: %v, want stale", err)
+	}
+	if rec := c.stored(t, "/c"); rec.Highest != 6 || !rec.Ready {
+		t.Fatalf("/c's record in etcd: %+v, want highest 6, ready", rec)
 	}
 }

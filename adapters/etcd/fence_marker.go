@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,14 @@ type entry struct {
 	ready   bool
 	seen    int64
 	flights map[*permit]struct{}
+	// rows: for a write below collections (AdmitTree), the rows of its
+	// scope (rowsScope) as read at revision rowsRev in watch generation
+	// rowsGen, kept only when they admit a write of the token with no wait
+	// and nothing the watch saw has changed them since (join).
+	rows      map[string]sharedfence.Row
+	rowsScope []string
+	rowsRev   int64
+	rowsGen   int64
 }
 
 type opKind int
@@ -141,9 +150,13 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write, scope []string)
 	}
 	e.count++
 	if p := f.join(e, s, w, scope); p != nil {
+		rows := e.rows
 		f.mu.Unlock()
 		p.Arm(f.forwardTimeout)
-		return marked{permit: p}, nil
+		if len(scope) == 0 {
+			rows = nil
+		}
+		return marked{permit: p, rows: rows}, nil
 	}
 	o := &op{kind: opMark, e: e, w: w, scope: scope, start: time.Now(), done: make(chan struct{}), s: s}
 	if (!e.held || e.deleteSent || e.unsure) && !e.putting {
@@ -187,14 +200,23 @@ func (f *SharedFence) mark(ctx context.Context, w gateway.Write, scope []string)
 // joined meanwhile is ordered before the raise's write, as if it had come
 // first (I1, I2). An operator's Advance waits for these markers too
 // (Advance), so a token it raised past is refused everywhere once it
-// returns. Only a key's own write joins so: a tree's or member's decision
-// reads the records above and below it.
+// returns. A key's write below collections (its scope: the key and the
+// collections above it) joins only with the rows its last read found, if
+// they admitted it with no wait and the watch has shown no change of them
+// since: a collection raised above it drains this marker too (its tree
+// drain waits for every marker below it), and a change the watch brought
+// sends the next write to read. A collection's own write (ScopeTree)
+// always reads.
 func (f *SharedFence) join(e *entry, s *session, w gateway.Write, scope []string) *permit {
-	if w.Scope != gateway.ScopeKey || len(scope) > 0 || !e.ready || e.closed || e.noLinger ||
+	if w.Scope != gateway.ScopeKey || !e.ready || e.closed || e.noLinger ||
 		!e.held || e.putting || e.deleteSent || e.unsure || s.lost {
 		return nil
 	}
-	if gen := f.watchGen.Load(); gen%2 == 0 || e.watchGen != gen {
+	gen := f.watchGen.Load()
+	if gen%2 == 0 || e.watchGen != gen {
+		return nil
+	}
+	if len(scope) > 0 && (e.rows == nil || e.rowsGen != gen || !slices.Equal(scope, e.rowsScope)) {
 		return nil
 	}
 	e.deleting = false
@@ -521,6 +543,14 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, below
 			// (A watched change newer than this read is kept.)
 			e.seen, e.ready = rev, o.m.exists && o.m.rec.Highest == e.token && o.m.rec.Ready
 		}
+		if rev := resp.Header.Revision; len(o.scope) > 0 && rev >= e.rowsRev {
+			e.rows, e.rowsScope, e.rowsRev, e.rowsGen = nil, nil, rev, gen
+			if o.w.Scope == gateway.ScopeKey && o.scope[0] == e.resource {
+				if acts, ref := sharedfence.Decide(o.w, o.scope[1:], o.m.rows); ref == nil && len(acts) == 0 {
+					e.rows, e.rowsScope = o.m.rows, o.scope
+				}
+			}
+		}
 		if drainingRow(o.m.rows) || o.put && ownLevelRaised(resp, belows[e.resource]) {
 			// A tree or below drain is under way, which may have raised
 			// before this replica's watch let go what it held, and read
@@ -693,6 +723,27 @@ func (f *SharedFence) superseded(resource string, highest int64) {
 		}
 		return false
 	})
+}
+
+// changed drops the rows kept for join that include key k, read before
+// revision rev (a change of k's record or below level, or a delete); a
+// delete of k's own record (never made: no write joins then) leaves its
+// markers not ready.
+func (f *SharedFence) changed(k string, rev int64, deleted bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sess
+	if s == nil {
+		return
+	}
+	for _, e := range s.entries {
+		if e.rows != nil && rev > e.rowsRev && slices.Contains(e.rowsScope, k) {
+			e.rows, e.rowsScope = nil, nil
+		}
+		if deleted && e.resource == k && rev > e.seen {
+			e.seen, e.ready = rev, false
+		}
+	}
 }
 
 // observed is superseded for a change of resource's record the watch saw
@@ -1008,7 +1059,7 @@ func (f *SharedFence) runWatch() {
 		// One watch over [P/b/, P/f/…]: the below levels, the dead keys
 		// (ignored) and the records.
 		wch := f.client.Watch(ctx, bdir, clientv3.WithRange(clientv3.GetPrefixRangeEnd(fdir)),
-			clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
+			clientv3.WithCreatedNotify())
 		up := false
 		for resp := range wch {
 			if resp.Err() != nil || resp.Canceled {
@@ -1040,9 +1091,24 @@ func (f *SharedFence) runWatch() {
 	}
 }
 
-// watched handles one put the watch saw.
+// watched handles one put or delete the watch saw.
 func (f *SharedFence) watched(ev *clientv3.Event, fdir, bdir string) {
 	key := string(ev.Kv.Key)
+	var k string
+	switch {
+	case strings.HasPrefix(key, fdir):
+		k = strings.TrimPrefix(key, fdir)
+	case strings.HasPrefix(key, bdir):
+		k = strings.TrimPrefix(key, bdir)
+	default:
+		return // a dead key or an ETag record
+	}
+	f.changed(k, ev.Kv.ModRevision, ev.Type == clientv3.EventTypeDelete)
+	if ev.Type == clientv3.EventTypeDelete {
+		// A below level forgotten by a reset (records are never deleted):
+		// changed is all there is to it.
+		return
+	}
 	switch {
 	case strings.HasPrefix(key, fdir):
 		rec, err := decode(ev.Kv)
