@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fencegate/fencegate"
 )
 
 // fenceCmd is one of the fence subcommands that talk to a running
@@ -75,7 +77,9 @@ store).
 }
 
 func (c *fenceCmd) Run(ctx context.Context, args []string) error {
-	cl := &adminClient{base: c.admin, key: apiKey(c.key), http: &http.Client{Timeout: 10 * time.Second}}
+	// Longer than the default drain timeout: on etcd an advance returns once
+	// the older writes in flight have ended, up to the drain timeout.
+	cl := &adminClient{base: c.admin, key: apiKey(c.key), http: &http.Client{Timeout: fencegate.DefaultDrainTimeout + 10*time.Second}}
 	var resp *http.Response
 	var err error
 	switch c.sub {
