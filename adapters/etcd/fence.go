@@ -22,6 +22,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/clock"
+	"github.com/fencegate/fencegate/resource"
 	"github.com/fencegate/fencegate/sharedfence"
 )
 
@@ -635,43 +636,57 @@ func (f *SharedFence) deadBound(ctx context.Context) (time.Duration, error) {
 }
 
 // Advance implements gateway.Fence: an operator's raise (never a lowering).
-// It returns once no marker of an older token is left on the resource
-// (the drain of the raise, without setting it ready), or the drain timeout
-// has passed: a replica whose watch has not brought the raise yet admits
-// writes of a token it holds a marker of without a read (join), so a raise
-// is known everywhere only when those markers are gone. Past the drain
-// timeout (an older write still in flight) it returns the record not
-// ready; the replica holding that write refuses older tokens as soon as
-// its watch brings the raise.
-func (f *SharedFence) Advance(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
-	st, err := f.Store.AdvanceFence(ctx, resource, token, owner)
+// It returns once no marker of an older token is left on the resource,
+// and none below it (a collection's members) that existed at its first
+// read, or the drain timeout has passed: a replica whose watch has not
+// brought the raise yet admits writes of a token it holds a marker of
+// without a read (join), so a raise is known everywhere only when those
+// markers are gone. It sets nothing ready (the first write of the token
+// drains as after any raise). Past the drain timeout (an older write
+// still in flight) it returns the record not ready; the replica holding
+// that write refuses older tokens as soon as its watch brings the raise.
+func (f *SharedFence) Advance(ctx context.Context, res string, token int64, owner string) (fencegate.FenceState, error) {
+	st, err := f.Store.AdvanceFence(ctx, res, token, owner)
 	if err != nil {
 		return st, err
 	}
-	f.superseded(resource, st.Highest)
-	if st.Ready {
-		return st, nil
-	}
-	dir := f.markerDir(resource)
-	older := dir + pad(st.Highest)
+	f.superseded(res, st.Highest)
+	f.letGoBelow(res)
+	own := f.markerDir(res)
+	older := own + pad(st.Highest)
+	mdir := f.prefix + "/m/" + resource.MemberPrefix(res)
+	mend := clientv3.GetPrefixRangeEnd(mdir)
 	deadline := time.Now().Add(f.drainTimeout)
+	var since int64 // markers below put later read the raised record
 	for {
 		rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 		f.requests.Add(1)
-		resp, err := f.client.Get(rctx, dir, clientv3.WithRange(older), clientv3.WithKeysOnly(), clientv3.WithCountOnly())
+		resp, err := f.client.Txn(rctx).Then(
+			clientv3.OpGet(own, clientv3.WithRange(older), clientv3.WithCountOnly()),
+			// Not keys only: the create revisions are what is read.
+			clientv3.OpGet(mdir, clientv3.WithRange(mend)),
+		).Commit()
 		cancel()
 		if err != nil {
-			return st, fencegate.Unavailable(resource, fmt.Errorf("advance: read the markers of older tokens: %w", err))
+			return st, fencegate.Unavailable(res, fmt.Errorf("advance: read the markers of older writes: %w", err))
 		}
-		if resp.Count == 0 {
-			return f.State(ctx, resource)
+		if since == 0 {
+			since = resp.Header.Revision
 		}
-		err = f.waitGone(ctx, dir, older, resp.Header.Revision, deadline)
+		dir, end := own, older
+		switch {
+		case resp.Responses[0].GetResponseRange().Count > 0:
+		case createdBy(resp.Responses[1].GetResponseRange().Kvs, since):
+			dir, end = mdir, mend
+		default:
+			return f.State(ctx, res)
+		}
+		err = f.waitGone(ctx, dir, end, resp.Header.Revision, deadline)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return f.State(ctx, resource)
+			return f.State(ctx, res)
 		}
 		if err != nil {
-			return st, fencegate.Unavailable(resource, fmt.Errorf("advance: watch the markers of older tokens: %w", err))
+			return st, fencegate.Unavailable(res, fmt.Errorf("advance: watch the markers of older writes: %w", err))
 		}
 	}
 }

@@ -353,3 +353,35 @@ func TestSharedFenceTreeJoinDuringLagOrderedBeforeCollection(t *testing.T) {
 		t.Fatalf("/c's record in etcd: %+v, want highest 6, ready", rec)
 	}
 }
+
+// An operator's advance of a collection refuses, once it returns, the
+// older tokens of the keys below it on every replica, even on one whose
+// watch has not brought it and whose writes below would join with the
+// rows they last read.
+func TestSharedFenceAdvanceOfCollectionRefusesJoinsBelow(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{})
+	b := c.replica(t, SharedFenceOptions{})
+	waitWatch(t, a)
+	p, err := treeWrite(a, "/c", 3, gateway.ScopeTree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	p, err = treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release() // lingers with its rows: the next write of 5 would join
+	holdWatch(t, a, "/c")
+	st, err := b.Advance(context.Background(), "/c", 9, "op")
+	if err != nil || st.Highest != 9 {
+		t.Fatalf("advance of /c to 9: %+v, %v", st, err)
+	}
+	if n := c.markerCount(t, a, "/c/k", 5); n != 0 {
+		t.Fatal("the advance of /c returned while A's marker of /c/k is in etcd")
+	}
+	if _, err := treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c"); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("/c/k at 5 on A after the advance of /c to 9 returned: %v; want stale", err)
+	}
+}
