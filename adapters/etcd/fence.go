@@ -152,7 +152,8 @@ const (
 	// measured side by side and bought no throughput (the machine was
 	// CPU-bound), while it costs a key on the replica's lease and an entry
 	// (about 300 bytes) per resource written in the last 10s, a fence
-	// reset refused while a marker above its value idles, and advances
+	// reset that waits for a marker above its value to idle out (idleGone),
+	// and advances
 	// through another replica that waited longer (docs/shared-fence.md,
 	// "Cost per write"); so 1s stays.
 	markerIdle = time.Second
@@ -550,7 +551,7 @@ func (f *SharedFence) awaitGone(ctx context.Context, w gateway.Write, dir, end s
 
 // waitGone waits until a marker in [dir, end) is deleted after revision
 // rev, or deadline.
-func (f *SharedFence) waitGone(ctx context.Context, dir, end string, rev int64, deadline time.Time) error {
+func (f *Store) waitGone(ctx context.Context, dir, end string, rev int64, deadline time.Time) error {
 	wctx, cancel := context.WithDeadline(clientv3.WithRequireLeader(ctx), deadline)
 	defer cancel()
 	f.requests.Add(1)

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -53,6 +54,14 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 	ekey := f.etagKey(resource)
 	f.requests.Add(1)
 	var resp, eresp *clientv3.GetResponse
+	// Markers above `to` that no write holds any more are deleted by their
+	// replica within idleGone: the reset waits that long for them before
+	// it refuses.
+	idleUntil := time.Now().Add(idleGone)
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave the Txns after the wait a quarter of the store timeout.
+		idleUntil = minTime(idleUntil, dl.Add(-f.storeTimeout/4))
+	}
 	tr, err := f.client.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(ekey)).Commit()
 	if err == nil {
 		resp, eresp = rangeOf(tr, 0), rangeOf(tr, 1)
@@ -105,6 +114,14 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 		if tr.Succeeded {
 			return rec.state(resource), nil
 		}
+		if n := tr.Responses[1].GetResponseRange().Count; n > 0 && time.Now().Before(idleUntil) {
+			werr := f.waitGone(ctx, above, end, tr.Header.Revision, idleUntil)
+			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
+				return fencegate.FenceState{}, fencegate.Unavailable(resource, fmt.Errorf("reset fence to %d: watch the markers above it: %w", to, werr))
+			}
+			resp, eresp = rangeOf(tr, 0), rangeOf(tr, 2)
+			continue // read again: gone, or still there past idleGone
+		}
 		if n := tr.Responses[1].GetResponseRange().Count; n > 0 {
 			return fencegate.FenceState{}, &fencegate.Error{
 				Code:     fencegate.CodeFenceDraining,
@@ -115,6 +132,18 @@ func (f *Store) LowerFence(ctx context.Context, resource string, to int64, owner
 		// A record changed meanwhile: decide on the new ones.
 		resp, eresp = rangeOf(tr, 0), rangeOf(tr, 2)
 	}
+}
+
+// idleGone bounds how long a marker no write holds is kept: markerIdle,
+// plus the half of it between two looks of the replica's lane, and a
+// round trip.
+const idleGone = markerIdle*3/2 + 200*time.Millisecond
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // forgetLevels deletes, in a reset's Txn, the below levels of the

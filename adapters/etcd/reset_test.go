@@ -230,3 +230,32 @@ func TestLowerFenceLowersETagRecord(t *testing.T) {
 		t.Fatalf("ETag record of 5 after a reset to 7: %+v; want it kept", r)
 	}
 }
+
+// A reset waits for the markers above its value that no write holds any
+// more (a replica keeps one about a second after its last write) rather
+// than refuse: one call lowers the fence.
+func TestLowerFenceWaitsForIdleMarkers(t *testing.T) {
+	c := &testCluster{EtcdCluster: testenv.Etcd(t, 1), prefix: "/fg"}
+	a := c.replica(t, SharedFenceOptions{}) // markers idle 1s
+	b := c.replica(t, SharedFenceOptions{})
+	const res = "/orders/8"
+	p, err := admit(a, res, 900) // the mistaken token; its write ended
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	if n := c.markerCount(t, a, res, 900); n != 1 {
+		t.Fatal("A's marker of 900 is not lingering in etcd")
+	}
+	start := time.Now()
+	st, err := b.LowerFence(context.Background(), res, 5, "op", nil)
+	if err != nil {
+		t.Fatalf("reset with only an idle marker above it: %v; want it lowered", err)
+	}
+	if took := time.Since(start); st.Highest != 5 || took > idleGone+time.Second {
+		t.Fatalf("reset answered %+v after %s; want highest 5 within about %s", st, took, idleGone)
+	}
+	if r := c.stored(t, res); r.Highest != 5 {
+		t.Fatalf("etcd record after the reset: %+v; want highest 5", r)
+	}
+}
