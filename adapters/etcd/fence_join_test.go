@@ -75,6 +75,52 @@ func (c *testCluster) markerCount(t *testing.T, f *SharedFence, resource string,
 	return resp.Count
 }
 
+// joinOrderedFirst runs raise (another replica's write of a newer token,
+// raising the record of raised to highest) and, once that record is in
+// etcd, join on replica a, whose watch is held: join must be admitted
+// without a request, and raise admitted only after join's write ended.
+func joinOrderedFirst(t *testing.T, c *testCluster, a *SharedFence, raised string, highest int64, raise, join func() (gateway.Permit, error)) {
+	t.Helper()
+	type result struct {
+		p   gateway.Permit
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := raise()
+		done <- result{p, err, time.Now()}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); c.stored(t, raised).Highest != highest; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the newer write did not raise %s to %d within 10s", raised, highest)
+		}
+	}
+	joins := a.joins.Load()
+	pa, err := join()
+	if err != nil {
+		t.Fatalf("A's write before its watch brought the raise: %v (want joined)", err)
+	}
+	if a.joins.Load() != joins+1 {
+		t.Fatal("A's write was not a join")
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the newer write admitted (%v) while A's joined write is in flight", r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	ended := time.Now()
+	pa.Release()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the newer write: %v", r.err)
+	}
+	if r.at.Before(ended) {
+		t.Fatal("the newer write admitted before A's joined write ended")
+	}
+	r.p.Release()
+}
+
 // A repeated token on a key whose marker lingers, its record read at that
 // token and ready, is admitted without an etcd request, with its marker in
 // etcd all the while.
@@ -127,45 +173,9 @@ func TestSharedFenceJoinDuringLagOrderedBeforeRaise(t *testing.T) {
 	}
 	p.Release() // A's marker of 5 lingers, its record read at 5 and ready
 	release := holdWatch(t, a, "/k")
-
-	type result struct {
-		p   gateway.Permit
-		err error
-		at  time.Time
-	}
-	bDone := make(chan result, 1)
-	go func() {
-		p, err := admit(b, "/k", 6)
-		bDone <- result{p, err, time.Now()}
-	}()
-	for deadline := time.Now().Add(10 * time.Second); c.stored(t, "/k").Highest != 6; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("B did not raise /k to 6 within 10s")
-		}
-	}
-	joins := a.joins.Load()
-	pa, err := admit(a, "/k", 5)
-	if err != nil {
-		t.Fatalf("A's write of 5 before its watch brought the raise: %v (want joined)", err)
-	}
-	if a.joins.Load() != joins+1 {
-		t.Fatal("A's write of 5 was not a join")
-	}
-	select {
-	case r := <-bDone:
-		t.Fatalf("B's write of 6 admitted (%v) while A's write of 5 is in flight", r.err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	ended := time.Now()
-	pa.Release()
-	r := <-bDone
-	if r.err != nil {
-		t.Fatalf("B's write of 6: %v", r.err)
-	}
-	if r.at.Before(ended) {
-		t.Fatal("B's write of 6 admitted before A's write of 5 ended")
-	}
-	r.p.Release()
+	joinOrderedFirst(t, c, a, "/k", 6,
+		func() (gateway.Permit, error) { return admit(b, "/k", 6) },
+		func() (gateway.Permit, error) { return admit(a, "/k", 5) })
 	if _, err := admit(a, "/k", 5); code(err) != fencegate.CodeStaleToken {
 		t.Fatalf("A's write of 5 after B's write of 6: %v, want stale", err)
 	}
@@ -306,45 +316,9 @@ func TestSharedFenceTreeJoinDuringLagOrderedBeforeCollection(t *testing.T) {
 	}
 	p.Release() // lingers with its rows: the next write of 5 joins
 	release := holdWatch(t, a, "/c")
-
-	type result struct {
-		p   gateway.Permit
-		err error
-		at  time.Time
-	}
-	bDone := make(chan result, 1)
-	go func() {
-		p, err := treeWrite(b, "/c", 6, gateway.ScopeTree)
-		bDone <- result{p, err, time.Now()}
-	}()
-	for deadline := time.Now().Add(10 * time.Second); c.stored(t, "/c").Highest != 6; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("B did not raise /c to 6 within 10s")
-		}
-	}
-	joins := a.joins.Load()
-	pa, err := treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c")
-	if err != nil {
-		t.Fatalf("A's write of /c/k at 5 before its watch brought /c's raise: %v (want joined)", err)
-	}
-	if a.joins.Load() != joins+1 {
-		t.Fatal("A's write of /c/k at 5 was not a join")
-	}
-	select {
-	case r := <-bDone:
-		t.Fatalf("B's write of /c at 6 admitted (%v) while A's write of /c/k at 5 is in flight", r.err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	ended := time.Now()
-	pa.Release()
-	r := <-bDone
-	if r.err != nil {
-		t.Fatalf("B's write of /c at 6: %v", r.err)
-	}
-	if r.at.Before(ended) {
-		t.Fatal("B's write of /c at 6 admitted before A's write of /c/k at 5 ended")
-	}
-	r.p.Release()
+	joinOrderedFirst(t, c, a, "/c", 6,
+		func() (gateway.Permit, error) { return treeWrite(b, "/c", 6, gateway.ScopeTree) },
+		func() (gateway.Permit, error) { return treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c") })
 	release()
 	if _, err := treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c"); code(err) != fencegate.CodeStaleToken {
 		t.Fatalf("A's write of /c/k at 5 after /c's write at 6: %v, want stale", err)
