@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/fencetest"
 )
 
 // waitWatch waits until f's fence watch is up.
@@ -358,4 +361,37 @@ func TestSharedFenceAdvanceOfCollectionRefusesJoinsBelow(t *testing.T) {
 	if _, err := treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c"); code(err) != fencegate.CodeStaleToken {
 		t.Fatalf("/c/k at 5 on A after the advance of /c to 9 returned: %v; want stale", err)
 	}
+}
+
+// lagWatch delays each event of every fence watch of the process by a
+// random 0–30 ms until the test ends: replicas that join their markers on
+// what their watch last brought, while it lags.
+func lagWatch(t *testing.T) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(7, 7))
+	hook := func(*clientv3.Event) {
+		mu.Lock()
+		d := time.Duration(rng.IntN(30)) * time.Millisecond
+		mu.Unlock()
+		time.Sleep(d)
+	}
+	testHookWatched.Store(&hook)
+	t.Cleanup(func() { testHookWatched.Store(nil) })
+}
+
+// The fence contracts (the randomized runs among them) with every
+// replica's watch lagging: what a join admits while its watch has not
+// brought a raise must still be ordered before the raise's writes.
+func TestContractsWatchLagging(t *testing.T) {
+	lagWatch(t)
+	fencetest.Run(t, fencetest.Options{Replicas: true}, func(t *testing.T) fencetest.Open {
+		c := newCluster(t)
+		return c.open(c.prefix, SharedFenceOptions{LeaseTTL: 2 * time.Second, ForwardTimeout: 2 * time.Second})
+	})
+	c := newCluster(t)
+	n := 0
+	fencetest.RunTree(t, func(t *testing.T) fencetest.Open {
+		n++
+		return c.open(fmt.Sprintf("/tree%d", n), SharedFenceOptions{LeaseTTL: 2 * time.Second, DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
+	})
 }
