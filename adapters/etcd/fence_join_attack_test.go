@@ -1,0 +1,314 @@
+package etcd
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/gateway"
+)
+
+// Attacks on the join (a repeated token admitted from memory): each one
+// tries to have a replica admit a write without its marker in etcd, or
+// after the fence moved on, and checks etcd's durable state.
+
+// replyGate is a TCP proxy to one etcd member whose answers (server to
+// client) can be held: a request sent meanwhile is applied by etcd, and
+// its client sees only its own deadline pass, the outcome unknown to it.
+type replyGate struct {
+	addr string
+	mu   sync.Mutex
+	open chan struct{} // closed while answers flow
+}
+
+func newReplyGate(t *testing.T, endpoint string) *replyGate {
+	t.Helper()
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	g := &replyGate{addr: u.Scheme + "://" + ln.Addr().String(), open: make(chan struct{})}
+	close(g.open)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); up.Close() })
+			go func() { io.Copy(up, c); up.Close() }()
+			go g.down(c, up)
+		}
+	}()
+	return g
+}
+
+// down copies the member's answers to the client, each chunk once the
+// gate is open (held, never dropped: the HTTP/2 stream stays whole).
+func (g *replyGate) down(c, up net.Conn) {
+	defer c.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := up.Read(buf)
+		if n > 0 {
+			g.mu.Lock()
+			open := g.open
+			g.mu.Unlock()
+			<-open
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (g *replyGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open = make(chan struct{})
+}
+
+func (g *replyGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+// gatedReplica starts a replica whose client reaches the cluster through
+// a replyGate to its first member.
+func (c *testCluster) gatedReplica(t *testing.T, opts SharedFenceOptions, timeout time.Duration) (*SharedFence, *replyGate) {
+	t.Helper()
+	g := newReplyGate(t, c.Endpoints[0])
+	t.Cleanup(g.release)
+	st, err := OpenStore(StoreOptions{Client: ClientOptions{Endpoints: []string{g.addr}}, Prefix: c.prefix, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f := NewSharedFence(st, opts)
+	t.Cleanup(func() { f.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f, g
+}
+
+// notAdmittedWhile fails t if admit returns within hold while an older
+// write is in flight (I2), then releases it and wants admit to succeed.
+func notAdmittedWhile(t *testing.T, older gateway.Permit, what string, admit func() (gateway.Permit, error)) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		p, err := admit()
+		if err == nil {
+			p.Release()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Errorf("%s decided (%v) while the older write is in flight (I2)", what, err)
+		older.Release()
+		return
+	case <-time.After(time.Second):
+	}
+	older.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("%s after the older write ended: %v", what, err)
+	}
+}
+
+// lingering starts a cluster and two replicas, A (with opts) and B, and
+// has A write res at token once: A's marker of it lingers, its record read
+// at token and ready, so A's next write of token joins it.
+func lingering(t *testing.T, opts SharedFenceOptions, res string, token int64) (c *testCluster, a, b *SharedFence) {
+	t.Helper()
+	c = newCluster(t)
+	a = c.replica(t, opts)
+	b = c.replica(t, SharedFenceOptions{})
+	waitWatch(t, a)
+	waitWatch(t, b)
+	p, err := admit(a, res, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	return c, a, b
+}
+
+// wantStored fails t unless res's record in etcd is at highest, ready or
+// not.
+func (c *testCluster) wantStored(t *testing.T, res string, highest int64, ready bool) {
+	t.Helper()
+	if rec := c.stored(t, res); rec.Highest != highest || rec.Ready != ready {
+		t.Fatalf("%s's record in etcd: %+v, want highest %d, ready %v", res, rec, highest, ready)
+	}
+}
+
+// The delete of an idle marker is sent, etcd applies it, and its answer
+// is lost (a leader change, a connection cut: the Txn fails after its
+// deadline, outcome unknown). The replica must not count on the marker
+// any more: the next write of its token puts it again, so a newer
+// token's drain on another replica waits for that write (I2).
+func TestSharedFenceJoinAfterUnsureMarkerDelete(t *testing.T) {
+	c := newCluster(t)
+	a, gate := c.gatedReplica(t, SharedFenceOptions{LeaseTTL: 10 * time.Second, MarkerIdle: time.Minute}, time.Second)
+	b := c.replica(t, SharedFenceOptions{})
+	waitWatch(t, a)
+	p, err := admit(a, "/k", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release() // idle, read at 5 and ready: the next write of 5 would join
+	mkey := a.markerKey("/k", 5, a.Lease())
+	var held atomic.Bool
+	hook := func(then []clientv3.Op) {
+		for _, op := range then {
+			if op.IsDelete() && string(op.KeyBytes()) == mkey && held.CompareAndSwap(false, true) {
+				gate.hold() // etcd applies the delete; its answer is held
+			}
+		}
+	}
+	testHookMarkerTxn.Store(&hook)
+	t.Cleanup(func() { testHookMarkerTxn.Store(nil) })
+	a.dropIdle(time.Now()) // as markerIdle passing: the delete goes out
+	// The delete is applied while its answer is held ...
+	for deadline := time.Now().Add(10 * time.Second); !held.Load() || c.markerCount(t, a, "/k", 5) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle marker's delete did not reach etcd within 10s")
+		}
+	}
+	// ... until its Txn fails (the store timeout, 1s).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		a.mu.Lock()
+		e := a.sess.entries[mkey]
+		sent := e != nil && e.deleteSent
+		a.mu.Unlock()
+		if !sent {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the marker's delete still in flight 10s later")
+		}
+	}
+	testHookMarkerTxn.Store(nil)
+	gate.release()
+	pa, err := admit(a, "/k", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.markerCount(t, a, "/k", 5); n != 1 {
+		t.Errorf("A's write of 5 admitted while its marker is not in etcd (%d markers)", n)
+	}
+	notAdmittedWhile(t, pa, "B's write of 6", func() (gateway.Permit, error) { return admit(b, "/k", 6) })
+	c.wantStored(t, "/k", 6, true)
+}
+
+// An import (`fence import`, max-merging a record above the one stored)
+// raises the record but, unlike an operator's Advance, returns without
+// waiting for the markers of older tokens: a replica whose watch has not
+// brought it may still join its marker of the older token. That write
+// must still be ordered before the imported token's: the first write of
+// 9 drains it (I2), and the older token is refused once 9 was admitted
+// (I1).
+func TestSharedFenceJoinAfterImportOrderedBeforeImported(t *testing.T) {
+	// The idle marker goes within markerIdle though the watch never
+	// brings the import (held): the drain of 9 waits that long at most.
+	c, a, b := lingering(t, SharedFenceOptions{}, "/h", 3)
+	release := holdWatch(t, a, "/h")
+	n, err := c.store(t).ImportFences(context.Background(), []fencegate.FenceRecord{{Resource: "/h", Highest: 9, Owner: "import"}})
+	if err != nil || n != 1 {
+		t.Fatalf("import /h at 9: %d raised, %v", n, err)
+	}
+	c.wantStored(t, "/h", 9, false)
+	pa, err := admit(a, "/h", 3)
+	switch {
+	case code(err) == fencegate.CodeStaleToken:
+		t.Log("token 3 refused once the import returned")
+	case err != nil:
+		t.Fatalf("token 3 on A after the import: %v", err)
+	default:
+		t.Log("token 3 admitted on A after the import to 9 returned (its watch lags): ordered by the drain of 9")
+		if n := c.markerCount(t, a, "/h", 3); n != 1 {
+			t.Fatalf("A's write of 3 admitted while its marker is not in etcd (%d markers)", n)
+		}
+		notAdmittedWhile(t, pa, "B's write of 9", func() (gateway.Permit, error) { return admit(b, "/h", 9) })
+	}
+	release()
+	if _, err := admit(b, "/h", 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admit(a, "/h", 3); code(err) != fencegate.CodeStaleToken {
+		t.Fatalf("token 3 on A after a write of 9: %v, want stale", err)
+	}
+	c.wantStored(t, "/h", 9, true)
+}
+
+// A fence record replaced by a value no replica can decode (a bad
+// restore, a hand edit): a write that reads it is refused
+// fence_unavailable (I4), and so must be one that would join on what the
+// watch brought, which is that value.
+func TestSharedFenceJoinRefusedWhenRecordUndecodable(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{MarkerIdle: time.Minute})
+	waitWatch(t, a)
+	p, err := admit(a, "/u", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release() // lingers, read at 4 and ready
+	seen := make(chan struct{}, 1)
+	hook := func(ev *clientv3.Event) {
+		if string(ev.Kv.Key) == a.fenceKey("/u") {
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+		}
+	}
+	testHookWatched.Store(&hook)
+	t.Cleanup(func() { testHookWatched.Store(nil) })
+	if _, err := c.client(t).Put(context.Background(), a.fenceKey("/u"), "not a record"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's watch did not bring the change of /u's record within 10s")
+	}
+	// (The hook runs before the event is handled: give it the moment.)
+	time.Sleep(50 * time.Millisecond)
+	if p, err := admit(a, "/u", 4); code(err) != fencegate.CodeFenceUnavailable {
+		if err == nil {
+			p.Release()
+		}
+		t.Fatalf("A's write of 4 with /u's record undecodable in etcd: %v, want fence_unavailable", err)
+	}
+}
