@@ -312,3 +312,79 @@ func TestSharedFenceJoinRefusedWhenRecordUndecodable(t *testing.T) {
 		t.Fatalf("A's write of 4 with /u's record undecodable in etcd: %v, want fence_unavailable", err)
 	}
 }
+
+// A replica that joins while etcd answers none of its requests (they
+// arrive, their answers do not: a one-way partition) admits from what its
+// watch last brought, which is only lag: its lease is renewed by requests
+// it cannot prove, so it aborts the joined write once the lease is
+// unprovable (or its forward timeout passes), refuses writes from then on,
+// and another replica's newer token waits for the marker, then the lost
+// lease's forward timeout: it is admitted no earlier than the joined
+// write's forward could have ended (I2).
+func TestSharedFenceJoinWhileEtcdUnanswered(t *testing.T) {
+	const ft = time.Second
+	c := newCluster(t)
+	a, gate := c.gatedReplica(t, SharedFenceOptions{LeaseTTL: 2 * time.Second, ForwardTimeout: ft, MarkerIdle: time.Minute}, time.Second)
+	b := c.replica(t, SharedFenceOptions{ForwardTimeout: ft})
+	waitWatch(t, a)
+	p, err := admit(a, "/p", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	gate.hold()
+	aborted := make(chan time.Time, 1)
+	joins := a.joins.Load()
+	admitted := time.Now()
+	pa, err := a.Admit(context.Background(), gateway.Write{Resource: "/p", Token: 5,
+		Abort: func(error) { aborted <- time.Now() }})
+	if err != nil {
+		t.Fatalf("A's write of 5 with etcd unanswered, lease still proven: %v (want joined)", err)
+	}
+	defer pa.Release()
+	if a.joins.Load() != joins+1 {
+		t.Fatal("A's write was not a join")
+	}
+	if n := c.markerCount(t, a, "/p", 5); n != 1 {
+		t.Fatalf("A's write of 5 joined while its marker is not in etcd (%d markers)", n)
+	}
+	done := make(chan time.Time, 1)
+	go func() {
+		p, err := admit(b, "/p", 6)
+		if err != nil {
+			t.Errorf("B's write of 6: %v", err)
+		} else {
+			p.Release()
+		}
+		done <- time.Now()
+	}()
+	var abortedAt time.Time
+	select {
+	case abortedAt = <-aborted:
+	case <-time.After(15 * time.Second):
+		t.Fatal("A's joined write not aborted within 15s of its answers stopping (lease TTL 2s)")
+	}
+	// (The forward timeout, 1s, cut the write first.) Once the lease is
+	// unprovable, nothing joins.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a.mu.Lock()
+		s := a.sess
+		a.mu.Unlock()
+		if s == nil || !s.proven() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A's lease still proven 15s after its answers stopped (TTL 2s)")
+		}
+	}
+	if _, err := admit(a, "/p", 5); code(err) != fencegate.CodeFenceUnavailable {
+		t.Errorf("A's write of 5 once its lease is unprovable: %v, want fence_unavailable", err)
+	}
+	at := <-done
+	if at.Before(abortedAt) || at.Sub(admitted) < ft {
+		t.Fatalf("B's write of 6 admitted %s after A's joined write of 5 (aborted after %s); want after the abort and at least the forward timeout %s",
+			at.Sub(admitted), abortedAt.Sub(admitted), ft)
+	}
+	c.wantStored(t, "/p", 6, true)
+	gate.release()
+}
