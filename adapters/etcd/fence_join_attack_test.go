@@ -2,11 +2,11 @@ package etcd
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -392,19 +392,55 @@ func TestSharedFenceJoinWhileEtcdUnanswered(t *testing.T) {
 }
 
 // Three replicas, their watches lagging 0-30 ms per event, writers of
-// repeated and rising tokens on a few keys (most of them joins) and an
-// operator advancing the keys at random through any replica: no write is
-// admitted while an older token's write of its key is in flight (I2), none
-// below a token already admitted (I1), and none below a token whose
-// Advance had returned before the write asked (the Advance's promise,
-// which a join could break: it admits from memory).
+// repeated and rising tokens (most of them joins) and an operator
+// advancing the keys at random through any replica: no write is admitted
+// while an older token's write of a related key (the same key, a
+// collection above it or a key below it) is in flight (I2), none below a
+// token a related key admitted (I1), and none below a token whose Advance
+// of a related key had returned before the write asked (the Advance's
+// promise, which a join could break: it admits from memory).
 func TestSharedFenceJoinsUnderAdvancesLagging(t *testing.T) {
+	key := func(f *SharedFence, k string, tok int64) (gateway.Permit, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return f.Admit(ctx, gateway.Write{Resource: k, Token: tok, DrainTimeout: 5 * time.Second})
+	}
+	member := func(f *SharedFence, k string, tok int64) (gateway.Permit, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return f.AdmitTree(ctx, gateway.Write{Resource: k, Token: tok, DrainTimeout: 5 * time.Second}, []string{"/t/c"})
+	}
+	coll := func(f *SharedFence, k string, tok int64) (gateway.Permit, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return f.AdmitTree(ctx, gateway.Write{Resource: k, Token: tok, Scope: gateway.ScopeTree, DrainTimeout: 5 * time.Second}, nil)
+	}
 	lagWatch(t)
 	c := newCluster(t)
 	fs := []*SharedFence{c.replica(t, SharedFenceOptions{}), c.replica(t, SharedFenceOptions{}), c.replica(t, SharedFenceOptions{})}
 	for _, f := range fs {
 		waitWatch(t, f)
 	}
+	for _, tc := range []struct {
+		name  string
+		keys  []string
+		admit []func(f *SharedFence, k string, tok int64) (gateway.Permit, error)
+	}{
+		{"keys", []string{"/j/0", "/j/1", "/j/2"}, []func(*SharedFence, string, int64) (gateway.Permit, error){key, key, key}},
+		{"tree", []string{"/t/c", "/t/c/k0", "/t/c/k1"}, []func(*SharedFence, string, int64) (gateway.Permit, error){coll, member, member}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			joinStress(t, c, fs, tc.keys, tc.admit)
+		})
+	}
+}
+
+// related: a and b are one key, or one is below the other.
+func related(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
+}
+
+func joinStress(t *testing.T, c *testCluster, fs []*SharedFence, keys []string, admit []func(f *SharedFence, k string, tok int64) (gateway.Permit, error)) {
 	joins := func() (n int64) {
 		for _, f := range fs {
 			n += f.joins.Load()
@@ -412,31 +448,36 @@ func TestSharedFenceJoinsUnderAdvancesLagging(t *testing.T) {
 		return n
 	}
 	joined := joins()
-	var mu sync.Mutex
-	last := map[string]int64{}
-	inflight := map[string]map[int64]int{}
-	type floor struct {
+	type write struct {
+		key   string
 		token int64
-		at    time.Time // the Advance returned
 	}
-	floors := map[string][]floor{}
+	type floor struct {
+		write
+		at time.Time // the Advance returned
+	}
+	var mu sync.Mutex
+	var accepted []write // each key's highest admitted, as a list
+	inflight := map[write]int{}
+	var floors []floor
 	start := time.Now()
 	deadline := start.Add(2 * time.Second)
+	window := func(rng *rand.Rand, n int) int64 {
+		return 1 + int64(time.Since(start)/(100*time.Millisecond)) + int64(rng.IntN(n))
+	}
 	var wg sync.WaitGroup
 	var admitted, refused, advances atomic.Int64
 	for w := range 9 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
 			for time.Now().Before(deadline) {
-				res := fmt.Sprintf("/j/%d", rng.IntN(3))
-				tok := 1 + int64(time.Since(start)/(100*time.Millisecond)) + int64(rng.IntN(3))
+				i := rng.IntN(len(keys))
+				wr := write{keys[i], window(rng, 3)}
 				asked := time.Now()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				p, err := fs[rng.IntN(len(fs))].Admit(ctx, gateway.Write{Resource: res, Token: tok, DrainTimeout: 5 * time.Second})
-				cancel()
+				p, err := admit[i](fs[rng.IntN(len(fs))], wr.key, wr.token)
 				if err != nil {
-					if code(err) != fencegate.CodeStaleToken {
-						t.Errorf("%s@%d: %v", res, tok, err)
+					if cd := code(err); cd != fencegate.CodeStaleToken && cd != fencegate.CodeFenceDraining {
+						t.Errorf("%s@%d: %v", wr.key, wr.token, err)
 						return
 					}
 					refused.Add(1)
@@ -444,29 +485,28 @@ func TestSharedFenceJoinsUnderAdvancesLagging(t *testing.T) {
 				}
 				admitted.Add(1)
 				mu.Lock()
-				if tok < last[res] {
-					t.Errorf("%s: token %d admitted after %d (I1)", res, tok, last[res])
-				}
-				for other := range inflight[res] {
-					if other < tok {
-						t.Errorf("%s: token %d admitted while %d in flight (I2)", res, tok, other)
+				for _, o := range accepted {
+					if related(o.key, wr.key) && wr.token < o.token {
+						t.Errorf("%s@%d admitted after %s@%d (I1)", wr.key, wr.token, o.key, o.token)
 					}
 				}
-				for _, fl := range floors[res] {
-					if tok < fl.token && asked.After(fl.at) {
-						t.Errorf("%s: token %d admitted, asked %s after an Advance to %d had returned", res, tok, asked.Sub(fl.at), fl.token)
+				for o := range inflight {
+					if related(o.key, wr.key) && o.token < wr.token {
+						t.Errorf("%s@%d admitted while %s@%d in flight (I2)", wr.key, wr.token, o.key, o.token)
 					}
 				}
-				last[res] = max(last[res], tok)
-				if inflight[res] == nil {
-					inflight[res] = map[int64]int{}
+				for _, fl := range floors {
+					if related(fl.key, wr.key) && wr.token < fl.token && asked.After(fl.at) {
+						t.Errorf("%s@%d admitted, asked %s after an Advance of %s to %d had returned", wr.key, wr.token, asked.Sub(fl.at), fl.key, fl.token)
+					}
 				}
-				inflight[res][tok]++
+				accepted = append(accepted, wr)
+				inflight[wr]++
 				mu.Unlock()
 				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
 				mu.Lock()
-				if inflight[res][tok]--; inflight[res][tok] == 0 {
-					delete(inflight[res], tok)
+				if inflight[wr]--; inflight[wr] == 0 {
+					delete(inflight, wr)
 				}
 				mu.Unlock()
 				p.Release()
@@ -477,26 +517,25 @@ func TestSharedFenceJoinsUnderAdvancesLagging(t *testing.T) {
 		rng := rand.New(rand.NewPCG(99, 9))
 		for time.Now().Before(deadline) {
 			time.Sleep(time.Duration(20+rng.IntN(40)) * time.Millisecond)
-			res := fmt.Sprintf("/j/%d", rng.IntN(3))
-			tok := 2 + int64(time.Since(start)/(100*time.Millisecond)) + int64(rng.IntN(2))
+			wr := write{keys[rng.IntN(len(keys))], 1 + window(rng, 2)}
 			began := time.Now()
-			st, err := fs[rng.IntN(len(fs))].Advance(context.Background(), res, tok, "op")
-			if err == nil && st.Highest < tok {
-				t.Errorf("advance %s to %d returned %+v", res, tok, st)
+			st, err := fs[rng.IntN(len(fs))].Advance(context.Background(), wr.key, wr.token, "op")
+			if err == nil && st.Highest < wr.token {
+				t.Errorf("advance %s to %d returned %+v", wr.key, wr.token, st)
 			}
 			if err != nil {
-				t.Errorf("advance %s to %d: %v", res, tok, err)
+				t.Errorf("advance %s to %d: %v", wr.key, wr.token, err)
 				return
 			}
 			advances.Add(1)
 			if time.Since(began) >= 20*time.Second {
 				continue // past the drain timeout: it promises nothing
 			}
-			mu.Lock()
 			// The promise is for the token asked: st, read after the
 			// markers, may show a writer's raise above it, whose own
 			// drain orders the writes of the tokens between.
-			floors[res] = append(floors[res], floor{tok, time.Now()})
+			mu.Lock()
+			floors = append(floors, floor{wr, time.Now()})
 			mu.Unlock()
 		}
 	})
@@ -505,9 +544,51 @@ func TestSharedFenceJoinsUnderAdvancesLagging(t *testing.T) {
 	if admitted.Load() == 0 || refused.Load() == 0 || joins() == joined || advances.Load() == 0 {
 		t.Fatal("the run did not exercise joins, refusals and advances")
 	}
-	for res, top := range last {
-		if rec := c.stored(t, res); rec.Highest < top {
-			t.Errorf("%s's record in etcd: %+v, below the token %d admitted", res, rec, top)
+	for _, wr := range accepted {
+		if rec := c.stored(t, wr.key); rec.Highest < wr.token {
+			t.Errorf("%s's record in etcd: %+v, below the token %d admitted", wr.key, rec, wr.token)
 		}
+	}
+}
+
+// A collection's first record is created ready, and its writer's tree
+// drain scans the members into the level below (known) before it waits
+// for the markers below. A second write of the collection's token that
+// reads the record then (ready, level known) must not be admitted while
+// a member write of an older token is still in flight (I2 across the
+// hierarchy): found by TestSharedFenceJoinsUnderAdvancesLagging/tree.
+func TestSharedFenceSecondCollectionWriteWaitsForMembers(t *testing.T) {
+	c := newCluster(t)
+	a := c.replica(t, SharedFenceOptions{})
+	b := c.replica(t, SharedFenceOptions{})
+	pm, err := treeWrite(a, "/c/k", 1, gateway.ScopeKey, "/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		p, err := treeWrite(b, "/c", 3, gateway.ScopeTree)
+		if err == nil {
+			p.Release()
+		}
+		done <- err
+	}()
+	cli := c.client(t)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		resp, err := cli.Get(context.Background(), b.belowKey("/c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, _, err := decodeLevel(first(resp.Kvs)); err == nil && l.Known {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first write of /c did not scan its members within 10s")
+		}
+	}
+	c.wantStored(t, "/c", 3, true)
+	notAdmittedWhile(t, pm, "a second write of /c at 3", func() (gateway.Permit, error) { return treeWrite(a, "/c", 3, gateway.ScopeTree) })
+	if err := <-done; err != nil {
+		t.Fatalf("the first write of /c at 3: %v", err)
 	}
 }
