@@ -497,6 +497,10 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, below
 				if e.count == 0 {
 					delete(o.s.entries, e.key)
 				}
+			} else {
+				// The delete may have been applied all the same: the next
+				// write of the token puts the marker again, none joins it.
+				e.unsure = true
 			}
 			continue
 		}
@@ -806,7 +810,9 @@ func (f *SharedFence) takeOlderIdle(resource string, token int64) (*session, []*
 		if e.count == 0 && e.held && !e.putting && !e.deleteSent {
 			// Closed while its delete is on its way: a write of its token
 			// waits for the raise (closedState) rather than join it.
-			e.closed, e.deleteSent = true, true
+			// Its delete, if queued, is the raise's now: a second one
+			// could go out with a new marker's put of the key.
+			e.closed, e.deleteSent, e.deleting = true, true, false
 			idle = append(idle, e)
 		}
 	}
@@ -1113,6 +1119,9 @@ func (f *SharedFence) watched(ev *clientv3.Event, fdir, bdir string) {
 	case strings.HasPrefix(key, fdir):
 		rec, err := decode(ev.Kv)
 		if err != nil {
+			// Unreadable: no write joins on it (a read refuses it,
+			// fence_unavailable), as after a delete.
+			f.changed(k, ev.Kv.ModRevision, true)
 			return
 		}
 		res := strings.TrimPrefix(key, fdir)
