@@ -551,12 +551,12 @@ func joinStress(t *testing.T, c *testCluster, fs []*SharedFence, keys []string, 
 	}
 }
 
-// A collection's first record is created ready, and its writer's tree
-// drain scans the members into the level below (known) before it waits
-// for the markers below. A second write of the collection's token that
-// reads the record then (ready, level known) must not be admitted while
-// a member write of an older token is still in flight (I2 across the
-// hierarchy): found by TestSharedFenceJoinsUnderAdvancesLagging/tree.
+// A collection's first write scans the members into the level below
+// (known) before it waits for the markers below. A second write of the
+// collection's token that reads the record then must not be admitted
+// while a member write of an older token is still in flight (I2 across
+// the hierarchy): found by TestSharedFenceJoinsUnderAdvancesLagging/tree,
+// when the first record was created ready.
 func TestSharedFenceSecondCollectionWriteWaitsForMembers(t *testing.T) {
 	c := newCluster(t)
 	a := c.replica(t, SharedFenceOptions{})
@@ -586,7 +586,9 @@ func TestSharedFenceSecondCollectionWriteWaitsForMembers(t *testing.T) {
 			t.Fatal("the first write of /c did not scan its members within 10s")
 		}
 	}
-	c.wantStored(t, "/c", 3, true)
+	if rec := c.stored(t, "/c"); rec.Highest != 3 {
+		t.Fatalf("/c's record in etcd: %+v, want highest 3", rec)
+	}
 	notAdmittedWhile(t, pm, "a second write of /c at 3", func() (gateway.Permit, error) { return treeWrite(a, "/c", 3, gateway.ScopeTree) })
 	if err := <-done; err != nil {
 		t.Fatalf("the first write of /c at 3: %v", err)

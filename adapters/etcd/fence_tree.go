@@ -282,8 +282,20 @@ func (f *SharedFence) treeDrain(ctx context.Context, w gateway.Write, coll strin
 			// for coll's own writes in flight, which a member write
 			// between coll's token and the new level must wait for.
 			next := level{Below: max(lvl.Below, mh), Known: true, Ready: lvl.Ready && lvl.Below >= mh}
-			if _, err := f.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(bkey), "=", brev)},
-				clientv3.OpPut(bkey, next.encode())); err != nil {
+			cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(bkey), "=", brev)}
+			ops := []clientv3.Op{clientv3.OpPut(bkey, next.encode())}
+			if rec.Ready && !lvl.Known {
+				// The first scan: the record (created ready, by this
+				// write or an operator's advance) stands not ready until
+				// the member writes found are waited for. Ready with the
+				// level known, it would admit a second write of the
+				// token while this one still waits for them.
+				nr := rec
+				nr.Ready = false
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(fkey), "=", fk[0].ModRevision))
+				ops = append(ops, clientv3.OpPut(fkey, nr.encode()))
+			}
+			if _, err := f.txn(ctx, cmps, ops...); err != nil {
 				return fencegate.Unavailable(coll, fmt.Errorf("drain: record the level below: %w", err))
 			}
 			continue // read again, whichever way the compare went
