@@ -692,6 +692,22 @@ func (f *SharedFence) Advance(ctx context.Context, res string, token int64, owne
 	}
 }
 
+// State reads resource's record (Store.State), and hands what it read to
+// this replica's markers as the watch would: a raise read here is refused
+// by this replica from then on, even before its watch brings it (join).
+func (f *SharedFence) State(ctx context.Context, res string) (fencegate.FenceState, error) {
+	st, rev, err := f.stateAt(ctx, res)
+	if err == nil && rev > 0 {
+		f.observed(res, record{Highest: st.Highest, Ready: st.Ready}, rev)
+	}
+	return st, err
+}
+
+// LoadFence implements gateway.Store (State).
+func (f *SharedFence) LoadFence(ctx context.Context, res string) (fencegate.FenceState, error) {
+	return f.State(ctx, res)
+}
+
 // AdvanceFence is Advance (gateway.Store, for the server's other users).
 func (f *SharedFence) AdvanceFence(ctx context.Context, resource string, token int64, owner string) (fencegate.FenceState, error) {
 	return f.Advance(ctx, resource, token, owner)

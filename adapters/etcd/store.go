@@ -156,26 +156,32 @@ func (f *Store) raise(ctx context.Context, resource string, token int64, owner s
 // State reads resource's fence record (zero Highest if none), with the
 // ETag recorded for it (etag.go) in the same request.
 func (f *Store) State(ctx context.Context, resource string) (fencegate.FenceState, error) {
+	st, _, err := f.stateAt(ctx, resource)
+	return st, err
+}
+
+// stateAt is State with the revision it was read at (0 without a record).
+func (f *Store) stateAt(ctx context.Context, resource string) (fencegate.FenceState, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 	defer cancel()
 	f.requests.Add(1)
 	tr, err := f.client.Txn(ctx).Then(clientv3.OpGet(f.fenceKey(resource)), clientv3.OpGet(f.etagKey(resource))).Commit()
 	if err != nil {
-		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
+		return fencegate.FenceState{Resource: resource}, 0, fencegate.Unavailable(resource, err)
 	}
 	kvs := tr.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
 		// No fence yet: nothing can be in flight under it.
-		return fencegate.FenceState{Resource: resource, Ready: true}, nil
+		return fencegate.FenceState{Resource: resource, Ready: true}, 0, nil
 	}
 	rec, err := decode(kvs[0])
 	if err == nil {
 		err = rec.withETag(tr.Responses[1].GetResponseRange().Kvs)
 	}
 	if err != nil {
-		return fencegate.FenceState{Resource: resource}, fencegate.Unavailable(resource, err)
+		return fencegate.FenceState{Resource: resource}, 0, fencegate.Unavailable(resource, err)
 	}
-	return rec.state(resource), nil
+	return rec.state(resource), tr.Header.Revision, nil
 }
 
 // AdvanceFence raises resource's fence to token (never lowers it), not

@@ -101,6 +101,17 @@ RETURNING highest, ready, owner, etag, updated_at`
 	// passed its forward timeout (drainBoundSQL, for any row).
 	scopeBoundSQL = `SELECT coalesce(extract(epoch FROM max(dead_at + forward_timeout) - clock_timestamp()), 0)::float8
   FROM fence_session WHERE dead_at IS NOT NULL`
+	// treeUnreadySQL sets a collection's record ($1 at token $2) not ready
+	// for its first scan ($3, $4 as in highestBelowSQL; the level not known
+	// yet) when it has members: created ready (by its first write or an
+	// operator's advance), with the level known it would admit a second
+	// write of the token while the first still waits for the members'
+	// writes in flight. drainReadySQL sets it ready after the wait. In the
+	// scan's transaction: a crash that loses it loses the known level too.
+	treeUnreadySQL = `UPDATE fence SET ready = false
+ WHERE resource = $1 AND highest = $2 AND ready
+   AND NOT coalesce((SELECT known FROM fence_below WHERE resource = $1), false)
+   AND EXISTS (SELECT 1 FROM fence WHERE resource COLLATE "C" >= $3 AND resource COLLATE "C" < $4)`
 	// belowKnownSQL records the highest token of a collection's members
 	// ($2, $3 as in highestBelowSQL) in its below level, known: every
 	// member write whose row this scan misses reads the collection's rows
@@ -228,6 +239,7 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 	// the row says not known again).
 	b.Queue("BEGIN")
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(treeUnreadySQL, coll, token, prefix, end)
 	b.Queue(belowKnownSQL, coll, prefix, end)
 	b.Queue("COMMIT")
 	f.roundTrips.Add(1)
@@ -263,7 +275,7 @@ func (f *SharedFence) treeDrainOn(ctx context.Context, conn *pgxpool.Conn, w gat
 			err = rs.Err()
 		}
 	}
-	for range 4 {
+	for range 5 {
 		if err == nil {
 			_, err = br.Exec()
 		}
