@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/fencetest"
 )
 
 // Attacks on the join (a repeated token admitted from memory): each one
@@ -435,11 +435,6 @@ func TestSharedFenceJoinsUnderAdvancesLagging(t *testing.T) {
 	}
 }
 
-// related: a and b are one key, or one is below the other.
-func related(a, b string) bool {
-	return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
-}
-
 func joinStress(t *testing.T, c *testCluster, fs []*SharedFence, keys []string, admit []func(f *SharedFence, k string, tok int64) (gateway.Permit, error)) {
 	joins := func() (n int64) {
 		for _, f := range fs {
@@ -486,17 +481,17 @@ func joinStress(t *testing.T, c *testCluster, fs []*SharedFence, keys []string, 
 				admitted.Add(1)
 				mu.Lock()
 				for _, o := range accepted {
-					if related(o.key, wr.key) && wr.token < o.token {
+					if fencetest.Related(o.key, wr.key) && wr.token < o.token {
 						t.Errorf("%s@%d admitted after %s@%d (I1)", wr.key, wr.token, o.key, o.token)
 					}
 				}
 				for o := range inflight {
-					if related(o.key, wr.key) && o.token < wr.token {
+					if fencetest.Related(o.key, wr.key) && o.token < wr.token {
 						t.Errorf("%s@%d admitted while %s@%d in flight (I2)", wr.key, wr.token, o.key, o.token)
 					}
 				}
 				for _, fl := range floors {
-					if related(fl.key, wr.key) && wr.token < fl.token && asked.After(fl.at) {
+					if fencetest.Related(fl.key, wr.key) && wr.token < fl.token && asked.After(fl.at) {
 						t.Errorf("%s@%d admitted, asked %s after an Advance of %s to %d had returned", wr.key, wr.token, asked.Sub(fl.at), fl.key, fl.token)
 					}
 				}

@@ -165,16 +165,8 @@ func TestSharedFenceJoinSendsNothing(t *testing.T) {
 // token waits until A's joined write has ended (I2), and A's token is
 // refused once B's write is admitted.
 func TestSharedFenceJoinDuringLagOrderedBeforeRaise(t *testing.T) {
-	c := newCluster(t)
-	a := c.replica(t, SharedFenceOptions{})
-	b := c.replica(t, SharedFenceOptions{})
-	waitWatch(t, a)
-	waitWatch(t, b)
-	p, err := admit(a, "/k", 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release() // A's marker of 5 lingers, its record read at 5 and ready
+	// A's marker of 5 lingers, its record read at 5 and ready.
+	c, a, b := lingering(t, SharedFenceOptions{}, "/k", 5)
 	release := holdWatch(t, a, "/k")
 	joinOrderedFirst(t, c, a, "/k", 6,
 		func() (gateway.Permit, error) { return admit(b, "/k", 6) },
@@ -192,15 +184,8 @@ func TestSharedFenceJoinDuringLagOrderedBeforeRaise(t *testing.T) {
 // returns, even on one whose watch has not brought it: Advance returns
 // only when no marker of an older token is left.
 func TestSharedFenceAdvanceRefusesJoinsAtOnce(t *testing.T) {
-	c := newCluster(t)
-	a := c.replica(t, SharedFenceOptions{})
-	b := c.replica(t, SharedFenceOptions{})
-	waitWatch(t, a)
-	p, err := admit(a, "/h", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release() // lingers, read at 3 and ready: the next write of 3 joins
+	// A's marker of 3 lingers, read at 3 and ready: its next write of 3 joins.
+	c, a, b := lingering(t, SharedFenceOptions{}, "/h", 3)
 	holdWatch(t, a, "/h")
 	st, err := b.Advance(context.Background(), "/h", 9, "op")
 	if err != nil || st.Highest != 9 {

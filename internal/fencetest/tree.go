@@ -340,7 +340,9 @@ func fastestOf3(admit, before func(i int) (gateway.Permit, error), t *testing.T)
 // write of one may change the other (every write is a tree write).
 var treeKeys = []string{"/t", "/t/a", "/t/b", "/t/a/x", "/t/a/y"}
 
-func related(a, b string) bool {
+// Related reports whether keys a and b are one key or one is below the
+// other: a write of one may change the other.
+func Related(a, b string) bool {
 	return a == b || strings.HasPrefix(b, a+"/") || strings.HasPrefix(a, b+"/")
 }
 
@@ -372,7 +374,7 @@ func (u *treeUpstream) apply(key string, tok int64, d time.Duration) {
 	u.mu.Lock()
 	l := &landed{key: key, tok: tok, call: u.now()}
 	for o := range u.applying {
-		if related(o.key, key) && o.tok < tok {
+		if Related(o.key, key) && o.tok < tok {
 			u.errs = append(u.errs, fmt.Sprintf("%s@%d reached the upstream while %s@%d was being applied", key, tok, o.key, o.tok))
 		}
 	}
@@ -400,7 +402,7 @@ var treeModel = porcupine.Model{
 		st, in := state.(treeState), input.(landed)
 		i := slices.Index(treeKeys, in.key)
 		for j, k := range treeKeys {
-			if related(k, in.key) && st[j] > in.tok {
+			if Related(k, in.key) && st[j] > in.tok {
 				return false, st
 			}
 		}
