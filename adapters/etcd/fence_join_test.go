@@ -282,27 +282,35 @@ func TestSharedFenceTreeJoin(t *testing.T) {
 	}
 }
 
+// lingeringBelow is lingering below a collection: A writes /c at 3, then
+// /c/k at 5; its marker of /c/k lingers with the rows it read, so A's
+// next write of /c/k at 5 joins.
+func lingeringBelow(t *testing.T) (c *testCluster, a, b *SharedFence) {
+	t.Helper()
+	c = newCluster(t)
+	a = c.replica(t, SharedFenceOptions{})
+	b = c.replica(t, SharedFenceOptions{})
+	waitWatch(t, a)
+	waitWatch(t, b)
+	p, err := treeWrite(a, "/c", 3, gateway.ScopeTree)
+	if err == nil {
+		p.Release()
+		p, err = treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	return c, a, b
+}
+
 // A write below a collection that joins while the watch has not brought
 // another replica's raise of the collection is ordered before the
 // collection's write: its tree drain waits for the joined write (I2 across
 // the hierarchy), and the key's token is refused below the collection
 // afterwards.
 func TestSharedFenceTreeJoinDuringLagOrderedBeforeCollection(t *testing.T) {
-	c := newCluster(t)
-	a := c.replica(t, SharedFenceOptions{})
-	b := c.replica(t, SharedFenceOptions{})
-	waitWatch(t, a)
-	waitWatch(t, b)
-	p, err := treeWrite(a, "/c", 3, gateway.ScopeTree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release()
-	p, err = treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release() // lingers with its rows: the next write of 5 joins
+	c, a, b := lingeringBelow(t)
 	release := holdWatch(t, a, "/c")
 	joinOrderedFirst(t, c, a, "/c", 6,
 		func() (gateway.Permit, error) { return treeWrite(b, "/c", 6, gateway.ScopeTree) },
@@ -321,20 +329,7 @@ func TestSharedFenceTreeJoinDuringLagOrderedBeforeCollection(t *testing.T) {
 // watch has not brought it and whose writes below would join with the
 // rows they last read.
 func TestSharedFenceAdvanceOfCollectionRefusesJoinsBelow(t *testing.T) {
-	c := newCluster(t)
-	a := c.replica(t, SharedFenceOptions{})
-	b := c.replica(t, SharedFenceOptions{})
-	waitWatch(t, a)
-	p, err := treeWrite(a, "/c", 3, gateway.ScopeTree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release()
-	p, err = treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Release() // lingers with its rows: the next write of 5 would join
+	c, a, b := lingeringBelow(t)
 	holdWatch(t, a, "/c")
 	st, err := b.Advance(context.Background(), "/c", 9, "op")
 	if err != nil || st.Highest != 9 {
