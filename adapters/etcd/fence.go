@@ -162,6 +162,13 @@ const (
 	maxOps = 120
 	// lingerMarks: a lingering Txn goes out once this many writes share it.
 	lingerMarks = 16
+	// joinFresh bounds how long a marker's writes join on its last read
+	// and the watch alone before one of them reads again: a watch stalled
+	// without an error (its member alive, its stream stuck) would
+	// otherwise let writes of an older token join for ever, and a newer
+	// token's drain wait for them until its drain timeout. At most one
+	// read per lingering marker per 5 s.
+	joinFresh = 5 * time.Second
 )
 
 var (

@@ -375,3 +375,56 @@ func TestContractsWatchLagging(t *testing.T) {
 		return c.open(fmt.Sprintf("/tree%d", n), SharedFenceOptions{LeaseTTL: 2 * time.Second, DrainTimeout: 10 * time.Second, ForwardTimeout: 20 * time.Second})
 	})
 }
+
+// A watch stalled without an error (its stream stuck, nothing to restart
+// it) does not let writes of an older token join for ever: after
+// joinFresh a write reads its record again, sees the raise, and the newer
+// token's drain passes once the writes in flight end, long before its
+// drain timeout; no older write is admitted after the newer one.
+func TestSharedFenceJoinStalledWatchReadsAgain(t *testing.T) {
+	_, a, b := lingering(t, SharedFenceOptions{}, "/s", 5)
+	holdWatch(t, a, "/s") // A's watch never brings the raise
+	var mu sync.Mutex
+	var lastOld, newAt time.Time
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := admit(a, "/s", 5)
+				if err != nil {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				lastOld = time.Now()
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				p.Release()
+			}
+		})
+	}
+	start := time.Now()
+	p, err := admit(b, "/s", 6)
+	took := time.Since(start)
+	mu.Lock()
+	newAt = time.Now()
+	mu.Unlock()
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("B's write of 6 while A's watch is stalled and A keeps writing 5: %v (after %s)", err, took)
+	}
+	p.Release()
+	if took > joinFresh+5*time.Second {
+		t.Fatalf("B's write of 6 waited %s, want about joinFresh (%s)", took, joinFresh)
+	}
+	if lastOld.After(newAt) {
+		t.Fatal("A admitted a write of 5 after B's write of 6 was admitted")
+	}
+}

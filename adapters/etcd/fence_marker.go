@@ -75,6 +75,9 @@ type entry struct {
 	// marker without a read (join).
 	ready   bool
 	seen    int64
+	// readAt is when the last read of the record was sent: a join trusts
+	// the watch for joinFresh after it (join).
+	readAt time.Time
 	flights map[*permit]struct{}
 	// rows: for a write below collections (AdmitTree), the rows of its
 	// scope (rowsScope) as read at revision rowsRev in watch generation
@@ -213,7 +216,7 @@ func (f *SharedFence) join(e *entry, s *session, w gateway.Write, scope []string
 		return nil
 	}
 	gen := f.watchGen.Load()
-	if gen%2 == 0 || e.watchGen != gen {
+	if gen%2 == 0 || e.watchGen != gen || time.Since(e.readAt) > joinFresh {
 		return nil
 	}
 	if len(scope) > 0 && (e.rows == nil || e.rowsGen != gen || !slices.Equal(scope, e.rowsScope)) {
@@ -543,6 +546,7 @@ func (f *SharedFence) finish(ops []*op, resp *clientv3.TxnResponse, reads, below
 		if o.m.exists && o.m.rec.Highest > e.token {
 			e.closed = true
 		}
+		e.readAt = o.start
 		if rev := resp.Header.Revision; rev >= e.seen {
 			// (A watched change newer than this read is kept.)
 			e.seen, e.ready = rev, o.m.exists && o.m.rec.Highest == e.token && o.m.rec.Ready
