@@ -73,11 +73,11 @@ type entry struct {
 	// ready: the record, as last read or watched since (at revision seen),
 	// is at this token and ready. A write of the token then joins the held
 	// marker without a read (join).
-	ready   bool
-	seen    int64
+	ready bool
+	seen  int64
 	// readAt is when the last read of the record was sent: a join trusts
 	// the watch for joinFresh after it (join).
-	readAt time.Time
+	readAt  time.Time
 	flights map[*permit]struct{}
 	// rows: for a write below collections (AdmitTree), the rows of its
 	// scope (rowsScope) as read at revision rowsRev in watch generation
