@@ -660,12 +660,24 @@ func (f *SharedFence) Advance(ctx context.Context, res string, token int64, owne
 	}
 	f.superseded(res, st.Highest)
 	f.letGoBelow(res)
+	if _, err := f.drainOlder(ctx, res, st.Highest, time.Now().Add(f.drainTimeout)); err != nil {
+		return st, fencegate.Unavailable(res, fmt.Errorf("advance: %w", err))
+	}
+	return f.State(ctx, res)
+}
+
+// drainOlder returns once no marker of a token below highest is left on
+// res, and none below it (a collection's members) that existed at its
+// first read (drained), or at deadline (not drained): what an operator's
+// raise of res to highest waits for before it is known everywhere
+// (Advance, ImportFences). A marker below put after that read read the
+// raised record.
+func (f *Store) drainOlder(ctx context.Context, res string, highest int64, deadline time.Time) (bool, error) {
 	own := f.markerDir(res)
-	older := own + pad(st.Highest)
+	older := own + pad(highest)
 	mdir := f.prefix + "/m/" + resource.MemberPrefix(res)
 	mend := clientv3.GetPrefixRangeEnd(mdir)
-	deadline := time.Now().Add(f.drainTimeout)
-	var since int64 // markers below put later read the raised record
+	var since int64
 	for {
 		rctx, cancel := context.WithTimeout(ctx, f.storeTimeout)
 		f.requests.Add(1)
@@ -676,7 +688,7 @@ func (f *SharedFence) Advance(ctx context.Context, res string, token int64, owne
 		).Commit()
 		cancel()
 		if err != nil {
-			return st, fencegate.Unavailable(res, fmt.Errorf("advance: read the markers of older writes: %w", err))
+			return false, fmt.Errorf("read the markers of older writes: %w", err)
 		}
 		if since == 0 {
 			since = resp.Header.Revision
@@ -687,14 +699,14 @@ func (f *SharedFence) Advance(ctx context.Context, res string, token int64, owne
 		case createdBy(resp.Responses[1].GetResponseRange().Kvs, since):
 			dir, end = mdir, mend
 		default:
-			return f.State(ctx, res)
+			return true, nil
 		}
 		err = f.waitGone(ctx, dir, end, resp.Header.Revision, deadline)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return f.State(ctx, res)
+			return false, nil
 		}
 		if err != nil {
-			return st, fencegate.Unavailable(res, fmt.Errorf("advance: watch the markers of older writes: %w", err))
+			return false, fmt.Errorf("watch the markers of older writes: %w", err)
 		}
 	}
 }

@@ -184,22 +184,49 @@ func TestSharedFenceJoinDuringLagOrderedBeforeRaise(t *testing.T) {
 // returns, even on one whose watch has not brought it: Advance returns
 // only when no marker of an older token is left.
 func TestSharedFenceAdvanceRefusesJoinsAtOnce(t *testing.T) {
-	// A's marker of 3 lingers, read at 3 and ready: its next write of 3 joins.
-	c, a, b := lingering(t, SharedFenceOptions{}, "/h", 3)
-	holdWatch(t, a, "/h")
-	st, err := b.Advance(context.Background(), "/h", 9, "op")
-	if err != nil || st.Highest != 9 {
-		t.Fatalf("advance to 9: %+v, %v", st, err)
+	for _, raise := range operatorRaises {
+		t.Run(raise.name, func(t *testing.T) {
+			// A's marker of 3 lingers, read at 3 and ready: its next write of 3 joins.
+			c, a, b := lingering(t, SharedFenceOptions{}, "/h", 3)
+			holdWatch(t, a, "/h")
+			if err := raise.do(b, "/h", 9); err != nil {
+				t.Fatalf("%s to 9: %v", raise.name, err)
+			}
+			if n := c.markerCount(t, a, "/h", 3); n != 0 {
+				t.Fatalf("the %s returned while A's marker of 3 is in etcd", raise.name)
+			}
+			if _, err := admit(a, "/h", 3); code(err) != fencegate.CodeStaleToken {
+				t.Fatalf("token 3 on A after the %s to 9 returned: %v; want stale", raise.name, err)
+			}
+			if rec := c.stored(t, "/h"); rec.Highest != 9 {
+				t.Fatalf("/h's record in etcd: %+v, want highest 9", rec)
+			}
+		})
 	}
-	if n := c.markerCount(t, a, "/h", 3); n != 0 {
-		t.Fatal("the advance returned while A's marker of 3 is in etcd")
-	}
-	if _, err := admit(a, "/h", 3); code(err) != fencegate.CodeStaleToken {
-		t.Fatalf("token 3 on A after the advance to 9 returned: %v; want stale", err)
-	}
-	if rec := c.stored(t, "/h"); rec.Highest != 9 {
-		t.Fatalf("/h's record in etcd: %+v, want highest 9", rec)
-	}
+}
+
+// operatorRaises are the operator's ways to raise a fence: an advance
+// (`fence advance`, POST /v1/fences/advance) and an import (`fence
+// import`, `fence rebuild`), which the CLI runs on the store alone, with
+// no marker of its own.
+var operatorRaises = []struct {
+	name string
+	do   func(f *SharedFence, res string, token int64) error
+}{
+	{"advance", func(f *SharedFence, res string, token int64) error {
+		st, err := f.Advance(context.Background(), res, token, "op")
+		if err == nil && st.Highest != token {
+			err = fmt.Errorf("returned %+v", st)
+		}
+		return err
+	}},
+	{"import", func(f *SharedFence, res string, token int64) error {
+		n, err := f.Store.ImportFences(context.Background(), []fencegate.FenceRecord{{Resource: res, Highest: token, Owner: "op"}})
+		if err == nil && n != 1 {
+			err = fmt.Errorf("raised %d records, want 1", n)
+		}
+		return err
+	}},
 }
 
 // treeWrite admits a write of key k below the collections above (ScopeKey
@@ -329,17 +356,20 @@ func TestSharedFenceTreeJoinDuringLagOrderedBeforeCollection(t *testing.T) {
 // watch has not brought it and whose writes below would join with the
 // rows they last read.
 func TestSharedFenceAdvanceOfCollectionRefusesJoinsBelow(t *testing.T) {
-	c, a, b := lingeringBelow(t)
-	holdWatch(t, a, "/c")
-	st, err := b.Advance(context.Background(), "/c", 9, "op")
-	if err != nil || st.Highest != 9 {
-		t.Fatalf("advance of /c to 9: %+v, %v", st, err)
-	}
-	if n := c.markerCount(t, a, "/c/k", 5); n != 0 {
-		t.Fatal("the advance of /c returned while A's marker of /c/k is in etcd")
-	}
-	if _, err := treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c"); code(err) != fencegate.CodeStaleToken {
-		t.Fatalf("/c/k at 5 on A after the advance of /c to 9 returned: %v; want stale", err)
+	for _, raise := range operatorRaises {
+		t.Run(raise.name, func(t *testing.T) {
+			c, a, b := lingeringBelow(t)
+			holdWatch(t, a, "/c")
+			if err := raise.do(b, "/c", 9); err != nil {
+				t.Fatalf("%s of /c to 9: %v", raise.name, err)
+			}
+			if n := c.markerCount(t, a, "/c/k", 5); n != 0 {
+				t.Fatalf("the %s of /c returned while A's marker of /c/k is in etcd", raise.name)
+			}
+			if _, err := treeWrite(a, "/c/k", 5, gateway.ScopeKey, "/c"); code(err) != fencegate.CodeStaleToken {
+				t.Fatalf("/c/k at 5 on A after the %s of /c to 9 returned: %v; want stale", raise.name, err)
+			}
+		})
 	}
 }
 

@@ -319,20 +319,31 @@ func (f *Store) ExportFences(ctx context.Context, fn func(fencegate.FenceRecord)
 // otherwise (I7: an import never lowers a fence). Each record is raised on
 // its own: an import that fails midway leaves the records before raised,
 // and running it again is harmless. It returns how many were raised.
+//
+// Like an operator's advance, it returns once the raises are known
+// everywhere: no marker of an older token is left on a raised resource
+// (drainOlder), or the default drain timeout has passed for the whole
+// call. A replica whose watch has not brought a raise yet still joins
+// writes of a token it holds a marker of (SharedFence.Advance says why).
 func (f *Store) ImportFences(ctx context.Context, recs []fencegate.FenceRecord) (int, error) {
 	for _, r := range recs {
 		if r.Resource == "" || r.Highest <= 0 || strings.Contains(r.Resource, "\x00") {
 			return 0, fmt.Errorf("import fence %q: resource (without NUL) and a positive highest are required", r.Resource)
 		}
 	}
+	deadline := time.Now().Add(fencegate.DefaultDrainTimeout)
 	raised := 0
 	for _, r := range recs {
 		up, err := f.importOne(ctx, r)
 		if err != nil {
 			return raised, fmt.Errorf("import fences: %w", err)
 		}
-		if up {
-			raised++
+		if !up {
+			continue
+		}
+		raised++
+		if _, err := f.drainOlder(ctx, r.Resource, r.Highest, deadline); err != nil {
+			return raised, fmt.Errorf("import fences: %q raised: %w", r.Resource, err)
 		}
 	}
 	return raised, nil
