@@ -305,7 +305,7 @@ func (u *Upstream) query(raw string, f *forward) string {
 	if !cond && !strings.Contains(raw, sessionParam) && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
-	kept := keepParams(raw, func(name string) bool {
+	kept := objectstore.KeepParams(raw, func(name string) bool {
 		return name != sessionParam && !(cond && name == "ifGenerationMatch")
 	})
 	if cond {

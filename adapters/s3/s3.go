@@ -24,6 +24,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -488,21 +489,8 @@ func upstreamQuery(raw string) string {
 	if !strings.Contains(raw, "X-Amz-") && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
-	parts := strings.Split(raw, "&")
-	kept := parts[:0]
-	for _, p := range parts {
-		k, _, _ := strings.Cut(p, "=")
-		if d, err := url.QueryUnescape(k); err == nil {
-			k = d // the name checkWriteQuery and the store read ("X-Amz-%53ignature")
-		}
-		switch k {
-		case "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-			"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token":
-			continue
-		}
-		kept = append(kept, p)
-	}
-	return strings.Join(kept, "&")
+	// The name checkWriteQuery and the store read ("X-Amz-%53ignature").
+	return strings.Join(objectstore.KeepParams(raw, func(name string) bool { return !slices.Contains(presignParams, name) }), "&")
 }
 
 // send signs req with the gateway's credentials just before it is sent,
