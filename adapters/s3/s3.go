@@ -73,7 +73,7 @@ type Options struct {
 	// key prefix the upstream supplies; Precondition compares ETags and
 	// needs {bucket} and {key}; StampKey is a metadata header
 	// (x-amz-meta-NAME; empty: DefaultStampHeader). The Transport
-	// defaults to NewTransport(nil).
+	// defaults to objectstore.NewTransport(nil).
 	objectstore.Spec
 	// Region is the region the gateway signs for. Empty: us-east-1.
 	Region string
@@ -136,7 +136,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		u.sign = sdkSign(u.region)
 	}
 	if u.transport == nil {
-		u.transport = NewTransport(nil)
+		u.transport = objectstore.NewTransport(nil)
 	}
 	if len(c.Clients) == 0 {
 		return nil, errors.New("s3.clients: at least one worker key is required (workers never use the gateway's credentials)")
