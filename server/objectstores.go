@@ -98,7 +98,7 @@ type condition struct {
 var objectStores = map[string]ObjectStore{
 	"s3": {
 		name:      "S3",
-		transport: func() http.RoundTripper { return s3.NewTransport(nil) }, // small connection buffers
+		transport: func() http.RoundTripper { return objectstore.NewTransport(nil) }, // small connection buffers
 		open:      openS3,
 		Where:     "--bucket",
 		honours:   "If-Match and If-None-Match on PutObject",

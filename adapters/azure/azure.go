@@ -53,7 +53,7 @@ type Upstream struct {
 	sas         url.Values
 	clients     map[string]*sharedKey
 	stampHeader string      // "" unless stamping
-	stampKey    string      // the metadata name of the stamp
+	stampKey    string      // the metadata name of the stamp (stamping or not)
 	leases      *leaseGuard // nil unless lease_guard
 	transport   http.RoundTripper
 	now         func() time.Time
@@ -141,10 +141,10 @@ func New(opts Options) (*Upstream, error) {
 		u.transport = relay.NewTransport(nil)
 	}
 	oneBlob := strings.Contains(opts.Resource, "{container}") && strings.Contains(opts.Resource, "{blob}")
+	u.stampKey = cmp.Or(opts.StampKey, DefaultStampKey)
 	if opts.Stamp {
-		u.stampHeader = "X-Ms-Meta-" + cmp.Or(opts.StampKey, DefaultStampKey)
+		u.stampHeader = "X-Ms-Meta-" + u.stampKey
 	}
-	u.stampKey = opts.StampKey
 	tracker, err := opts.Tracker("etag", "Azure", "container", "blob")
 	if err != nil {
 		return nil, err

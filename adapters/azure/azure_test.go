@@ -26,7 +26,7 @@ func TestVerifyAzblobSignature(t *testing.T) {
 	s := newSDKSigner(t)
 	c, cap := s.c, s.cap
 	ctx := context.Background()
-	c.UploadBuffer(ctx, "c", "dir/a b+c", []byte("hello"), &azblob.UploadBufferOptions{Metadata: map[string]*string{"k": to("v")}})
+	c.UploadBuffer(ctx, "c", "dir/a b+c", []byte("hello"), &azblob.UploadBufferOptions{Metadata: map[string]*string{"k": new("v")}})
 	c.ServiceClient().NewContainerClient("c").NewBlockBlobClient("dir/x").CommitBlockList(ctx, []string{"YmxvY2s="}, nil)
 	if len(cap.reqs) != 2 {
 		t.Fatalf("captured %d requests", len(cap.reqs))

@@ -44,7 +44,7 @@ func (s *sdkSigner) signed(t testing.TB, names []string) *http.Request {
 	t.Helper()
 	m := map[string]*string{}
 	for i, n := range names {
-		m[n] = to(strings.Repeat("v", i+1))
+		m[n] = new(strings.Repeat("v", i+1))
 	}
 	s.cap.reqs = nil
 	s.c.ServiceClient().NewContainerClient("c").NewBlobClient("dir/x").SetMetadata(context.Background(), m, nil)

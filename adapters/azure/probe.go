@@ -38,9 +38,9 @@ type probe struct{ c *blockblob.Client }
 func (p *probe) Put(ctx context.Context, body, ifMatch string) (int, string, error) {
 	cond := &blob.ModifiedAccessConditions{}
 	if ifMatch == "" {
-		cond.IfNoneMatch = to(azcore.ETagAny)
+		cond.IfNoneMatch = new(azcore.ETagAny)
 	} else {
-		cond.IfMatch = to(azcore.ETag(ifMatch))
+		cond.IfMatch = new(azcore.ETag(ifMatch))
 	}
 	resp, err := p.c.Upload(ctx, streaming.NopCloser(strings.NewReader(body)),
 		&blockblob.UploadOptions{AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: cond}})
@@ -74,5 +74,3 @@ func (p *probe) Head(ctx context.Context) (string, error) {
 }
 
 func (p *probe) Delete(ctx context.Context) { p.c.Delete(ctx, nil) }
-
-func to[T any](v T) *T { return &v }

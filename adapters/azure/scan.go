@@ -28,11 +28,7 @@ func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string,
 	if err != nil {
 		return 0, fmt.Errorf("container %s: %w", containerName, err)
 	}
-	key := u.stampKey
-	if key == "" {
-		key = DefaultStampKey
-	}
-	scan := &objectstore.StampScan{Collection: containerName, Key: key, Fn: fn}
+	scan := &objectstore.StampScan{Collection: containerName, Key: u.stampKey, Fn: fn}
 	opts := &container.ListBlobsFlatOptions{Include: container.ListBlobsInclude{Metadata: true}}
 	if prefix != "" {
 		opts.Prefix = &prefix
@@ -51,7 +47,7 @@ func (u *Upstream) ScanStamps(ctx context.Context, containerName, prefix string,
 				continue
 			}
 			v, ok := "", false
-			if p, found := objectstore.MetaValue(b.Metadata, key); found && p != nil {
+			if p, found := objectstore.MetaValue(b.Metadata, u.stampKey); found && p != nil {
 				v, ok = *p, true
 			}
 			if err := scan.Object(*b.Name, v, ok); err != nil {

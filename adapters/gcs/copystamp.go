@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/adapters/objectstore"
 	"github.com/fencegate/fencegate/httprefusal"
 )
 
@@ -125,30 +126,11 @@ func (g *copyGuard) rewrite(out *http.Request) {
 		return
 	}
 	out.Header.Set("Content-Type", "application/json")
-	kept := keepParams(out.URL.RawQuery, func(name string) bool {
+	kept := objectstore.KeepParams(out.URL.RawQuery, func(name string) bool {
 		return name != "ifSourceGenerationMatch" && name != "ifSourceMetagenerationMatch"
 	})
 	out.URL.RawQuery = strings.Join(append(kept, "ifSourceGenerationMatch="+g.generation,
 		"ifSourceMetagenerationMatch="+g.metageneration), "&")
-}
-
-// keepParams are the parameters of raw whose (decoded) name keep accepts,
-// as sent.
-func keepParams(raw string, keep func(name string) bool) []string {
-	var kept []string
-	if raw == "" {
-		return nil
-	}
-	for _, p := range strings.Split(raw, "&") {
-		k, _, _ := strings.Cut(p, "=")
-		if d, err := url.QueryUnescape(k); err == nil {
-			k = d // the name parseQuery and the store read ("fencegate%5Fsession")
-		}
-		if keep(k) {
-			kept = append(kept, p)
-		}
-	}
-	return kept
 }
 
 // errStampedMove refuses a moveTo on a stamping route: it takes no body,

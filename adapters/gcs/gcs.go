@@ -193,7 +193,7 @@ func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *sta
 		// a hierarchical route whose upstream names collections it is
 		// checked against the fences below the bucket; elsewhere a
 		// "{bucket}/{object}" template has no key for it and refuses it.
-		insp.Collection, insp.WritesCollection = vars(t.bucket, ""), true
+		insp.WritesCollection = true
 	case len(w) > 1:
 		for _, o := range w {
 			if o.Bucket != w[0].Bucket {
@@ -204,12 +204,9 @@ func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *sta
 			insp.Objects = append(insp.Objects, vars(o.Bucket, o.Name))
 		}
 	}
-	insp.Vars = vars(w[0].Bucket, w[0].Name)
-	if !insp.WritesCollection {
-		// An object write is checked against its bucket's fence too: a
-		// bucket write with a newer token refuses it.
-		insp.Collection = vars(w[0].Bucket, "")
-	}
+	// An object write is checked against its bucket's fence too: a
+	// bucket write with a newer token refuses it.
+	insp.Vars, insp.Collection = vars(w[0].Bucket, w[0].Name), vars(w[0].Bucket, "")
 	switch t.op {
 	case opCopy:
 		// copyTo, rewriteTo read their source: a route with fence_reads
@@ -305,7 +302,7 @@ func (u *Upstream) query(raw string, f *forward) string {
 	if !cond && !strings.Contains(raw, sessionParam) && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
-	kept := keepParams(raw, func(name string) bool {
+	kept := objectstore.KeepParams(raw, func(name string) bool {
 		return name != sessionParam && !(cond && name == "ifGenerationMatch")
 	})
 	if cond {

@@ -70,3 +70,23 @@ func MetaValue[V any](m map[string]V, name string) (v V, ok bool) {
 	}
 	return v, false
 }
+
+// KeepParams are the parameters of raw whose name keep accepts, as sent:
+// the name decoded as the store reads it ("X-Amz-%53ignature",
+// "fencegate%5Fsession"), the pairs not re-encoded.
+func KeepParams(raw string, keep func(name string) bool) []string {
+	var kept []string
+	if raw == "" {
+		return nil
+	}
+	for _, p := range strings.Split(raw, "&") {
+		k, _, _ := strings.Cut(p, "=")
+		if d, err := url.QueryUnescape(k); err == nil {
+			k = d
+		}
+		if keep(k) {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}

@@ -153,50 +153,33 @@ func (p *deleteParser) parse() (*deleteDoc, error) {
 		break
 	}
 	doc := &deleteDoc{}
-	quiet := false
-	for done := false; !done; {
-		tok, err := p.next()
-		if err == io.EOF {
-			return nil, errors.New("unterminated <Delete>")
-		}
-		if err != nil {
-			return nil, err
-		}
-		switch t := tok.(type) {
-		case xml.CharData:
-			if !isSpace(t) {
-				return nil, errors.New("text directly inside <Delete>")
+	err := p.children("Delete", func(t xml.StartElement) error {
+		switch t.Name.Local {
+		case "Object":
+			if len(doc.objects) == maxDeleteObjects {
+				return errors.New("more than " + strconv.Itoa(maxDeleteObjects) + " objects")
 			}
-		case xml.StartElement:
-			if len(t.Attr) > 0 {
-				return nil, errors.New("attributes are allowed on <Delete> only")
+			o, err := p.object()
+			if err != nil {
+				return err
 			}
-			switch t.Name.Local {
-			case "Object":
-				if len(doc.objects) == maxDeleteObjects {
-					return nil, errors.New("more than " + strconv.Itoa(maxDeleteObjects) + " objects")
-				}
-				o, err := p.object()
-				if err != nil {
-					return nil, err
-				}
-				doc.objects = append(doc.objects, o)
-			case "Quiet":
-				if quiet {
-					return nil, errors.New("<Quiet> given twice")
-				}
-				quiet = true
-				q, err := p.text("Quiet")
-				if err != nil {
-					return nil, err
-				}
-				doc.quiet = &q
-			default:
-				return nil, errors.New("unknown element <" + short(t.Name.Local) + "> in <Delete>")
+			doc.objects = append(doc.objects, o)
+		case "Quiet":
+			if doc.quiet != nil {
+				return errors.New("<Quiet> given twice")
 			}
-		case xml.EndElement:
-			done = true
+			q, err := p.text("Quiet")
+			if err != nil {
+				return err
+			}
+			doc.quiet = &q
+		default:
+			return errors.New("unknown element <" + short(t.Name.Local) + "> in <Delete>")
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(doc.objects) == 0 {
 		return nil, errors.New("no <Object>")
@@ -219,41 +202,54 @@ func (p *deleteParser) parse() (*deleteDoc, error) {
 // object reads the children of an <Object> up to its end tag.
 func (p *deleteParser) object() (deleteObject, error) {
 	o := deleteObject{fields: map[string]string{}}
+	err := p.children("Object", func(t xml.StartElement) error {
+		name := t.Name.Local
+		if !deleteObjectFields[name] {
+			return errors.New("unknown element <" + short(name) + "> in <Object>")
+		}
+		if _, seen := o.fields[name]; seen {
+			return errors.New("<" + name + "> given twice in one <Object>")
+		}
+		s, err := p.text(name)
+		if err != nil {
+			return err
+		}
+		o.fields[name] = s
+		o.order = append(o.order, name)
+		return nil
+	})
+	if err == nil && o.fields["Key"] == "" {
+		err = errors.New("<Object> without a <Key>")
+	}
+	return o, err
+}
+
+// children reads the children of element name up to its end tag: white
+// space between them, and each child element (which has no attributes)
+// handed to child.
+func (p *deleteParser) children(name string, child func(xml.StartElement) error) error {
 	for {
 		tok, err := p.next()
 		if err == io.EOF {
-			return o, errors.New("unterminated <Object>")
+			return errors.New("unterminated <" + name + ">")
 		}
 		if err != nil {
-			return o, err
+			return err
 		}
 		switch t := tok.(type) {
 		case xml.CharData:
 			if !isSpace(t) {
-				return o, errors.New("text directly inside <Object>")
+				return errors.New("text directly inside <" + name + ">")
 			}
 		case xml.StartElement:
-			name := t.Name.Local
 			if len(t.Attr) > 0 {
-				return o, errors.New("attributes are allowed on <Delete> only")
+				return errors.New("attributes are allowed on <Delete> only")
 			}
-			if !deleteObjectFields[name] {
-				return o, errors.New("unknown element <" + short(name) + "> in <Object>")
+			if err := child(t); err != nil {
+				return err
 			}
-			if _, seen := o.fields[name]; seen {
-				return o, errors.New("<" + name + "> given twice in one <Object>")
-			}
-			s, err := p.text(name)
-			if err != nil {
-				return o, err
-			}
-			o.fields[name] = s
-			o.order = append(o.order, name)
 		case xml.EndElement:
-			if o.fields["Key"] == "" {
-				return o, errors.New("<Object> without a <Key>")
-			}
-			return o, nil
+			return nil
 		}
 	}
 }

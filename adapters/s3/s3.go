@@ -24,6 +24,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -72,7 +73,7 @@ type Options struct {
 	// key prefix the upstream supplies; Precondition compares ETags and
 	// needs {bucket} and {key}; StampKey is a metadata header
 	// (x-amz-meta-NAME; empty: DefaultStampHeader). The Transport
-	// defaults to NewTransport(nil).
+	// defaults to objectstore.NewTransport(nil).
 	objectstore.Spec
 	// Region is the region the gateway signs for. Empty: us-east-1.
 	Region string
@@ -135,7 +136,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		u.sign = sdkSign(u.region)
 	}
 	if u.transport == nil {
-		u.transport = NewTransport(nil)
+		u.transport = objectstore.NewTransport(nil)
 	}
 	if len(c.Clients) == 0 {
 		return nil, errors.New("s3.clients: at least one worker key is required (workers never use the gateway's credentials)")
@@ -488,21 +489,8 @@ func upstreamQuery(raw string) string {
 	if !strings.Contains(raw, "X-Amz-") && !strings.ContainsAny(raw, "%+") {
 		return raw
 	}
-	parts := strings.Split(raw, "&")
-	kept := parts[:0]
-	for _, p := range parts {
-		k, _, _ := strings.Cut(p, "=")
-		if d, err := url.QueryUnescape(k); err == nil {
-			k = d // the name checkWriteQuery and the store read ("X-Amz-%53ignature")
-		}
-		switch k {
-		case "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-			"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token":
-			continue
-		}
-		kept = append(kept, p)
-	}
-	return strings.Join(kept, "&")
+	// The name checkWriteQuery and the store read ("X-Amz-%53ignature").
+	return strings.Join(objectstore.KeepParams(raw, func(name string) bool { return !slices.Contains(presignParams, name) }), "&")
 }
 
 // send signs req with the gateway's credentials just before it is sent,
