@@ -54,7 +54,8 @@ type Upstream struct {
 	keyPrefixes  []int // N of every {key.N} in the resource template
 	precondEtag  bool
 	conds        atomic.Pointer[Conditions] // nil: unmeasured
-	stampHeader  string                     // "" unless s3.stamp: the metadata header carrying the token
+	stamp        bool                       // s3.stamp: forwards carry the token in stampHeader
+	stampHeader  string                     // the metadata header carrying the token
 	bucketConfig bool                       // bucket configuration writes are fenced, not refused
 	foldSlash    bool                       // "K/" and "K" share one fence (s3.fold_trailing_slash)
 	transport    http.RoundTripper
@@ -167,14 +168,14 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		n, _ := strconv.Atoi(m[1])
 		u.keyPrefixes = append(u.keyPrefixes, n)
 	}
-	if c.Stamp {
-		u.stampHeader = strings.ToLower(c.StampKey)
-		if u.stampHeader == "" {
-			u.stampHeader = DefaultStampHeader
-		}
-		if !strings.HasPrefix(u.stampHeader, "x-amz-meta-") || len(u.stampHeader) == len("x-amz-meta-") {
-			return nil, fmt.Errorf("s3.stamp_header must be an object metadata header (x-amz-meta-NAME), got %q", c.StampKey)
-		}
+	// The header is resolved with stamping off too: `fence rebuild` scans
+	// the stamps a route wrote while it was on.
+	u.stamp, u.stampHeader = c.Stamp, strings.ToLower(c.StampKey)
+	if u.stampHeader == "" {
+		u.stampHeader = DefaultStampHeader
+	}
+	if c.Stamp && (!strings.HasPrefix(u.stampHeader, "x-amz-meta-") || len(u.stampHeader) == len("x-amz-meta-")) {
+		return nil, fmt.Errorf("s3.stamp_header must be an object metadata header (x-amz-meta-NAME), got %q", c.StampKey)
 	}
 	tracker, err := c.Tracker("etag", "S3", "bucket", "key")
 	if err != nil {
@@ -345,7 +346,7 @@ func (d dialect) Prepare(f *forward) error {
 	if a.payloadHash == streamingSigned || a.payloadHash == streamingSignedTrailer {
 		s.chunks = newChunkSigner(r.Body, a, s.key, a.payloadHash == streamingSignedTrailer, u.maxChunk)
 	}
-	if u.stampHeader != "" && f.Token > 0 && s.target.op == opCopyObject {
+	if u.stamp && f.Token > 0 && s.target.op == opCopyObject {
 		replace, serr := copyDirective(r.Header)
 		if serr != nil {
 			return serr.refusal()
@@ -450,7 +451,7 @@ func (d dialect) Rewrite(pr *httputil.ProxyRequest, f *forward) {
 		// the REPLACE directive are set below.
 		copySourceConditions.SendSource(h, s.copySrc, "X-Amz-Meta-", contentHeaders)
 	}
-	if u.stampHeader != "" && f.Token > 0 && (s.copySrc != nil || stamps(pr.In, s.target.op)) {
+	if u.stamp && f.Token > 0 && (s.copySrc != nil || stamps(pr.In, s.target.op)) {
 		// Set, not added: a worker's own copy would forge the stamp
 		// `fence rebuild` trusts. The header is signed with the rest of the
 		// request by the signing transport.

@@ -28,9 +28,6 @@ func (u *Upstream) client(attempts int) *awss3.Client {
 // stamp is an error, not a guess. Memory is bounded by one listing page.
 func (u *Upstream) ScanStamps(ctx context.Context, bucket, prefix string, fn func(objectstore.Stamp) error) (unstamped int, err error) {
 	header := u.stampHeader
-	if header == "" {
-		header = DefaultStampHeader
-	}
 	meta := strings.TrimPrefix(header, "x-amz-meta-")
 	scan := &objectstore.StampScan{Collection: bucket, Key: header, Fn: fn}
 	c := u.client(3)
