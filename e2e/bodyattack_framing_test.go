@@ -169,6 +169,18 @@ func framings() []framing {
 	}
 }
 
+// framingNamed is the framing of the table with that name.
+func framingNamed(t *testing.T, name string) framing {
+	t.Helper()
+	for _, f := range framings() {
+		if f.name == name {
+			return f
+		}
+	}
+	t.Fatalf("no framing %q", name)
+	return framing{}
+}
+
 // wireHead is req's request line and headers as they go on the wire,
 // without the blank line that ends them and without a body framing.
 func wireHead(req *http.Request) string {
@@ -286,12 +298,7 @@ func runFramings(t *testing.T, s bodyStore) {
 func appliedAtLimit(t *testing.T, s bodyStore) {
 	t.Helper()
 	before := s.state(t)
-	var f framing
-	for _, f = range framings() {
-		if f.name == "chunked, at the limit" {
-			break
-		}
-	}
+	f := framingNamed(t, "chunked, at the limit")
 	body := s.body(bodyLimit)
 	if got := exchange(t, s.gw, f, s.request(t, s.high+1, body), body); len(got) != 1 || got[0] >= 300 {
 		t.Fatalf("%s with token %d: answers %v; want it applied", f.name, s.high+1, got)
