@@ -59,10 +59,13 @@ const (
 	// broken: no complete request: refused (any answer but 2xx, or
 	// none) with any token, before the fence.
 	broken
-	// noBody: HTTP/1.0 without a length has no body, for the gateway
-	// as for any server: the bytes sent after the head are another
-	// (malformed) request. The stale token is refused, nothing changes.
-	noBody
+	// staleRefused: the gateway and the store read the same bytes as
+	// whatever request they make (HTTP/1.0 without a length has no body,
+	// for the gateway as for any server, and the bytes after the head
+	// are another, malformed request; a bare LF where CRLF belongs is
+	// read alike or refused): the stale token is refused, nothing
+	// changes. A fresh token's request is the holder's to make.
+	staleRefused
 )
 
 func chunked(body []byte, ext, trailer string) string {
@@ -123,6 +126,42 @@ func framings() []framing {
 		{name: "chunked with a declared trailer", send: chunkedWith("", "X-Fencing-Note: x\r\n", "Trailer: X-Fencing-Note\r\n")},
 		{name: "Content-Length and Transfer-Encoding (chunked wins)", send: chunkedWith("", "", "Content-Length: 3\r\n")},
 		{name: "Content-Length and Transfer-Encoding, over the limit", size: sizeOver, send: chunkedWith("", "", "Content-Length: 3\r\n"), want: tooLarge},
+		{name: "two Content-Length headers, one value", send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			writeAll(t, c, head, fmt.Sprintf("Content-Length: %d\r\nContent-Length: %d\r\n\r\n", len(body), len(body)), string(body))
+		}},
+		{name: "two Content-Length headers, two values", want: broken, more: true, send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			writeAll(t, c, head, fmt.Sprintf("Content-Length: %d\r\nContent-Length: %d\r\n\r\n", len(body)/2, len(body)), string(body))
+			closeWrite(c)
+		}},
+		{name: "Transfer-Encoding in another case", send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			writeAll(t, c, head, "Transfer-Encoding: CHUNKED\r\n\r\n", chunked(body, "", ""))
+		}},
+		{name: "Transfer-Encoding gzip, chunked", want: broken, more: true, send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			writeAll(t, c, head, "Transfer-Encoding: gzip, chunked\r\n\r\n", chunked(body, "", ""))
+			closeWrite(c)
+		}},
+		{name: "Transfer-Encoding twice", want: broken, more: true, send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			writeAll(t, c, head, "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", chunked(body, "", ""))
+			closeWrite(c)
+		}},
+		{name: "a zero chunk before the body's end", want: broken, more: true, send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			// The body ends at the zero chunk, halfway: the rest is read
+			// as another request.
+			half := len(body) / 2
+			writeAll(t, c, head, "Transfer-Encoding: chunked\r\n\r\n", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", half, body[:half]), chunked(body[half:], "", ""))
+			closeWrite(c)
+		}},
+		{name: "chunk sizes with leading zeros", send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			writeAll(t, c, head, "Transfer-Encoding: chunked\r\n\r\n", fmt.Sprintf("%08x\r\n%s\r\n00000\r\n\r\n", len(body), body))
+		}},
+		{name: "chunk size with 0x", want: broken, more: true, send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			writeAll(t, c, head, "Transfer-Encoding: chunked\r\n\r\n", fmt.Sprintf("0x%x\r\n%s\r\n0\r\n\r\n", len(body), body))
+			closeWrite(c)
+		}},
+		{name: "chunked with bare LF", want: staleRefused, more: true, send: func(t *testing.T, c net.Conn, head string, body []byte) {
+			writeAll(t, c, head, "Transfer-Encoding: chunked\r\n\r\n", fmt.Sprintf("%x\n%s\n0\n\n", len(body), body))
+			closeWrite(c)
+		}},
 		{name: "Expect: 100-continue, the body after the go-ahead",
 			send: func(t *testing.T, c net.Conn, head string, body []byte) {
 				writeAll(t, c, head, fmt.Sprintf("Expect: 100-continue\r\nContent-Length: %d\r\n\r\n", len(body)))
@@ -146,12 +185,12 @@ func framings() []framing {
 				writeAll(t, c, head, fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body)+100), string(body))
 				closeWrite(c)
 			}},
-		{name: "HTTP/1.0 with no length, then close", want: noBody, more: true,
+		{name: "HTTP/1.0 with no length, then close", want: staleRefused, more: true,
 			send: func(t *testing.T, c net.Conn, head string, body []byte) {
 				writeAll(t, c, strings.Replace(head, " HTTP/1.1\r\n", " HTTP/1.0\r\n", 1), "\r\n", string(body))
 				closeWrite(c)
 			}},
-		{name: "HTTP/1.0 with Transfer-Encoding (ignored: no body)", want: noBody, more: true,
+		{name: "HTTP/1.0 with Transfer-Encoding (ignored: no body)", want: staleRefused, more: true,
 			send: func(t *testing.T, c net.Conn, head string, body []byte) {
 				writeAll(t, c, strings.Replace(head, " HTTP/1.1\r\n", " HTTP/1.0\r\n", 1), "Transfer-Encoding: chunked\r\n\r\n", chunked(body, "", ""))
 				closeWrite(c)
@@ -257,7 +296,7 @@ func runFramings(t *testing.T, s bodyStore) {
 				body = s.body(bodyLimit + 1)
 			}
 			tokens := []int64{s.high - 1}
-			if f.want != readWhole && f.want != noBody {
+			if f.want != readWhole && f.want != staleRefused {
 				tokens = append(tokens, s.high+1)
 			}
 			for _, token := range tokens {
@@ -268,7 +307,7 @@ func runFramings(t *testing.T, s bodyStore) {
 					ok = len(got) == 1 && got[0] == http.StatusConflict
 				case tooLarge:
 					ok = len(got) >= 1 && got[0] == http.StatusRequestEntityTooLarge
-				case broken, noBody:
+				case broken, staleRefused:
 					ok = true
 					for _, st := range got {
 						ok = ok && st >= 400
