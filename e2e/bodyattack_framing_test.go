@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -22,7 +23,8 @@ import (
 // oracle is the store's durable state and the victim's fence, read
 // directly, never the gateway's answer alone.
 
-// bodyLimit is the max_body_bytes of the body-attack routes.
+// bodyLimit is the max_body_bytes of the body-attack routes (but for a
+// store that says another, bodyStore.limit).
 const bodyLimit = 2048
 
 // framing is one way to put a request's body on the wire.
@@ -117,9 +119,10 @@ func framings() []framing {
 				// The chunks within the limit go first, the rest after a
 				// pause: a reader that stops at the limit has read a
 				// body that is whole as far as it knows.
-				writeAll(t, c, head, "Transfer-Encoding: chunked\r\n\r\n", fmt.Sprintf("%x\r\n%s\r\n", bodyLimit-10, body[:bodyLimit-10]))
+				first := len(body) - 10
+				writeAll(t, c, head, "Transfer-Encoding: chunked\r\n\r\n", fmt.Sprintf("%x\r\n%s\r\n", first, body[:first]))
 				time.Sleep(50 * time.Millisecond)
-				writeAll(t, c, chunked(body[bodyLimit-10:], "", ""))
+				writeAll(t, c, chunked(body[first:], "", ""))
 			}},
 		{name: "chunked with extensions", send: chunkedWith(`;name="x";ext=1`, "", "")},
 		{name: "chunked with an undeclared trailer", send: chunkedWith("", "Content-Type: text/plain\r\nX-Fencing-Note: x\r\n", "")},
@@ -276,7 +279,10 @@ type bodyStore struct {
 	// fence is the victim's highest token, from the admin API.
 	fence func(t *testing.T) int64
 	high  int64 // the victim's fence before the table
+	limit int   // the route's max_body_bytes (0: bodyLimit)
 }
+
+func (s bodyStore) max() int { return cmp.Or(s.limit, bodyLimit) }
 
 // runFramings sends every framing with a stale token (below the victim's
 // fence) and, where the gateway must refuse before the fence, with a
@@ -291,9 +297,9 @@ func runFramings(t *testing.T, s bodyStore) {
 			case sizeNatural:
 				body = s.body(0)
 			case sizeLimit:
-				body = s.body(bodyLimit)
+				body = s.body(s.max())
 			case sizeOver:
-				body = s.body(bodyLimit + 1)
+				body = s.body(s.max() + 1)
 			}
 			tokens := []int64{s.high - 1}
 			if f.want != readWhole && f.want != staleRefused {
@@ -338,7 +344,7 @@ func appliedAtLimit(t *testing.T, s bodyStore) {
 	t.Helper()
 	before := s.state(t)
 	f := framingNamed(t, "chunked, at the limit")
-	body := s.body(bodyLimit)
+	body := s.body(s.max())
 	if got := exchange(t, s.gw, f, s.request(t, s.high+1, body), body); len(got) != 1 || got[0] >= 300 {
 		t.Fatalf("%s with token %d: answers %v; want it applied", f.name, s.high+1, got)
 	}

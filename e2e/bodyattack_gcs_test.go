@@ -25,7 +25,7 @@ func TestBodyAttackGCS(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			o := startGCSStore(t, backend)
 			p := startFencegate(t, s3GatewayYAML(gcsRouteYAML("objects", "", o.srv.Endpoint, "", "30s")+
-				fmt.Sprintf("      max_body_bytes: %d\n", bodyLimit)))
+				fmt.Sprintf("      max_body_bytes: %d\n", gcsBodyLimit)))
 			o.gw = p.URL("gateway")
 			o.seed(t, o.gw)
 			fence := func(t *testing.T, object string) int64 {
@@ -52,12 +52,18 @@ func TestBodyAttackGCS(t *testing.T) {
 					state: func(t *testing.T) []string { return snapshotLines(o.snapshot(t)) },
 					fence: func(t *testing.T) int64 { return fence(t, "victim") },
 					high:  oracleHigh,
+					limit: gcsBodyLimit,
 				})
 			})
 			t.Run("bodies", func(t *testing.T) { gcsBodyAttacks(t, o, fence) })
 		})
 	}
 }
+
+// gcsBodyLimit is the GCS route's max_body_bytes: above the 64 KiB of a
+// multipart upload the gateway holds whole before it forwards it, so that
+// a body within it can stream.
+const gcsBodyLimit = 128 << 10
 
 // snapshotLines is a snapshot as sorted lines, for stateDiff.
 func snapshotLines(s snapshot) []string {
@@ -114,6 +120,8 @@ func gcsBodyAttacks(t *testing.T, o *gcsOracle, fence func(*testing.T, string) i
 		// afterFence: refused once the body is read, after the fence
 		// admitted the fresh token.
 		afterFence bool
+		// raw: sent with this framing of the table.
+		raw string
 	}{
 		{name: "gzip-wrapped multipart: the gateway stamps the header comment, the store reads the content",
 			s: gcsShape{method: http.MethodPost, path: up + "multipart&name=victim", ct: mp,
@@ -139,7 +147,12 @@ func gcsBodyAttacks(t *testing.T, o *gcsOracle, fence func(*testing.T, string) i
 		{name: "metadata part naming another object", afterFence: true, s: gcsShape{method: http.MethodPost, path: up + "multipart&name=victim", ct: mp,
 			body: related("B", part("B", "application/json", `{"name":"own"}`), part("B", "text/plain", "x"))}},
 		{name: "multipart over the limit, chunked", afterFence: true, s: gcsShape{method: http.MethodPost, path: up + "multipart&name=victim", ct: mp,
-			body: related("B", part("B", "application/json", `{"name":"victim"}`), part("B", "text/plain", strings.Repeat("x", bodyLimit)))}},
+			body: related("B", part("B", "application/json", `{"name":"victim"}`), part("B", "text/plain", strings.Repeat("x", gcsBodyLimit)))}},
+		// Streamed after the fence (over 64 KiB, the most the gateway
+		// holds whole): admitted, then cut; the store keeps nothing of it.
+		{name: "streamed multipart, the client gone mid-body", s: gcsShape{method: http.MethodPost, path: up + "multipart&name=victim", ct: mp,
+			body: related("B", part("B", "application/json", `{"name":"victim"}`), part("B", "text/plain", strings.Repeat("z", 96<<10)))},
+			raw: "client vanishes mid-body, with a length", afterFence: true},
 		// Accepted: the store takes a second metadata part as the media
 		// (its content), the first is the one stamped.
 		{name: "two metadata parts", s: gcsShape{method: http.MethodPost, path: up + "multipart&name=dir%2Fjob", ct: mp,
@@ -155,10 +168,13 @@ func gcsBodyAttacks(t *testing.T, o *gcsOracle, fence func(*testing.T, string) i
 				if strings.HasPrefix(tc.name, "multipart over the limit") {
 					// Sent chunked: a length over the limit is refused
 					// unread.
-					return o.sendChunked(t, s, token)
+					return o.sendHeaders(t, s, token, nil, true)
+				}
+				if tc.raw != "" {
+					return o.sendRaw(t, s, token, framingNamed(t, tc.raw))
 				}
 				if tc.ctTwice != "" {
-					return o.sendHeaders(t, s, token, http.Header{"Content-Type": {tc.ctTwice}})
+					return o.sendHeaders(t, s, token, http.Header{"Content-Type": {tc.ctTwice}}, false)
 				}
 				return o.sendAt(t, o.gw, s, token)
 			}
@@ -186,17 +202,9 @@ func gcsBodyAttacks(t *testing.T, o *gcsOracle, fence func(*testing.T, string) i
 	}
 }
 
-// sendChunked is sendAt to the gateway with the body sent chunked (no
-// length).
-func (o *gcsOracle) sendChunked(t *testing.T, s gcsShape, token int64) (*http.Response, string) {
-	t.Helper()
-	return o.sendHeaders(t, s, token, nil, true)
-}
-
-// sendHeaders is sendAt to the gateway with headers added to the
-// request's own (a second value of a header it has); chunked sends the
-// body without a length.
-func (o *gcsOracle) sendHeaders(t *testing.T, s gcsShape, token int64, add http.Header, chunked ...bool) (*http.Response, string) {
+// workerRequest is the shape as the worker sends it to the gateway, with
+// its key and token.
+func (o *gcsOracle) workerRequest(t *testing.T, s gcsShape, token int64) *http.Request {
 	t.Helper()
 	req, err := s.request(o.gw)
 	if err != nil {
@@ -204,10 +212,19 @@ func (o *gcsOracle) sendHeaders(t *testing.T, s gcsShape, token int64, add http.
 	}
 	req.Header.Set("Authorization", "Bearer "+gcsWorkerKey)
 	req.Header.Set("Fencing-Token", fmt.Sprint(token))
+	return req
+}
+
+// sendHeaders is sendAt to the gateway with headers added to the
+// request's own (a second value of a header it has); chunked sends the
+// body without a length.
+func (o *gcsOracle) sendHeaders(t *testing.T, s gcsShape, token int64, add http.Header, chunked bool) (*http.Response, string) {
+	t.Helper()
+	req := o.workerRequest(t, s, token)
 	for k, vs := range add {
 		req.Header[k] = append(req.Header[k], vs...)
 	}
-	if len(chunked) > 0 && chunked[0] {
+	if chunked {
 		req.Body, req.ContentLength = struct{ io.ReadCloser }{req.Body}, -1
 	}
 	resp, err := gcsOracleClient.Do(req)
@@ -217,6 +234,18 @@ func (o *gcsOracle) sendHeaders(t *testing.T, s gcsShape, token int64, add http.
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
+}
+
+// sendRaw is sendAt to the gateway with the body put on the wire as f
+// does; the answer is a 599 with no body when none came.
+func (o *gcsOracle) sendRaw(t *testing.T, s gcsShape, token int64, f framing) (*http.Response, string) {
+	t.Helper()
+	got := exchange(t, o.gw, f, o.workerRequest(t, s, token), []byte(s.body))
+	st := 599
+	if len(got) > 0 {
+		st = got[0]
+	}
+	return &http.Response{StatusCode: st, Status: fmt.Sprint(st)}, ""
 }
 
 // gzipCommented is a gzip stream whose content is inner and whose header
