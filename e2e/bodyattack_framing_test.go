@@ -323,10 +323,10 @@ func runFramings(t *testing.T, s bodyStore) {
 					t.Errorf("token %d: answers %v; want %s", token, got, [...]string{"409 (the victim fenced)", "413", "no 2xx", "no 2xx"}[f.want])
 				}
 			}
-			// A vanished client's request may still be in the gateway:
-			// wait for the fence and the store to settle as they must.
+			// A vanished client's request may still be in the gateway
+			// for a moment.
 			time.Sleep(20 * time.Millisecond)
-			if after := s.state(t); !equalLines(before, after) {
+			if after := s.state(t); !slices.Equal(before, after) {
 				t.Errorf("the store changed:\n%s", stateDiff(before, after))
 			}
 			if h := s.fence(t); h != s.high {
@@ -348,7 +348,7 @@ func appliedAtLimit(t *testing.T, s bodyStore) {
 	if got := exchange(t, s.gw, f, s.request(t, s.high+1, body), body); len(got) != 1 || got[0] >= 300 {
 		t.Fatalf("%s with token %d: answers %v; want it applied", f.name, s.high+1, got)
 	}
-	if equalLines(before, s.state(t)) {
+	if slices.Equal(before, s.state(t)) {
 		t.Fatalf("%s with token %d: answered 2xx but the store did not change", f.name, s.high+1)
 	}
 	if h := s.fence(t); h != s.high+1 {
@@ -359,16 +359,4 @@ func appliedAtLimit(t *testing.T, s bodyStore) {
 func sortedLines(l []string) []string {
 	slices.Sort(l)
 	return l
-}
-
-func equalLines(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

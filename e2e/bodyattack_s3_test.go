@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,7 +148,7 @@ func s3BodyAttacks(t *testing.T, e *s3Env, fence func() int64, root string) {
 				if resp.StatusCode < 400 || tc.want != 0 && resp.StatusCode != tc.want {
 					t.Errorf("token %d: %d %.300s; want a refusal (%d)", token, resp.StatusCode, b, tc.want)
 				}
-				if after := versityState(t, root); !equalLines(before, after) {
+				if after := versityState(t, root); !slices.Equal(before, after) {
 					t.Errorf("token %d: the store changed (answer %d %.300s):\n%s", token, resp.StatusCode, b, stateDiff(before, after))
 				}
 			}
