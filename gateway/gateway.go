@@ -672,10 +672,15 @@ func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, rt *Route, o *O
 	// empty fence): owner is the authenticated sender, absent when the
 	// route asks for no credentials; token is absent when the request
 	// carried none that parsed; resource and highest when the refusal came
-	// before the fence was read.
+	// before the fence was read. Without a resource, the path the request
+	// was sent to says where it went (a body over the route's limit is
+	// refused before the inspection names what it writes), bounded as a
+	// refusal's echo is.
 	attrs := []slog.Attr{slog.String("route", e.Route), slog.String("method", r.Method)}
 	if o.Resource != "" {
 		attrs = append(attrs, slog.String("resource", o.Resource))
+	} else {
+		attrs = append(attrs, slog.String("path", bounded(r.URL.Path)))
 	}
 	if o.Owner != "" {
 		attrs = append(attrs, slog.String("owner", o.Owner))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/testenv"
 )
 
 // bodyNamingUpstream reads the request body during its inspection, as an
@@ -63,7 +64,8 @@ func (u *bodyNamingUpstream) Forward(w http.ResponseWriter, r *http.Request, _ *
 func TestBodyLimitBeforeInspection(t *testing.T) {
 	const limit = 100
 	f := gateway.NewLocalFence(openStore(t), gateway.LocalFenceOptions{})
-	g := gateway.New(f, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+	var logs testenv.LogBuffer
+	g := gateway.New(f, gateway.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	up := &bodyNamingUpstream{}
 	rt, err := gateway.NewRoute(gateway.RouteOptions{
 		Name: "objects", Resource: "{bucket}/{key}", MaxBodyBytes: limit,
@@ -102,6 +104,7 @@ func TestBodyLimitBeforeInspection(t *testing.T) {
 			}
 			up.inspected.Store(0)
 			up.forwarded.Store(0)
+			mark := len(logs.String())
 			var body io.Reader = strings.NewReader(names(tc.size))
 			if tc.chunked {
 				body = io.MultiReader(body) // no length: sent chunked
@@ -144,6 +147,17 @@ func TestBodyLimitBeforeInspection(t *testing.T) {
 			}
 			if n := up.forwarded.Load(); n != wantForwarded {
 				t.Errorf("the upstream applied %d writes; want %d", n, wantForwarded)
+			}
+			if tc.status == 413 {
+				// The refusal's log line says where the request went:
+				// its resource once known, else its path.
+				want := `"resource":"` + key + `"`
+				if wantFence == 5 {
+					want = `"path":"/` + key + `"`
+				}
+				if line := logs.String()[mark:]; !strings.Contains(line, `"msg":"body_too_large"`) || !strings.Contains(line, `"route":"objects","method":"POST",`+want) {
+					t.Errorf("the refusal was logged as %s; want route, method and %s", line, want)
+				}
 			}
 		})
 	}

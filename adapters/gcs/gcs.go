@@ -175,6 +175,9 @@ func (d dialect) Inspect(r *http.Request, token int64) (gateway.Inspection, *sta
 	if err := d.check(&t, token); err != nil {
 		return gateway.Inspection{}, nil, err
 	}
+	if ref := checkBodyHeaders(r, &t); ref != nil {
+		return gateway.Inspection{}, nil, ref
+	}
 	s := &state{target: t, bodyLen: -1}
 	var insp gateway.Inspection
 	w := t.writes()

@@ -45,12 +45,9 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 	t := f.State.target
 	switch {
 	case t.op == opUpload && t.multipart:
-		ct := r.Header.Get("Content-Type")
-		mt, params, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "multipart/related" || params["boundary"] == "" || strings.ContainsRune(ct, '\'') {
-			// A single-quoted boundary is read one way by fake-gcs-server
-			// (gsutil's quoting) and another by a MIME parser.
-			return fencegate.InvalidRequest("a multipart upload's Content-Type must be multipart/related with a boundary (unquoted or double-quoted)")
+		boundary, ref := multipartBoundary(r.Header.Get("Content-Type"))
+		if ref != nil {
+			return ref
 		}
 		edit := func(doc []byte) ([]byte, error) {
 			if err := checkNames(doc, t.bucket, t.object, true); err != nil {
@@ -63,7 +60,7 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 		}
 		data, src, release := readSmall(r, whole)
 		if data != nil {
-			out, err := spliceMultipart(data, params["boundary"], edit)
+			out, err := spliceMultipart(data, boundary, edit)
 			release()
 			if err != nil {
 				return fencegate.InvalidRequest("the multipart upload's metadata part: %v", err)
@@ -79,7 +76,7 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 		}
 		br := multipartReaders.Get().(*bufio.Reader)
 		br.Reset(src)
-		body, delta, ahead, err := editMultipart(br, params["boundary"], edit)
+		body, delta, ahead, err := editMultipart(br, boundary, edit)
 		if err != nil {
 			recycle(br)
 			return fencegate.InvalidRequest("the multipart upload's metadata part: %v", err)
@@ -132,6 +129,18 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 		}
 	}
 	return nil
+}
+
+// multipartBoundary is the boundary of a multipart upload's Content-Type,
+// which must be multipart/related with one. A single-quoted boundary is
+// read one way by fake-gcs-server (gsutil's quoting) and another by a MIME
+// parser.
+func multipartBoundary(ct string) (string, *fencegate.Error) {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "multipart/related" || params["boundary"] == "" || strings.ContainsRune(ct, '\'') {
+		return "", fencegate.InvalidRequest("a multipart upload's Content-Type must be multipart/related with a boundary (unquoted or double-quoted)")
+	}
+	return params["boundary"], nil
 }
 
 // bodyDoc reads a JSON request body (bounded): nil if there is none. A

@@ -21,6 +21,9 @@ func Writes(r *http.Request, body []byte) ([]Write, error) {
 	if ref := u.check(&t, 0); ref != nil {
 		return nil, ref
 	}
+	if ref := checkBodyHeaders(r, &t); ref != nil {
+		return nil, ref
+	}
 	if body == nil {
 		body = []byte{}
 	}
