@@ -20,7 +20,9 @@
 # adds "plain", direct's client through bench/cmd/plainproxy (a bare
 # httputil.ReverseProxy with the gateway's relay transport, -keep-host for
 # S3) in front of the same store: what one plain Go HTTP hop costs
-# ("plain-cpu-µs/object" is the proxy's CPU);
+# ("plain-cpu-µs/object" is the proxy's CPU); UPLOADBENCH_NGINX=1 adds
+# "nginx", the same through nginx (one process, kept connections, bodies
+# streamed): a hop that is not Go's;
 # UPLOADBENCH_BEFORE_ENV="GOMAXPROCS=1 GOGC=400" runs "before" (this tree's
 # build unless UPLOADBENCH_BEFORE names another) with those settings. The
 # load average is printed first: other work on the machine slows every

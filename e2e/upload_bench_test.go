@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -100,6 +101,10 @@ type uploadServer struct {
 // the same store; "plain-cpu-µs/object" is the proxy's CPU. What one
 // plain Go HTTP hop costs, beside what the gateway costs.
 //
+// UPLOADBENCH_NGINX=1 adds the target "nginx": the same with nginx (one
+// process, kept upstream connections, bodies streamed) as the proxy, a
+// hop that is not Go's.
+//
 // Every target's object is read back from the store after its rounds.
 func BenchmarkUpload(b *testing.B) {
 	for _, st := range uploadStores {
@@ -113,6 +118,10 @@ func BenchmarkUpload(b *testing.B) {
 			if os.Getenv("UPLOADBENCH_PLAIN") != "" {
 				url, pid := startPlainProxy(b, srv.endpoint, srv.keepHost)
 				targets = append(targets, uploadTarget{"plain", srv.client(url), pid})
+			}
+			if os.Getenv("UPLOADBENCH_NGINX") != "" {
+				url, pid := startNginxProxy(b, srv.endpoint)
+				targets = append(targets, uploadTarget{"nginx", srv.client(url), pid})
 			}
 			if os.Getenv("UPLOADBENCH_FAST") != "" {
 				p := startFencegate(b, fastPathYAML(srv.yaml))
@@ -289,6 +298,51 @@ var uploadStores = []uploadStore{
 	},
 }
 
+// startNginxProxy runs nginx as a reverse proxy in front of the store at
+// endpoint, as startPlainProxy does plainproxy: one process (its CPU is
+// the pid's), kept connections both ways, request and answer bodies
+// streamed rather than buffered, the client's Host passed on.
+func startNginxProxy(b *testing.B, endpoint string) (string, int) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
+	conf := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`daemon off;
+master_process off;
+pid %[1]s/nginx.pid;
+error_log stderr warn;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s;
+  proxy_temp_path %[1]s;
+  fastcgi_temp_path %[1]s;
+  uwsgi_temp_path %[1]s;
+  scgi_temp_path %[1]s;
+  upstream store { server %[3]s; keepalive 16; }
+  server {
+    listen %[2]s;
+    client_max_body_size 0;
+    location / {
+      proxy_pass http://store;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      proxy_request_buffering off;
+      proxy_buffering off;
+    }
+  }
+}
+`, dir, addr, u.Host)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command("/usr/sbin/nginx", "-p", dir, "-c", conf, "-e", "stderr")
+	return startProxyCmd(b, cmd, addr, u), cmd.Process.Pid
+}
+
 // startPlainProxy runs bench/cmd/plainproxy in front of the store at
 // endpoint and returns the URL to use instead of endpoint (same path) and
 // the proxy's process.
@@ -303,6 +357,12 @@ func startPlainProxy(b *testing.B, endpoint string, keepHost bool) (string, int)
 		args = append(args, "-keep-host")
 	}
 	cmd := exec.Command(testenv.BuildBinary(b, "./bench/cmd/plainproxy"), args...)
+	return startProxyCmd(b, cmd, addr, u), cmd.Process.Pid
+}
+
+// startProxyCmd starts cmd, a proxy listening on addr, stops it at the end
+// of b, and returns endpoint u with addr as its host.
+func startProxyCmd(b *testing.B, cmd *exec.Cmd, addr string, u *url.URL) string {
 	log := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -313,12 +373,13 @@ func startPlainProxy(b *testing.B, endpoint string, keepHost bool) (string, int)
 		cmd.Process.Kill()
 		cmd.Wait()
 		if b.Failed() {
-			b.Logf("plainproxy log:\n%s", log.Tail(20))
+			b.Logf("%s log:\n%s", filepath.Base(cmd.Path), log.Tail(20))
 		}
 	})
 	testenv.WaitTCP(b, addr, 10*time.Second)
-	u.Host = addr
-	return u.String(), cmd.Process.Pid
+	v := *u
+	v.Host = addr
+	return v.String()
 }
 
 func s3Putter(c *s3.Client) func(string, []byte) error {
