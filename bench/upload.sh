@@ -20,7 +20,9 @@
 # adds "plain", direct's client through bench/cmd/plainproxy (a bare
 # httputil.ReverseProxy with the gateway's relay transport, -keep-host for
 # S3) in front of the same store: what one plain Go HTTP hop costs
-# ("plain-cpu-µs/object" is the proxy's CPU); UPLOADBENCH_NGINX=1 adds
+# ("plain-cpu-µs/object" is the proxy's CPU); UPLOADBENCH_RAW=1 adds
+# "raw", the same through bench/cmd/rawproxy (a Go hop without net/http's
+# server and transport, one goroutine per connection); UPLOADBENCH_NGINX=1 adds
 # "nginx", the same through nginx (one process, kept connections, bodies
 # streamed): a hop that is not Go's;
 # UPLOADBENCH_BEFORE_ENV="GOMAXPROCS=1 GOGC=400" runs "before" (this tree's

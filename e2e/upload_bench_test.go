@@ -101,6 +101,10 @@ type uploadServer struct {
 // the same store; "plain-cpu-µs/object" is the proxy's CPU. What one
 // plain Go HTTP hop costs, beside what the gateway costs.
 //
+// UPLOADBENCH_RAW=1 adds "raw", the same through bench/cmd/rawproxy: a
+// Go HTTP/1.1 hop without net/http's server and transport, each client
+// connection on one goroutine, the floor of a Go hop.
+//
 // UPLOADBENCH_NGINX=1 adds the target "nginx": the same with nginx (one
 // process, kept upstream connections, bodies streamed) as the proxy, a
 // hop that is not Go's.
@@ -115,9 +119,14 @@ func BenchmarkUpload(b *testing.B) {
 				{"direct", srv.client(srv.endpoint), 0},
 				{"gateway", st.worker(b, gw.URL("gateway")), gw.cmd.Process.Pid},
 			}
-			if os.Getenv("UPLOADBENCH_PLAIN") != "" {
-				url, pid := startPlainProxy(b, srv.endpoint, srv.keepHost)
-				targets = append(targets, uploadTarget{"plain", srv.client(url), pid})
+			for _, p := range []struct{ env, name, pkg string }{
+				{"UPLOADBENCH_PLAIN", "plain", "./bench/cmd/plainproxy"},
+				{"UPLOADBENCH_RAW", "raw", "./bench/cmd/rawproxy"},
+			} {
+				if os.Getenv(p.env) != "" {
+					url, pid := startGoProxy(b, p.pkg, srv.endpoint, srv.keepHost)
+					targets = append(targets, uploadTarget{p.name, srv.client(url), pid})
+				}
 			}
 			if os.Getenv("UPLOADBENCH_NGINX") != "" {
 				url, pid := startNginxProxy(b, srv.endpoint)
@@ -299,7 +308,7 @@ var uploadStores = []uploadStore{
 }
 
 // startNginxProxy runs nginx as a reverse proxy in front of the store at
-// endpoint, as startPlainProxy does plainproxy: one process (its CPU is
+// endpoint, as startGoProxy does plainproxy: one process (its CPU is
 // the pid's), kept connections both ways, request and answer bodies
 // streamed rather than buffered, the client's Host passed on.
 func startNginxProxy(b *testing.B, endpoint string) (string, int) {
@@ -343,10 +352,10 @@ http {
 	return startProxyCmd(b, cmd, addr, u), cmd.Process.Pid
 }
 
-// startPlainProxy runs bench/cmd/plainproxy in front of the store at
-// endpoint and returns the URL to use instead of endpoint (same path) and
-// the proxy's process.
-func startPlainProxy(b *testing.B, endpoint string, keepHost bool) (string, int) {
+// startGoProxy runs the proxy command pkg (bench/cmd/plainproxy or
+// rawproxy) in front of the store at endpoint and returns the URL to use
+// instead of endpoint (same path) and the proxy's process.
+func startGoProxy(b *testing.B, pkg, endpoint string, keepHost bool) (string, int) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		b.Fatal(err)
@@ -356,7 +365,7 @@ func startPlainProxy(b *testing.B, endpoint string, keepHost bool) (string, int)
 	if keepHost {
 		args = append(args, "-keep-host")
 	}
-	cmd := exec.Command(testenv.BuildBinary(b, "./bench/cmd/plainproxy"), args...)
+	cmd := exec.Command(testenv.BuildBinary(b, pkg), args...)
 	return startProxyCmd(b, cmd, addr, u), cmd.Process.Pid
 }
 
