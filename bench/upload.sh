@@ -16,7 +16,15 @@
 # Usage: bench/upload.sh [count (default 5)] [rounds per count (default 10)] [stores, e.g. "gcs|azure" (default s3|gcs|azure)]
 # UPLOADBENCH_BEFORE=PATH adds another fencegate binary as the target
 # "before" (before/after in one run); UPLOADBENCH_FAST=1 adds the target
-# "fast", the same route with gateway.fast_path: true;
+# "fast", the same route with gateway.fast_path: true; UPLOADBENCH_PLAIN=1
+# adds "plain", direct's client through bench/cmd/plainproxy (a bare
+# httputil.ReverseProxy with the gateway's relay transport, -keep-host for
+# S3) in front of the same store: what one plain Go HTTP hop costs
+# ("plain-cpu-µs/object" is the proxy's CPU); UPLOADBENCH_RAW=1 adds
+# "raw", the same through bench/cmd/rawproxy (a Go hop without net/http's
+# server and transport, one goroutine per connection); UPLOADBENCH_NGINX=1 adds
+# "nginx", the same through nginx (one process, kept connections, bodies
+# streamed): a hop that is not Go's;
 # UPLOADBENCH_BEFORE_ENV="GOMAXPROCS=1 GOGC=400" runs "before" (this tree's
 # build unless UPLOADBENCH_BEFORE names another) with those settings. The
 # load average is printed first: other work on the machine slows every
