@@ -254,8 +254,9 @@ func (f *SharedFence) session(ctx context.Context, resource string) (*session, e
 	for {
 		f.mu.Lock()
 		s, up, lastErr := f.sess, f.up, f.lastErr
+		live := s != nil && !s.lost // lost is written under f.mu (lose)
 		f.mu.Unlock()
-		if s != nil && !s.lost {
+		if live {
 			if !s.proven() {
 				return nil, fencegate.Unavailable(resource, errors.New("the replica cannot prove its etcd lease alive (renewals are failing)"))
 			}
