@@ -281,17 +281,7 @@ var uploadStores = []uploadStore{
 			return uploadServer{
 				yaml:     s3GatewayYAML(azRouteYAML("blobs", "", srv.Endpoint, "", "30s")),
 				endpoint: srv.Endpoint, pid: srv.Pid,
-				client: func(url string) func(string, []byte) error {
-					cred, err := azblob.NewSharedKeyCredential(srv.Account, srv.Key)
-					if err != nil {
-						b.Fatal(err)
-					}
-					c, err := azblob.NewClientWithSharedKeyCredential(url+"/", cred, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					return azPutter(c)
-				},
+				client: func(url string) func(string, []byte) error { return azPutter(srv.ClientAt(b, url)) },
 				size: func(name string) (int64, error) {
 					p, err := direct.ServiceClient().NewContainerClient(azContainer).NewBlobClient(name).GetProperties(context.Background(), nil)
 					if err != nil {
@@ -348,8 +338,7 @@ http {
 `, dir, addr, u.Host)), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command("/usr/sbin/nginx", "-p", dir, "-c", conf, "-e", "stderr")
-	return startProxyCmd(b, cmd, addr, u), cmd.Process.Pid
+	return startProxyCmd(b, exec.Command("/usr/sbin/nginx", "-p", dir, "-c", conf, "-e", "stderr"), addr, u)
 }
 
 // startGoProxy runs the proxy command pkg (bench/cmd/plainproxy or
@@ -365,13 +354,13 @@ func startGoProxy(b *testing.B, pkg, endpoint string, keepHost bool) (string, in
 	if keepHost {
 		args = append(args, "-keep-host")
 	}
-	cmd := exec.Command(testenv.BuildBinary(b, pkg), args...)
-	return startProxyCmd(b, cmd, addr, u), cmd.Process.Pid
+	return startProxyCmd(b, exec.Command(testenv.BuildBinary(b, pkg), args...), addr, u)
 }
 
 // startProxyCmd starts cmd, a proxy listening on addr, stops it at the end
-// of b, and returns endpoint u with addr as its host.
-func startProxyCmd(b *testing.B, cmd *exec.Cmd, addr string, u *url.URL) string {
+// of b, and returns endpoint u with addr as its host, and the proxy's
+// process.
+func startProxyCmd(b *testing.B, cmd *exec.Cmd, addr string, u *url.URL) (string, int) {
 	log := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -388,7 +377,7 @@ func startProxyCmd(b *testing.B, cmd *exec.Cmd, addr string, u *url.URL) string 
 	testenv.WaitTCP(b, addr, 10*time.Second)
 	v := *u
 	v.Host = addr
-	return v.String()
+	return v.String(), cmd.Process.Pid
 }
 
 func s3Putter(c *s3.Client) func(string, []byte) error {

@@ -56,11 +56,18 @@ func Azurite(t testing.TB) *AzuriteServer {
 // Client is azblob's client of the server with the development account.
 func (s *AzuriteServer) Client(t testing.TB) *azblob.Client {
 	t.Helper()
+	return s.ClientAt(t, s.Endpoint)
+}
+
+// ClientAt is Client sending to endpoint instead of the server's (a proxy
+// in front of it, with the same path).
+func (s *AzuriteServer) ClientAt(t testing.TB, endpoint string) *azblob.Client {
+	t.Helper()
 	cred, err := azblob.NewSharedKeyCredential(s.Account, s.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := azblob.NewClientWithSharedKeyCredential(s.Endpoint+"/", cred, nil)
+	c, err := azblob.NewClientWithSharedKeyCredential(endpoint+"/", cred, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
