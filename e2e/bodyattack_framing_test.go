@@ -355,8 +355,3 @@ func appliedAtLimit(t *testing.T, s bodyStore) {
 		t.Fatalf("the victim's fence is %d after an admitted write with token %d", h, s.high+1)
 	}
 }
-
-func sortedLines(l []string) []string {
-	slices.Sort(l)
-	return l
-}

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -71,7 +72,8 @@ func snapshotLines(s snapshot) []string {
 	for k, v := range s {
 		lines = append(lines, k+"\t"+v)
 	}
-	return sortedLines(lines)
+	slices.Sort(lines)
+	return lines
 }
 
 // gcsBodyAttacks sends each body attack at the victim (fenced at 101 by
