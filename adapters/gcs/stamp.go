@@ -45,10 +45,7 @@ func (u *Upstream) body(r *http.Request, f *forward) error {
 	t := f.State.target
 	switch {
 	case t.op == opUpload && t.multipart:
-		boundary, ref := multipartBoundary(r.Header.Get("Content-Type"))
-		if ref != nil {
-			return ref
-		}
+		boundary := t.boundary // checked by Inspect (checkBodyHeaders)
 		edit := func(doc []byte) ([]byte, error) {
 			if err := checkNames(doc, t.bucket, t.object, true); err != nil {
 				return nil, err

@@ -47,8 +47,10 @@ type target struct {
 	session *session
 	// acl: an opObject on the object's access control list.
 	acl bool
-	// multipart: an opUpload with uploadType=multipart (else media).
+	// multipart: an opUpload with uploadType=multipart (else media), its
+	// parts separated by boundary (checkBodyHeaders).
 	multipart bool
+	boundary  string
 	// why says why an unsupported write is refused.
 	why string
 	// unnamed: a read parseRead names nothing for, refused with it on a
@@ -129,7 +131,7 @@ func (t *target) readsBody(method string) bool {
 }
 
 // checkBodyHeaders refuses a write whose body the gateway reads but the
-// store may read otherwise: one with a Content-Encoding (fake-gcs-server
+// store may read otherwise (and sets a multipart upload's boundary): one with a Content-Encoding (fake-gcs-server
 // inflates a gzip body before it reads it, the gateway reads the bytes
 // sent: a gzip stream whose header comment holds the multipart body the
 // gateway stamped, and whose content holds another with a forged stamp,
@@ -149,9 +151,10 @@ func checkBodyHeaders(r *http.Request, t *target) *fencegate.Error {
 		return fencegate.InvalidRequest("the request carries more than one Content-Type: the store could read its body as another")
 	}
 	if t.op == opUpload {
-		// Checked before the fence too: a refusal known from the
-		// headers does not wait for the body, nor raise a fence.
-		_, ref := multipartBoundary(r.Header.Get("Content-Type"))
+		// Checked before the fence: a refusal known from the headers
+		// does not wait for the body, nor raise a fence.
+		var ref *fencegate.Error
+		t.boundary, ref = multipartBoundary(r.Header.Get("Content-Type"))
 		return ref
 	}
 	return nil
